@@ -1,0 +1,251 @@
+"""Headless benchmark: N conversations chat at once through the engine; the batching guide's table.
+
+The same code serves `python -m app bench` and the in-app benchmark view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .client import EngineClient
+from .engine.events import FinishEvent
+from .engine.params import EngineConfig, SamplingParams, ServingMode
+from .engine.stats import hit_rate, percentile
+
+QUESTIONS = [
+    "Explain how a rainbow forms.",
+    "Write a short poem about the sea.",
+    "What are the main causes of inflation?",
+    "Give me three tips for learning to cook.",
+    "Describe the water cycle for a ten-year-old.",
+    "Why do cats purr?",
+    "Summarise the plot of Romeo and Juliet.",
+    "How does a bicycle stay upright?",
+    "What is the difference between weather and climate?",
+    "Suggest a name for a bakery and explain it.",
+    "How do vaccines train the immune system?",
+    "List some good habits for better sleep.",
+    "What makes a good team leader?",
+    "Explain what a black hole is.",
+    "How do bees make honey?",
+    "Why is the sky blue?",
+]
+FOLLOW_UPS = [
+    "Can you explain that in more detail?",
+    "Give me a concrete example.",
+    "Now summarise it in one sentence.",
+    "What is a common misconception about this?",
+    "How would you explain it to an expert?",
+]
+
+
+@dataclass
+class Conversation:
+    system: str | None
+    turns: list[str]
+
+
+@dataclass
+class BenchSettings:
+    model_path: str
+    parallel: int = 1
+    mode: ServingMode = ServingMode.BATCHED
+    kv_reuse: bool = True
+    max_tokens: int = 128
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    seed: int = 42
+    turns: int = 1
+    system: str | None = None
+    n_threads: int | None = None
+    n_ctx: int | None = None  # None: enough for every conversation to keep its cells
+    n_batch: int = 512
+    prompts: list[Conversation] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.mode is ServingMode.SEQUENTIAL:
+            return "sequential"
+        return "batched + KV reuse" if self.kv_reuse else "batched, no KV reuse"
+
+
+def builtin_conversations(count: int, turns: int, system: str | None) -> list[Conversation]:
+    return [
+        Conversation(system, [QUESTIONS[i % len(QUESTIONS)]] + [FOLLOW_UPS[t % len(FOLLOW_UPS)] for t in range(turns - 1)])
+        for i in range(count)
+    ]
+
+
+def load_prompts(path: str) -> list[Conversation]:
+    """JSON lines, one conversation a line: {"system": "...", "turns": ["first", "second", ...]}."""
+    conversations = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                turns = [str(t) for t in item["turns"]]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{number}: expected {{\"system\": ..., \"turns\": [...]}}: {e}") from e
+            if not turns:
+                raise ValueError(f"{path}:{number}: a conversation needs at least one turn")
+            conversations.append(Conversation(item.get("system"), turns))
+    if not conversations:
+        raise ValueError(f"{path}: no conversations")
+    return conversations
+
+
+def _engine_config(s: BenchSettings, conversations: list[Conversation]) -> EngineConfig:
+    n_ctx = s.n_ctx
+    if n_ctx is None:
+        # each lane keeps its conversation: prompt, every turn and every reply
+        longest = max(len(c.system or "") + sum(len(t) for t in c.turns) for c in conversations)
+        per_lane = longest // 3 + len(conversations[0].turns) * (s.max_tokens + 48) + 128
+        n_ctx = max(2048, 256 * math.ceil(s.parallel * per_lane / 256))
+    config = EngineConfig(
+        model_path=s.model_path,
+        n_ctx=n_ctx,
+        n_batch=max(s.n_batch, s.parallel),
+        capacity=s.parallel,
+        mode=s.mode,
+        kv_reuse=s.kv_reuse,
+    )
+    return config.with_(n_threads=s.n_threads) if s.n_threads else config
+
+
+async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = None) -> dict:
+    """Run one configuration to the end and return its figures (one object of the JSON `runs`)."""
+    conversations = s.prompts or builtin_conversations(s.parallel, s.turns, s.system)
+    if s.prompts and s.system is not None:
+        conversations = [Conversation(c.system or s.system, c.turns) for c in conversations]
+    config = _engine_config(s, conversations)
+    params = SamplingParams(
+        temperature=s.temperature, seed=s.seed, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos, repeat_penalty=1.0
+    )
+    client = EngineClient(config)
+    await client.start()
+    try:
+        await _warm_up(client)
+        lanes = [conversations[k :: s.parallel] for k in range(s.parallel)]
+        cpu0, t0 = os.times(), time.perf_counter()
+        results = await asyncio.gather(*(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes)))
+        wall = time.perf_counter() - t0
+        cpu1 = os.times()
+        snapshot = client.engine.snapshot
+        steps = [st for st in client.engine.steps if st.t_end >= time.monotonic() - wall]
+    finally:
+        await client.close()
+    records = [r for lane in results for r in lane]
+    return _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshot, steps)
+
+
+async def _warm_up(client: EngineClient) -> None:
+    """One tiny request pages the weights in; then the KV cells are emptied so nothing is reused."""
+    await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4))
+    await client.call(lambda engine: engine.kv.clear())
+
+
+async def _run_lane(client, lane_index, conversations, parallel, params, progress) -> list[dict]:
+    records = []
+    for i, conv in enumerate(conversations):
+        conv_index = lane_index + i * parallel
+        messages = [{"role": "system", "content": conv.system}] if conv.system else []
+        for turn, text in enumerate(conv.turns):
+            messages.append({"role": "user", "content": text})
+            final = await client.complete(messages, params, conversation_id=f"bench-{conv_index}")
+            if final.error:
+                raise RuntimeError(f"conversation {conv_index}, turn {turn}: {final.error}")
+            messages.append({"role": "assistant", "content": final.text})
+            records.append(_request_record(conv_index, turn, final))
+            if progress:
+                progress(f"conversation {conv_index} turn {turn}: {final.stats.gen_tokens} tokens")
+    return records
+
+
+def _request_record(conversation: int, turn: int, final: FinishEvent) -> dict:
+    st = final.stats
+    return {
+        "conversation": conversation,
+        "turn": turn,
+        "prompt_tokens": st.prompt_tokens,
+        "cached_tokens": st.cached_tokens,
+        "evaluated_tokens": st.evaluated_tokens,
+        "gen_tokens": st.gen_tokens,
+        "queued_s": st.queued_s,
+        "ttft_s": st.ttft_s,
+        "itl_p50_s": st.itl_p50_s,
+        "itl_p95_s": st.itl_p95_s,
+        "itl_mean_s": statistics.fmean(st.itl) if st.itl else math.nan,
+        "kv_hit_rate": st.kv_hit_rate,
+        "preemptions": st.preemptions,
+        "finish_reason": final.reason.value,
+    }
+
+
+def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, snapshot, steps) -> dict:
+    gen = sum(r["gen_tokens"] for r in records)
+    cached = sum(r["cached_tokens"] for r in records)
+    evaluated = sum(r["evaluated_tokens"] for r in records)
+    n_turns = max(r["turn"] for r in records) + 1
+    by_turn = [[r for r in records if r["turn"] == t] for t in range(n_turns)]
+    itl_all = [r["itl_mean_s"] for r in records if not math.isnan(r["itl_mean_s"])]
+    return {
+        "configuration": s.label,
+        "parallel": s.parallel,
+        "mode": s.mode.value,
+        "kv_reuse": s.kv_reuse,
+        "model": os.path.basename(s.model_path),
+        "n_ctx": config.n_ctx,
+        "n_batch": config.n_batch,
+        "n_threads": config.n_threads,
+        "max_tokens": s.max_tokens,
+        "turns": n_turns,
+        "agg_tok_s": gen / wall,
+        "gen_tokens": gen,
+        "wall_s": wall,
+        "ttft_p50_s": percentile([r["ttft_s"] for r in records], 50),
+        "ttft_p95_s": percentile([r["ttft_s"] for r in records], 95),
+        "itl_p50_s": percentile([r["itl_p50_s"] for r in records], 50),
+        "itl_p95_s": percentile([r["itl_p95_s"] for r in records], 95),
+        "avg_latency_ms": 1000 * statistics.fmean(itl_all) if itl_all else math.nan,
+        "prompt_tokens": sum(r["prompt_tokens"] for r in records),
+        "cached_tokens": cached,
+        "evaluated_tokens": evaluated,
+        "kv_hit_rate": hit_rate(cached, evaluated),
+        "kv_hit_rate_by_turn": [
+            hit_rate(sum(r["cached_tokens"] for r in rs), sum(r["evaluated_tokens"] for r in rs)) for rs in by_turn
+        ],
+        "ttft_p50_by_turn_s": [percentile([r["ttft_s"] for r in rs], 50) for rs in by_turn],
+        "evictions": snapshot.evictions,
+        "preemptions": snapshot.preemptions,
+        "cpu_util": cpu_s / (wall * (os.cpu_count() or 1)),
+        "mean_batch_tokens": statistics.fmean(st.n_tokens for st in steps) if steps else math.nan,
+        "mean_batch_seqs": statistics.fmean(st.n_seqs for st in steps) if steps else math.nan,
+        "requests": records,
+    }
+
+
+def format_table(runs: list[dict]) -> str:
+    header = (
+        f"{'configuration':<22} {'parallel':>8} {'throughput tok/s':>17} {'avg latency ms':>15} "
+        f"{'TTFT p50 ms':>12} {'KV hit':>7} {'CPU util':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in runs:
+        lines.append(
+            f"{r['configuration']:<22} {r['parallel']:>8} {r['agg_tok_s']:>17.1f} {r['avg_latency_ms']:>15.1f} "
+            f"{1000 * r['ttft_p50_s']:>12.0f} {_pct(r['kv_hit_rate']):>7} {_pct(r['cpu_util']):>9}"
+        )
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.0f}%"

@@ -1,0 +1,139 @@
+"""Command line: `python -m app` opens the window; `python -m app bench ...` runs the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+
+from .engine.errors import ModelLoadError
+from .engine.params import ServingMode
+
+EXIT_BAD_INPUT = 2
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("parallel counts must be 1 or more")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="batch-playground", description=__doc__)
+    parser.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--panes", type=_positive, help="number of chat panes to open")
+    parser.add_argument("--prompt", help="broadcast this message to every pane at start")
+    parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
+    parser.add_argument("--exit-when-done", action="store_true", help="quit once every pane has finished")
+    sub = parser.add_subparsers(dest="command")
+    bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")
+    bench.add_argument("--model", dest="bench_model", metavar="PATH", help="GGUF model file")
+    bench.add_argument("--parallel", type=_positive, default=None, help="parallel conversations (one run)")
+    bench.add_argument("--sweep", type=_int_list, help="several runs, e.g. 1,2,4,8,16")
+    bench.add_argument("--mode", choices=[m.value for m in ServingMode], default="batched")
+    bench.add_argument("--max-tokens", type=_positive, default=128)
+    bench.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
+    bench.add_argument("--system", help="system prompt for every conversation (@FILE reads a file)")
+    bench.add_argument("--temperature", type=float, default=0.0)
+    bench.add_argument("--seed", type=int, default=42)
+    bench.add_argument("--threads", type=_positive)
+    bench.add_argument("--ctx", type=_positive, help="KV cells shared by all sequences (default: enough for all)")
+    bench.add_argument("--batch", type=_positive, default=512, help="token budget of a decode step")
+    bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
+    bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
+    bench.add_argument("--no-kv-reuse", action="store_true", help="recompute every prompt from scratch")
+    bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "bench":
+            return _bench(args)
+        from .ui.main import run_app  # Qt is loaded only for the window
+
+        return run_app(args)
+    except (ModelLoadError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _bench(args) -> int:
+    from .bench import BenchSettings, format_table, load_prompts, run_bench
+    from .default_model import default_model_path
+    from .engine.backend import check_gguf_file
+
+    model = args.bench_model or default_model_path()
+    check_gguf_file(model)
+    system = args.system
+    if system and system.startswith("@"):
+        with open(system[1:], encoding="utf-8") as f:
+            system = f.read().strip()
+    prompts = load_prompts(args.prompts) if args.prompts else None
+    sweep = args.sweep or [args.parallel or 1]
+    runs = []
+    for parallel in sweep:
+        settings = BenchSettings(
+            model_path=model,
+            parallel=parallel,
+            mode=ServingMode(args.mode),
+            kv_reuse=not args.no_kv_reuse,
+            max_tokens=args.max_tokens,
+            ignore_eos=args.ignore_eos,
+            temperature=args.temperature,
+            seed=args.seed,
+            turns=args.turns,
+            system=system,
+            n_threads=args.threads,
+            n_ctx=args.ctx,
+            n_batch=args.batch,
+            prompts=prompts,
+        )
+        print(f"# {settings.label}, {parallel} parallel ...", file=sys.stderr, flush=True)
+        run = asyncio.run(run_bench(settings))
+        if args.verbose:
+            _print_perf_lines(run)
+        runs.append(run)
+    print(format_table(runs))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"runs": _without_nan(runs)}, f, indent=1)
+    return 0
+
+
+def _print_perf_lines(run: dict) -> None:
+    for r in run["requests"]:
+        rate = "-" if math.isnan(r["kv_hit_rate"]) else f"{r['kv_hit_rate']:.2f}"
+        print(
+            f"perf conv={r['conversation']} turn={r['turn']} prompt={r['prompt_tokens']} "
+            f"cached={r['cached_tokens']} evaluated={r['evaluated_tokens']} gen={r['gen_tokens']} "
+            f"ttft={1000 * r['ttft_s']:.0f}ms kv cache hit rate={rate}",
+            file=sys.stderr,
+        )
+    print(f"perf evictions={run['evictions']} preemptions={run['preemptions']}", file=sys.stderr)
+
+
+def _without_nan(value):
+    """JSON has no NaN: a figure that does not exist (no second token, say) is written as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _without_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nan(v) for v in value]
+    return value

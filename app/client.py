@@ -1,0 +1,140 @@
+"""The engine's asyncio face: `async for event in client.generate(...)`.
+
+The one place where a thread hop happens: the engine thread hands each step's events to
+`loop.call_soon_threadsafe`, and they are dispatched to per-request queues on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from .engine.engine_thread import EngineThread
+from .engine.events import Event, FinishEvent
+from .engine.params import EngineConfig, SamplingParams
+from .engine.sequence import Request
+
+Listener = Callable[[list[Event]], None]
+
+_ids = itertools.count(1)
+
+
+def new_request_id() -> str:
+    return f"req-{next(_ids)}"
+
+
+class EngineClient:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self._thread: EngineThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._listeners: list[Listener] = []
+
+    # -- life ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the model (off the event loop); raises ModelLoadError with the reason."""
+        self._loop = asyncio.get_running_loop()
+        thread = EngineThread(self.config, self._on_events)
+        await self._loop.run_in_executor(None, thread.start)
+        self._thread = thread
+
+    async def reload(self, config: EngineConfig):
+        """Swap to a new configuration or model; the old one stays if the new one fails to load."""
+        info = await asyncio.wrap_future(self._thread.reload(config))
+        self.config = config
+        return info
+
+    async def close(self) -> None:
+        if self._thread is not None:
+            await self._loop.run_in_executor(None, self._thread.stop)
+            self._thread = None
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive
+
+    @property
+    def engine(self):
+        """The engine object, for read-only figures (snapshot, step history, model info)."""
+        return self._thread.engine if self._thread else None
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(events)` on the event loop for every batch of events (plots, metrics)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        messages: Sequence[dict[str, str]] | None = None,
+        params: SamplingParams | None = None,
+        *,
+        prompt: str | None = None,
+        conversation_id: str | None = None,
+        request_id: str | None = None,
+        tag: dict | None = None,
+    ) -> AsyncIterator[Event]:
+        """Stream one reply: TokenEvents, then exactly one FinishEvent.
+
+        Leaving the loop early (break, an exception, the task cancelled) cancels the request, so
+        its sequence never lingers in the engine.
+        """
+        request = Request(
+            request_id=request_id or new_request_id(),
+            params=params or SamplingParams(),
+            messages=tuple(dict(m) for m in messages) if messages is not None else None,
+            prompt=prompt,
+            conversation_id=conversation_id,
+            tag=tag or {},
+        )
+        queue: asyncio.Queue = asyncio.Queue()
+        self._streams[request.request_id] = queue
+        finished = False
+        try:
+            self._thread.submit(request)
+            while not finished:
+                event = await queue.get()
+                finished = isinstance(event, FinishEvent)
+                yield event
+        finally:
+            self._streams.pop(request.request_id, None)
+            if not finished and self._thread is not None:
+                self._thread.cancel(request.request_id)
+
+    async def complete(self, messages=None, params=None, **kwargs) -> FinishEvent:
+        """Run one request to its end and return its FinishEvent."""
+        async for event in self.generate(messages, params, **kwargs):
+            if isinstance(event, FinishEvent):
+                return event
+        raise RuntimeError("the stream ended without a final event")
+
+    def cancel(self, request_id: str) -> None:
+        if self._thread is not None:
+            self._thread.cancel(request_id)
+
+    async def call(self, fn):
+        """Run fn(engine) on the engine thread and await its result."""
+        return await asyncio.wrap_future(self._thread.call(fn))
+
+    # -- events from the engine thread --------------------------------------------------------
+
+    def _on_events(self, events: list[Event]) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._dispatch, events)
+
+    def _dispatch(self, events: list[Event]) -> None:
+        streams = self._streams
+        for event in events:
+            queue = streams.get(event.request_id)
+            if queue is not None:
+                queue.put_nowait(event)
+        for listener in self._listeners:
+            listener(events)

@@ -1,0 +1,1 @@
+"""The batching engine: llama.cpp on one thread, no Qt."""

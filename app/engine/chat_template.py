@@ -1,0 +1,43 @@
+"""Render a conversation into prompt text with the model's own Jinja chat template (GGUF metadata)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import RequestError
+
+# used only when a GGUF carries no template, as llama-server does
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+Message = dict[str, str]
+
+
+def _raise(message: str):
+    raise TemplateError(message)
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        self.source = source or CHATML
+        self._template = env.from_string(self.source)
+        self._bos = bos_token
+        self._eos = eos_token
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self._bos,
+                eos_token=self._eos,
+            )
+        except TemplateError as e:
+            raise RequestError(f"the model's chat template rejected this conversation: {e}") from e

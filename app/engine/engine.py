@@ -1,0 +1,217 @@
+"""The engine: step() = schedule -> decode one batch -> sample and stream. Runs on the engine thread."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from .backend import LlamaBackend
+from .chat_template import ChatTemplate
+from .errors import RequestError
+from .events import Event, FinishEvent, FinishReason, TokenEvent
+from .kv_cache import KVCacheManager
+from .params import EngineConfig, ServingMode
+from .prompt import PromptBuilder
+from .scheduler import Plan, Scheduler
+from .sequence import Request, Sequence
+from .stats import EngineSnapshot, RequestStats, StepStats
+
+Sink = Callable[[list[Event]], None]
+
+STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
+EARLY_CANCELS_KEPT = 256
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, sink: Sink):
+        if config.n_batch < config.capacity:
+            raise ValueError("the batch size must hold at least one token per sequence")
+        self.config = config
+        self._sink = sink
+        self.backend = LlamaBackend(config)
+        self.n_ctx = self.backend.n_ctx
+        self.kv = KVCacheManager(self.backend, config.capacity, self.n_ctx, config.kv_reuse)
+        max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
+        self.scheduler = Scheduler(self.kv, config.n_batch, max_running)
+        template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
+        self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow)
+        self.steps: deque[StepStats] = deque(maxlen=STEP_HISTORY)
+        self._arrivals = 0
+        self._generated = 0
+        self._n_steps = 0
+        self._early_cancels: OrderedDict[str, bool] = OrderedDict()
+        self.snapshot = self._snapshot()
+
+    @property
+    def info(self):
+        return self.backend.info
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- requests in and out ---------------------------------------------------------------
+
+    def submit(self, request: Request, t_submit: float) -> None:
+        stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
+        if self._early_cancels.pop(request.request_id, False):
+            self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats)])
+            return
+        try:
+            tokens, notice = self.prompts.build(request)
+        except RequestError as e:
+            self._emit([self._failed(request.request_id, stats, str(e))])
+            return
+        stats.prompt_tokens = len(tokens)
+        self._arrivals += 1
+        seq = Sequence(request, tokens, stats, self._arrivals)
+        seq.notice = notice
+        seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
+        seq.sampler = self.backend.new_sampler(request.params, seed, tokens)
+        self.scheduler.add(seq)
+
+    def cancel(self, request_id: str) -> None:
+        seq = self.scheduler.find(request_id)
+        if seq is None:
+            # a Stop pressed before the request got here: remember it (a few, not forever)
+            self._early_cancels[request_id] = True
+            while len(self._early_cancels) > EARLY_CANCELS_KEPT:
+                self._early_cancels.popitem(last=False)
+            return
+        events: list[Event] = []
+        self._finish(seq, FinishReason.CANCELLED, events)
+        self._emit(events)
+
+    def shutdown(self, notice: str) -> None:
+        """End every request with `notice`, then free the model."""
+        self._end_all(FinishReason.CANCELLED, notice=notice)
+        self.backend.close()
+
+    def fail_all(self, error: str) -> None:
+        self._end_all(FinishReason.ERROR, error=error)
+        self.kv.clear()
+
+    def _end_all(self, reason: FinishReason, notice: str | None = None, error: str | None = None):
+        events: list[Event] = []
+        for seq in (*self.scheduler.running, *self.scheduler.waiting):
+            seq.notice = notice or seq.notice
+            self._finish(seq, reason, events, error=error)
+        self._emit(events)
+
+    # -- one step --------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Run one decode step; False when there was nothing to do."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan:
+            return False
+        self._fill_batch(plan)
+        t1 = time.perf_counter()
+        rc = self.backend.decode()
+        t2 = time.perf_counter()
+        events: list[Event] = []
+        if rc == 0:
+            for seq, n in plan:
+                self.kv.commit(seq, n)
+            for seq, _ in plan:
+                if seq.row >= 0:
+                    self._sample(seq, events)
+        else:
+            self._on_decode_failure(rc, plan, events)
+        self._emit(events)
+        self._record_step(plan, t0, t1, t2)
+        return True
+
+    def _fill_batch(self, plan: Plan) -> None:
+        batch = self.backend.batch
+        batch.clear()
+        for seq, n in plan:
+            start = seq.num_computed
+            wants_logits = start + n == len(seq.tokens)
+            seq.row = batch.add(seq.slot.seq_id, seq.tokens[start : start + n], start, wants_logits)
+
+    def _sample(self, seq: Sequence, events: list[Event]) -> None:
+        token = self.backend.sample(seq.sampler, seq.row)
+        now = time.monotonic()
+        seq.tokens.append(token)
+        seq.stats.on_token(now)
+        self._generated += 1
+        params = seq.params
+        if not params.ignore_eos and self.backend.is_eog(token):
+            events.append(TokenEvent(seq.request_id, "", 1, now, token))
+            self._finish(seq, FinishReason.STOP, events)
+            return
+        text = seq.stream.feed(self.backend.piece(token))
+        events.append(TokenEvent(seq.request_id, text, 1, now, token))
+        if seq.stream.stopped:
+            self._finish(seq, FinishReason.STOP, events)
+        elif seq.num_generated >= params.max_tokens:
+            self._finish(seq, FinishReason.LENGTH, events)
+        elif len(seq.tokens) >= self.n_ctx:
+            seq.notice = f"the context of {self.n_ctx} tokens is full"
+            self._finish(seq, FinishReason.CONTEXT, events)
+
+    def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
+        # llama.cpp rolled the batch back; with more room the next step tries again
+        if rc == 1 and self.scheduler.relieve_pressure():
+            return
+        reason = "the KV cache is full" if rc == 1 else f"llama_decode failed with code {rc}"
+        for seq, _ in plan:
+            self._finish(seq, FinishReason.ERROR, events, error=reason)
+
+    def _finish(self, seq: Sequence, reason: FinishReason, events: list[Event], error: str | None = None):
+        if reason is not FinishReason.ERROR:
+            tail = seq.stream.finish()
+            if tail:
+                events.append(TokenEvent(seq.request_id, tail, 0, time.monotonic()))
+        self.scheduler.finish(seq)
+        if seq.sampler is not None:
+            self.backend.free_sampler(seq.sampler)
+            seq.sampler = None
+        seq.stats.t_finish = time.monotonic()
+        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice))
+
+    def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:
+        stats.t_finish = time.monotonic()
+        return FinishEvent(request_id, FinishReason.ERROR, "", stats, error)
+
+    # -- figures ---------------------------------------------------------------------------
+
+    def _emit(self, events: list[Event]) -> None:
+        if events:
+            self.snapshot = self._snapshot()
+            self._sink(events)
+
+    def _record_step(self, plan: Plan, t0: float, t1: float, t2: float) -> None:
+        n_decode = sum(1 for seq, n in plan if n == 1 and seq.num_generated > 0)
+        n_tokens = sum(n for _, n in plan)
+        self.steps.append(
+            StepStats(
+                t_end=time.monotonic(),
+                n_tokens=n_tokens,
+                n_seqs=len(plan),
+                n_decode=n_decode,
+                n_prefill_tokens=n_tokens - n_decode,
+                step_s=time.perf_counter() - t0,
+                decode_s=t2 - t1,
+            )
+        )
+        self._n_steps += 1
+        self.snapshot = self._snapshot()
+
+    def _snapshot(self) -> EngineSnapshot:
+        kv = self.kv
+        return EngineSnapshot(
+            cells_used=kv.cells_used,
+            cells_total=kv.n_cells,
+            slots_used=kv.slots_used,
+            slots_total=len(kv.slots),
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            evictions=kv.evictions,
+            preemptions=self.scheduler.preemptions,
+            steps=self._n_steps,
+            generated_tokens=self._generated,
+        )

@@ -1,0 +1,42 @@
+"""What the engine tells its clients: streamed text, and one final event per request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .stats import RequestStats
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # end-of-generation token or a stop string
+    LENGTH = "length"  # max tokens reached
+    CONTEXT = "context"  # the context is full
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    request_id: str
+    text: str  # may be empty while a character or a possible stop string is held back
+    n_tokens: int  # tokens this event accounts for (0 for a final flush)
+    t: float  # monotonic time
+    token: int = -1  # the sampled token id (-1 for a final flush)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    request_id: str
+    reason: FinishReason
+    text: str  # the whole reply
+    stats: RequestStats
+    error: str | None = None  # why, when reason is ERROR
+    notice: str | None = None  # something the user should know (e.g. old turns were dropped)
+
+    @property
+    def ok(self) -> bool:
+        return self.reason not in (FinishReason.ERROR, FinishReason.CANCELLED)
+
+
+Event = TokenEvent | FinishEvent

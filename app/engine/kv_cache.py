@@ -1,0 +1,234 @@
+"""KV cells: which slot (llama.cpp sequence id) holds which tokens, prefix reuse, sharing, eviction.
+
+A slot keeps its conversation's cells between turns. A new request gets the longest cached prefix of
+its tokens: from its own slot (trim the divergent tail with seq_rm) or from any other slot (seq_cp,
+which shares cells on a unified KV cache). Cells are counted with reference counts mirroring
+llama.cpp's sharing, so eviction knows what it frees. When the pool is full, idle slots go first,
+least recently used first.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .sequence import Sequence
+
+# a waiting request that shares at least this many more tokens with a prompt being read right now
+# waits for that prompt, then copies it, instead of computing the same prefix twice
+MIN_SHARED_PREFIX = 32
+
+
+class Memory(Protocol):
+    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool: ...
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the common prefix of two token lists (slice compares run in C)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class Slot:
+    def __init__(self, seq_id: int):
+        self.seq_id = seq_id
+        self.tokens: list[int] = []  # tokens whose cells this slot holds; index = position
+        self.cells: list[int] = []  # the ids of those cells (shared ids after a seq_cp)
+        self.owner: str | None = None  # conversation whose cells these are
+        self.sequence: Sequence | None = None  # the request using it now
+        self.last_used = 0
+
+    @property
+    def is_idle(self) -> bool:
+        return self.sequence is None
+
+
+class Acquire:
+    """Outcome of asking for a slot."""
+
+    GRANTED = "granted"
+    NO_SLOT = "no-slot"  # every slot is busy: wait
+    DEFER = "defer"  # a prompt sharing this one's prefix is being read: wait, then copy it
+
+
+class KVCacheManager:
+    def __init__(self, memory: Memory, n_slots: int, n_cells: int, reuse: bool = True):
+        self._mem = memory
+        self.slots = [Slot(i) for i in range(n_slots)]
+        self.n_cells = n_cells
+        self.reuse = reuse
+        self._refs: dict[int, int] = {}
+        self._next_cell = 0
+        self._clock = 0
+        self.evictions = 0
+
+    # -- figures ---------------------------------------------------------------------------
+
+    @property
+    def cells_used(self) -> int:
+        return len(self._refs)
+
+    @property
+    def free_cells(self) -> int:
+        return self.n_cells - len(self._refs)
+
+    @property
+    def slots_used(self) -> int:
+        return sum(1 for s in self.slots if s.sequence is not None or s.tokens)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def acquire(self, seq: Sequence, reading: list[Sequence]) -> str:
+        """Give `seq` a slot that already holds the longest cached prefix of its tokens.
+
+        `reading` are the running sequences still reading their prompt: if one of them is about to
+        compute a longer prefix of this prompt than any slot holds, wait for it instead.
+        """
+        target = seq.tokens
+        dst = self._pick_slot(seq.request.conversation_id)
+        if dst is None:
+            return Acquire.NO_SLOT
+        src, n = self._longest_prefix(target) if self.reuse else (dst, 0)
+        if self.reuse and self._should_wait(target, n, reading):
+            return Acquire.DEFER
+        n = min(n, len(target) - 1)  # evaluate at least one token: its logits start the reply
+        if dst.tokens and dst.owner != seq.request.conversation_id:
+            self.evictions += 1  # another conversation's cells give way
+        if src is dst or n == 0:
+            n = self._truncate(dst, n)
+        else:
+            self._truncate(dst, 0)
+            self._copy(src, dst, n)
+        dst.owner = seq.request.conversation_id
+        dst.sequence = seq
+        dst.last_used = self._tick()
+        seq.slot = dst
+        seq.num_computed = n
+        seq.stats.cached_tokens += n
+        seq.stats.evaluated_tokens += len(target) - n
+        return Acquire.GRANTED
+
+    def _pick_slot(self, conversation_id: str | None) -> Slot | None:
+        idle = [s for s in self.slots if s.is_idle]
+        if not idle:
+            return None
+        if conversation_id is not None:
+            for s in idle:
+                if s.owner == conversation_id:
+                    return s
+        empty = [s for s in idle if not s.tokens]
+        if empty:
+            return empty[0]
+        return min(idle, key=lambda s: s.last_used)  # its conversation loses its cache
+
+    def _longest_prefix(self, target: list[int]) -> tuple[Slot | None, int]:
+        best, best_n = None, 0
+        for s in self.slots:
+            n = common_prefix_len(s.tokens, target)
+            if n > best_n:
+                best, best_n = s, n
+        return best, best_n
+
+    @staticmethod
+    def _should_wait(target: list[int], cached: int, reading: list[Sequence]) -> bool:
+        for other in reading:
+            shared = common_prefix_len(other.tokens, target)
+            if shared >= cached + MIN_SHARED_PREFIX and other.num_computed < shared:
+                return True
+        return False
+
+    # -- bookkeeping after a decode ----------------------------------------------------------
+
+    def commit(self, seq: Sequence, n: int) -> None:
+        """The last decode wrote cells for the next `n` tokens of `seq`."""
+        slot = seq.slot
+        start = seq.num_computed
+        slot.tokens.extend(seq.tokens[start : start + n])
+        first = self._next_cell
+        self._next_cell += n
+        slot.cells.extend(range(first, first + n))
+        self._refs.update(dict.fromkeys(range(first, first + n), 1))
+        seq.num_computed += n
+
+    def release(self, seq: Sequence) -> None:
+        """The request is over; its cells stay for the conversation's next turn (if reuse is on)."""
+        slot = seq.slot
+        if slot is None:
+            return
+        seq.slot = None
+        slot.sequence = None
+        slot.last_used = self._tick()
+        if not self.reuse:
+            self._truncate(slot, 0)
+
+    def preempt(self, seq: Sequence) -> None:
+        """Take a running request's cells back; it will recompute them when it resumes."""
+        slot = seq.slot
+        self._truncate(slot, 0)
+        slot.owner = None
+        slot.sequence = None
+        seq.slot = None
+        seq.num_computed = 0
+
+    # -- room ------------------------------------------------------------------------------
+
+    def make_room(self, n: int) -> bool:
+        """Evict idle slots, least recently used first, until `n` cells are free."""
+        while self.free_cells < n:
+            victims = [s for s in self.slots if s.is_idle and s.tokens]
+            if not victims:
+                return False
+            self.evict(min(victims, key=lambda s: s.last_used))
+        return True
+
+    def evict(self, slot: Slot) -> None:
+        self._truncate(slot, 0)
+        slot.owner = None
+        self.evictions += 1
+
+    def clear(self) -> None:
+        for s in self.slots:
+            self._truncate(s, 0)
+            s.owner = None
+
+    # -- cells -----------------------------------------------------------------------------
+
+    def _truncate(self, slot: Slot, n: int) -> int:
+        """Keep the first `n` tokens of a slot; return how many it really keeps."""
+        if n >= len(slot.tokens):
+            return len(slot.tokens)
+        if not self._mem.seq_rm(slot.seq_id, n, -1):
+            # this memory cannot cut a sequence in the middle (e.g. recurrent state): drop it whole
+            self._mem.seq_rm(slot.seq_id, -1, -1)
+            n = 0
+        refs = self._refs
+        for c in slot.cells[n:]:
+            left = refs[c] - 1
+            if left:
+                refs[c] = left
+            else:
+                del refs[c]
+        del slot.cells[n:]
+        del slot.tokens[n:]
+        return n
+
+    def _copy(self, src: Slot, dst: Slot, n: int) -> None:
+        self._mem.seq_cp(src.seq_id, dst.seq_id, 0, n)
+        dst.tokens = src.tokens[:n]
+        dst.cells = src.cells[:n]
+        refs = self._refs
+        for c in dst.cells:
+            refs[c] += 1
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock

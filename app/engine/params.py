@@ -1,0 +1,58 @@
+"""Parameters: how the engine is built (EngineConfig) and how one request samples (SamplingParams)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+
+class ServingMode(str, Enum):
+    BATCHED = "batched"  # continuous batching: all sequences step together
+    SEQUENTIAL = "sequential"  # one request at a time, like a single-request server
+
+
+class OverflowPolicy(str, Enum):
+    """What happens when one conversation no longer fits in the context."""
+
+    STOP = "stop"  # refuse the request with a clear message
+    TRUNCATE = "truncate"  # drop the oldest turns, keep the system prompt
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    repeat_last_n: int = 64
+    seed: int | None = None  # None: a fresh random seed per request
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
+
+    def with_(self, **changes) -> "SamplingParams":
+        return replace(self, **changes)
+
+
+GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str
+    n_ctx: int = 8192  # KV cells shared by all sequences
+    n_batch: int = 512  # token budget of one decode step
+    capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
+    n_threads: int = field(default_factory=default_threads)
+    mode: ServingMode = ServingMode.BATCHED
+    kv_reuse: bool = True
+    overflow: OverflowPolicy = OverflowPolicy.STOP
+
+    def with_(self, **changes) -> "EngineConfig":
+        return replace(self, **changes)

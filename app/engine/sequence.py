@@ -1,0 +1,69 @@
+"""One request in flight: its tokens, where it stands, how it samples; only the scheduler moves it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import TYPE_CHECKING
+
+from .params import SamplingParams
+from .stats import RequestStats
+from .text_stream import TextStream
+
+if TYPE_CHECKING:
+    from .kv_cache import Slot
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a client submits. Either `messages` (rendered with the chat template) or `prompt`."""
+
+    request_id: str
+    params: SamplingParams
+    messages: tuple[dict[str, str], ...] | None = None
+    prompt: str | None = None
+    conversation_id: str | None = None  # keeps KV cells between the turns of one chat
+    tag: dict = field(default_factory=dict)  # opaque to the engine (e.g. benchmark turn index)
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+class Sequence:
+    def __init__(self, request: Request, prompt_tokens: list[int], stats: RequestStats, arrival: int):
+        self.request = request
+        self.request_id = request.request_id
+        self.params = request.params
+        self.tokens = list(prompt_tokens)  # prompt, then every generated token
+        self.num_prompt_tokens = len(prompt_tokens)
+        self.num_computed = 0  # leading tokens whose KV cells this sequence's slot holds
+        self.status = SequenceStatus.WAITING
+        self.slot: Slot | None = None
+        self.sampler = None
+        self.row = -1  # batch row whose logits this sequence samples in the current step
+        self.stream = TextStream(request.params.stop)
+        self.stats = stats
+        self.arrival = arrival  # submission order, for fair queues
+        self.notice: str | None = None
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.num_prompt_tokens
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens still to evaluate: the prompt's unread part, or the last sampled token."""
+        return len(self.tokens) - self.num_computed
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.status is SequenceStatus.RUNNING and self.num_pending == 1 and self.num_generated > 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id}, {self.status.name}, computed={self.num_computed}/"
+            f"{len(self.tokens)}, slot={self.slot.seq_id if self.slot else None})"
+        )

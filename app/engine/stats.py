@@ -1,0 +1,100 @@
+"""Honest numbers: what each request and each decode step cost, and what the KV cache saved."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; NaN for no values."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    k = (len(data) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (k - lo)
+
+
+def hit_rate(cached: int, evaluated: int) -> float:
+    total = cached + evaluated
+    return cached / total if total else math.nan
+
+
+@dataclass
+class RequestStats:
+    request_id: str
+    conversation_id: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose KV cells were reused
+    evaluated_tokens: int = 0  # prompt tokens computed (again, after a preemption)
+    gen_tokens: int = 0
+    preemptions: int = 0
+    t_submit: float = 0.0
+    t_admit: float = math.nan
+    t_first_token: float = math.nan
+    t_last_token: float = math.nan
+    t_finish: float = math.nan
+    itl: list[float] = field(default_factory=list)  # gaps between consecutive tokens, seconds
+
+    @property
+    def queued_s(self) -> float:
+        return self.t_admit - self.t_submit
+
+    @property
+    def ttft_s(self) -> float:
+        return self.t_first_token - self.t_submit
+
+    @property
+    def kv_hit_rate(self) -> float:
+        return hit_rate(self.cached_tokens, self.evaluated_tokens)
+
+    @property
+    def gen_tok_s(self) -> float:
+        """Generation speed of this stream after its first token."""
+        span = self.t_last_token - self.t_first_token
+        return (self.gen_tokens - 1) / span if self.gen_tokens > 1 and span > 0 else math.nan
+
+    @property
+    def itl_p50_s(self) -> float:
+        return percentile(self.itl, 50)
+
+    @property
+    def itl_p95_s(self) -> float:
+        return percentile(self.itl, 95)
+
+    def on_token(self, now: float) -> None:
+        if self.gen_tokens == 0:
+            self.t_first_token = now
+        else:
+            self.itl.append(now - self.t_last_token)
+        self.t_last_token = now
+        self.gen_tokens += 1
+
+
+@dataclass(frozen=True)
+class StepStats:
+    t_end: float  # monotonic time the step finished
+    n_tokens: int  # tokens in the batch
+    n_seqs: int  # sequences in the batch
+    n_decode: int  # of which generating one token each
+    n_prefill_tokens: int  # prompt tokens read in this step
+    step_s: float  # schedule + decode + sample
+    decode_s: float  # llama_decode alone
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """The engine as a whole, at one moment (safe to hand to another thread)."""
+
+    cells_used: int
+    cells_total: int
+    slots_used: int
+    slots_total: int
+    running: int
+    waiting: int
+    evictions: int
+    preemptions: int
+    steps: int
+    generated_tokens: int
