@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from .engine.engine_thread import EngineThread
 from .engine.events import Event, FinishEvent
-from .engine.params import EngineConfig, SamplingParams
+from .engine.params import EngineConfig, SamplingParams, ServingMode
 from .engine.sequence import Request
 
 Listener = Callable[[list[Event]], None]
@@ -119,6 +119,11 @@ class EngineClient:
         if self._thread is not None:
             self._thread.cancel(request_id)
 
+    async def set_mode(self, mode: ServingMode) -> None:
+        """Batched or sequential serving, switched live (no reload)."""
+        await self.call(lambda engine: engine.set_mode(mode))
+        self.config = self.config.with_(mode=mode)
+
     async def call(self, fn):
         """Run fn(engine) on the engine thread and await its result."""
         return await asyncio.wrap_future(self._thread.call(fn))
@@ -127,8 +132,10 @@ class EngineClient:
 
     def _on_events(self, events: list[Event]) -> None:
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        try:
             loop.call_soon_threadsafe(self._dispatch, events)
+        except RuntimeError:
+            pass  # the loop closed while the engine was finishing: nobody is listening
 
     def _dispatch(self, events: list[Event]) -> None:
         streams = self._streams

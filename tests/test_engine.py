@@ -9,7 +9,7 @@ import pytest
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.backend import LlamaBackend
 from app.engine.kv_cache import common_prefix_len
-from app.engine.params import GREEDY, EngineConfig, ServingMode
+from app.engine.params import GREEDY, EngineConfig, SamplingParams, ServingMode
 from app.engine.sequence import Request
 from helpers import Started, collect, run, user
 
@@ -236,3 +236,12 @@ def test_same_seed_same_reply(config, temperature):
 
     a, b = run(main())
     assert a == b and a
+
+
+def test_default_sampling_with_repeat_penalty_streams_a_reply(config):
+    async def main():
+        async with Started(config) as client:
+            return await client.complete(user("Name two fruits."), SamplingParams(max_tokens=24, seed=7))
+
+    final = run(main())
+    assert final.reason in (FinishReason.STOP, FinishReason.LENGTH) and final.text.strip()

@@ -244,7 +244,8 @@ class LlamaBackend:
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         add = ll.llama_sampler_chain_add
         if params.repeat_penalty != 1.0:
-            add(chain, ll.llama_sampler_init_penalties(params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
+            n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+            add(chain, ll.llama_sampler_init_penalties(n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
         if params.temperature <= 0:
             add(chain, ll.llama_sampler_init_greedy())
         else:

@@ -48,6 +48,11 @@ class Engine:
     def info(self):
         return self.backend.info
 
+    def set_mode(self, mode: ServingMode) -> None:
+        """Switch between batched and sequential serving while requests run: it applies to admissions."""
+        self.config = self.config.with_(mode=mode)
+        self.scheduler.max_running = 1 if mode is ServingMode.SEQUENTIAL else self.config.capacity
+
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
