@@ -1,0 +1,261 @@
+"""One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine.
+
+Streamed text is buffered and appended by a 40 ms timer, so eight streaming panes cost the GUI a
+few small updates per tick rather than one per token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from contextlib import aclosing
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+)
+
+from app.client import EngineClient, new_request_id
+from app.engine.events import FinishEvent, FinishReason, TokenEvent
+
+from .chat_store import NOTICE, Chat, ChatStore, export_chat
+from .metrics import MetricsStore
+from .pane_params import PaneParamsEditor
+from .settings import PaneParams
+from .transcript import Transcript
+
+FLUSH_MS = 40
+
+
+class MessageEdit(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatPane(QFrame):
+    sigChatChanged = Signal(object)  # Chat: save it
+    sigParamsChanged = Signal(object)  # ChatPane: its PaneParams changed
+    sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
+    sigCloseRequested = Signal(object)  # ChatPane
+    sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
+
+    def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
+        super().__init__(parent)
+        self.chat, self.colour, self.client, self.metrics = chat, colour, client, metrics
+        self.metrics.add_pane(chat.chat_id)
+        self._task: asyncio.Task | None = None
+        self._request_id: str | None = None
+        self._received: list[str] = []  # the reply so far
+        self._flushed = 0  # how many of those the transcript shows
+        self._flush_timer = QTimer(self, interval=FLUSH_MS, timeout=self._flush)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setObjectName("chatPane")
+        self.setStyleSheet(f"#chatPane {{ border: 1px solid #c8c8c8; border-top: 3px solid {colour}; }}")
+        self._build(params)
+        self.transcript.show_messages(chat.messages)
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def _build(self, params: PaneParams) -> None:
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(3)
+        layout.addLayout(self._header())
+        self.params_editor = PaneParamsEditor(params)
+        self.params_editor.setVisible(False)
+        self.params_editor.paramsChanged.connect(lambda _p: self.sigParamsChanged.emit(self))
+        self.params_editor.copyToAllRequested.connect(lambda: self.sigCopySettings.emit(self))
+        layout.addWidget(self.params_editor)
+        self.transcript = Transcript()
+        layout.addWidget(self.transcript, 1)
+        self.input = MessageEdit()
+        self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
+        self.input.setFixedHeight(44)
+        self.input.submitted.connect(self._on_send)
+        layout.addWidget(self.input)
+        layout.addLayout(self._buttons())
+
+    def _header(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        swatch = QLabel()
+        swatch.setFixedSize(12, 12)
+        swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
+        self.name_label = QLabel(f"<b>{self.chat.name}</b>")
+        self.readout = QLabel()
+        self.readout.setStyleSheet("color: #555; font-size: 11px;")
+        # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
+        self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
+        self.settings_button.setCheckable(True)
+        self.settings_button.toggled.connect(self.params_editor_visible)
+        close = QToolButton(text="✕", toolTip="Close this pane (stops its reply)")
+        close.clicked.connect(lambda: self.sigCloseRequested.emit(self))
+        for w in (swatch, self.name_label):
+            row.addWidget(w)
+        row.addStretch(1)
+        for w in (self.readout, self.settings_button, close):
+            row.addWidget(w)
+        self.refresh_readout()
+        return row
+
+    def _buttons(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.send_button = QPushButton("Send", clicked=self._on_send)
+        self.stop_button = QPushButton("Stop", clicked=self.stop)
+        self.stop_button.setEnabled(False)
+        self.regenerate_button = QPushButton("Regenerate", clicked=self.regenerate)
+        self.clear_button = QPushButton("Clear", clicked=self.clear)
+        export = QPushButton("Export…", clicked=self._on_export)
+        for b in (self.send_button, self.stop_button, self.regenerate_button, self.clear_button, export):
+            row.addWidget(b)
+        return row
+
+    def params_editor_visible(self, visible: bool) -> None:
+        self.params_editor.setVisible(visible)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return self.chat.chat_id
+
+    @property
+    def params(self) -> PaneParams:
+        return self.params_editor.params
+
+    @property
+    def is_busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def refresh_readout(self) -> None:
+        m = self.metrics.panes.get(self.key)
+        if m is None:
+            return
+        ttft = "–" if math.isnan(m.ttft_s) else f"{1000 * m.ttft_s:.0f} ms"
+        hit = "–" if math.isnan(m.kv_hit_rate) else f"{100 * m.kv_hit_rate:.0f}%"
+        self.readout.setText(f"{m.tok_s:.0f} tok/s · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}")
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def send(self, text: str) -> bool:
+        """Add a user turn and start the reply; False while a reply is still running."""
+        if self.is_busy or not text.strip():
+            return False
+        self.chat.add("user", text.strip())
+        self._start_reply()
+        return True
+
+    def stop(self) -> None:
+        if self.is_busy and self._request_id:
+            self.client.cancel(self._request_id)
+
+    def regenerate(self) -> None:
+        if not self.is_busy and self.chat.drop_last_reply() is not None:
+            self._start_reply()
+
+    def clear(self) -> None:
+        asyncio.ensure_future(self._clear())
+
+    async def _clear(self) -> None:
+        await self.shutdown()  # a running reply ends first, so it cannot land in the cleared chat
+        self.chat.messages.clear()
+        self.metrics.panes[self.key].context_tokens = 0
+        self.transcript.show_messages([])
+        self.sigChatChanged.emit(self.chat)
+
+    async def shutdown(self) -> None:
+        """Cancel the running reply and wait until the engine has let it go."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _on_send(self) -> None:
+        if self.send(self.input.toPlainText()):
+            self.input.clear()
+
+    def _on_export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{self.chat.name}.md", "Markdown (*.md);;JSON (*.json)")
+        if path:
+            export_chat(self.chat, path)
+
+    # -- one reply -----------------------------------------------------------------------------
+
+    def _start_reply(self) -> None:
+        self.sigChatChanged.emit(self.chat)
+        self._task = asyncio.ensure_future(self._reply())
+
+    async def _reply(self) -> None:
+        request_id = self._request_id = new_request_id()
+        messages = self.chat.for_model(self.params.system_prompt)
+        self.metrics.track(request_id, self.key, time.monotonic())
+        self.transcript.begin_reply(self.chat.messages)
+        self._set_busy(True)
+        final: FinishEvent | None = None
+        try:
+            stream = self.client.generate(messages, self.params.sampling(), conversation_id=self.key, request_id=request_id)
+            async with aclosing(stream):  # leaving early closes the stream, which cancels the request
+                async for event in stream:
+                    if isinstance(event, TokenEvent):
+                        self._received.append(event.text)
+                    else:
+                        final = event
+        finally:
+            self._end_reply(final)
+
+    def _flush(self) -> None:
+        if self._flushed < len(self._received):
+            self.transcript.append_reply("".join(self._received[self._flushed :]))
+            self._flushed = len(self._received)
+
+    def _end_reply(self, final: FinishEvent | None) -> None:
+        streamed = "".join(self._received)
+        self._received, self._flushed = [], 0
+        self._set_busy(False)
+        if final is not None and final.reason is FinishReason.ERROR:
+            self._drop_failed_turn(final.error or "the engine could not answer")
+        else:
+            text = final.text if final is not None else streamed
+            if text.strip():
+                self.chat.add("assistant", text)
+            note = final.notice if final is not None else None
+            if final is None or (final.reason is FinishReason.CANCELLED and not note):
+                note = "stopped"
+            if note:
+                self.chat.add(NOTICE, note)
+        self.transcript.show_messages(self.chat.messages)
+        self.sigChatChanged.emit(self.chat)
+        self.sigReplyFinished.emit(final)
+
+    def _drop_failed_turn(self, error: str) -> None:
+        """Take back the user turn the engine refused, so the next message is not refused too."""
+        text = self.chat.drop_last_reply()
+        if text is not None:
+            self.chat.messages.pop()
+            if not self.input.toPlainText():
+                self.input.setPlainText(text)
+        self.chat.add(NOTICE, f"not answered: {error}")
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy:
+            self._flush_timer.start()
+        else:
+            self._flush_timer.stop()
+        self.stop_button.setEnabled(busy)
+        for b in (self.send_button, self.regenerate_button):
+            b.setEnabled(not busy)

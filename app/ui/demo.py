@@ -1,0 +1,27 @@
+"""The scripted demo with extras for the README picture: several prompts in turn, a mid-reply screenshot.
+
+python -m app.ui.demo --panes 4 --prompt "first" --prompt "second" --screenshot-after-tokens 40 \
+    --screenshot out.png --exit-when-done
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .main import run_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.ui.demo", description=__doc__)
+    parser.add_argument("--model")
+    parser.add_argument("--panes", type=int)
+    parser.add_argument("--prompt", action="append", help="broadcast this; repeat for later turns")
+    parser.add_argument("--screenshot", metavar="PNG")
+    parser.add_argument("--screenshot-after-tokens", type=int, metavar="N", help="take it once every pane has N tokens of its last reply")
+    parser.add_argument("--exit-when-done", action="store_true")
+    return run_app(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The engine panel: model file and its facts, capacity/context/batch/threads, Apply, batched/sequential."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QToolButton,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from app.client import EngineClient
+from app.engine.errors import EngineError
+from app.engine.params import EngineConfig, ServingMode
+
+from .settings import MAX_PANES
+
+
+def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(lo, hi)
+    box.setSingleStep(step)
+    return box
+
+
+class EnginePanel(QWidget):
+    """Edits an EngineConfig; Apply reloads the client (chats stay, replies in flight get a notice)."""
+
+    sigConfigApplied = Signal(object)  # EngineConfig, after a successful reload
+    sigModeChanged = Signal(object)  # ServingMode
+
+    def __init__(self, client: EngineClient, parent=None):
+        super().__init__(parent)
+        self.client = client
+        self.error_box: QMessageBox | None = None
+        self.last_error = ""
+        form = QFormLayout(self)
+        form.setContentsMargins(6, 6, 6, 6)
+        form.addRow("Model", self._model_row())
+        self.model_facts = QLabel()
+        self.model_facts.setWordWrap(True)
+        self.model_facts.setStyleSheet("color: #444;")
+        form.addRow("", self.model_facts)
+        self.capacity = _spin(1, MAX_PANES)
+        self.n_ctx = _spin(512, 131072, 512)
+        self.n_batch = _spin(8, 4096, 64)
+        self.n_threads = _spin(1, os.cpu_count() or 64)
+        form.addRow("Parallel capacity", self.capacity)
+        form.addRow("Context (KV cells)", self.n_ctx)
+        form.addRow("Batch size", self.n_batch)
+        form.addRow("Threads", self.n_threads)
+        self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
+        form.addRow("", self.apply_button)
+        form.addRow("Serving", self._mode_row())
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        form.addRow("", self.status)
+        self.show_config(client.config)
+
+    def _model_row(self) -> QWidget:
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.model_path = QLineEdit()
+        browse = QToolButton(text="…", toolTip="Pick a GGUF model file", clicked=self._browse)
+        layout.addWidget(self.model_path, 1)
+        layout.addWidget(browse)
+        return row
+
+    def _mode_row(self) -> QWidget:
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.batched = QRadioButton("Batched")
+        self.sequential = QRadioButton("Sequential")
+        group = QButtonGroup(row)
+        for button in (self.batched, self.sequential):
+            group.addButton(button)
+            layout.addWidget(button)
+        self.batched.toggled.connect(self._on_mode)
+        return row
+
+    def show_config(self, config: EngineConfig) -> None:
+        self.model_path.setText(config.model_path)
+        self.capacity.setValue(config.capacity)
+        self.n_ctx.setValue(config.n_ctx)
+        self.n_batch.setValue(config.n_batch)
+        self.n_threads.setValue(config.n_threads)
+        button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
+        button.blockSignals(True)
+        button.setChecked(True)
+        button.blockSignals(False)
+        self.show_model_facts()
+
+    def show_model_facts(self) -> None:
+        info = self.client.engine.info if self.client.engine else None
+        if info is None:
+            self.model_facts.setText("not loaded")
+            return
+        size = f"{info.size_bytes / 1e6:.0f} MB"
+        self.model_facts.setText(
+            f"<b>{info.name}</b><br>{info.description} · {size} · trained context {info.n_ctx_train} · using {info.n_ctx}"
+        )
+
+    def set_min_capacity(self, panes: int) -> None:
+        """The engine must hold a sequence for every open pane."""
+        self.capacity.setMinimum(max(1, panes))
+
+    def edited_config(self) -> EngineConfig:
+        return self.client.config.with_(
+            model_path=self.model_path.text().strip(),
+            capacity=self.capacity.value(),
+            n_ctx=self.n_ctx.value(),
+            n_batch=max(self.n_batch.value(), self.capacity.value()),
+            n_threads=self.n_threads.value(),
+        )
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Pick a GGUF model", os.path.dirname(self.model_path.text()), "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.model_path.setText(path)
+
+    @asyncSlot()
+    async def apply(self) -> None:
+        config = self.edited_config()
+        self.apply_button.setEnabled(False)
+        self.status.setText("loading…")
+        try:
+            await self.client.reload(config)
+        except (EngineError, ValueError, OSError) as e:
+            self._show_error(str(e))
+            self.show_config(self.client.config)  # what is still running
+            return
+        finally:
+            self.apply_button.setEnabled(True)
+        self.status.setText("reloaded")
+        self.show_model_facts()
+        self.sigConfigApplied.emit(config)
+
+    def _show_error(self, reason: str) -> None:
+        """A non-blocking dialog (tests and the event loop go on) plus the reason in the panel."""
+        self.last_error = reason
+        self.status.setText(f'<span style="color:#b00020;">Kept the previous model: {reason}</span>')
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded", reason, parent=self)
+        self.error_box.setInformativeText("The previous model is still loaded.")
+        self.error_box.open()
+
+    @asyncSlot()
+    async def _on_mode(self) -> None:
+        mode = ServingMode.BATCHED if self.batched.isChecked() else ServingMode.SEQUENTIAL
+        await self.client.set_mode(mode)
+        self.sigModeChanged.emit(mode)

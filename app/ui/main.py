@@ -1,0 +1,82 @@
+"""Start the window on the qasync loop: load the engine, restore the panes, run the scripted demo if asked.
+
+`run_app(args)` is what `python -m app` calls; args has .model, .panes, .prompt, .screenshot and
+.exit_when_done (and optionally .screenshot_after_tokens, from `python -m app.ui.demo`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import qasync
+from PySide6.QtWidgets import QApplication
+
+from app.client import EngineClient
+from app.default_model import default_model_path
+
+from .chat_store import ChatStore
+from .main_window import MainWindow
+from .settings import APPLICATION, ORGANISATION, AppSettings, data_dir, open_qsettings
+
+POLL_S = 0.1
+
+
+def run_app(args) -> int:
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName(ORGANISATION)
+    app.setApplicationName(APPLICATION)
+    app.setQuitOnLastWindowClosed(False)  # the window's async close decides when we are done
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    with loop:
+        return loop.run_until_complete(_main(args))
+
+
+async def _main(args) -> int:
+    settings = AppSettings(open_qsettings())
+    config = settings.engine_config(default_model_path())
+    if args.model:
+        config = config.with_(model_path=args.model)
+    if args.panes:
+        config = config.with_(capacity=max(config.capacity, args.panes))
+    client = EngineClient(config)
+    await client.start()  # a bad model raises ModelLoadError here: the command line prints it
+    settings.set_engine_config(config)
+    window = MainWindow(client, ChatStore(data_dir()), settings, pane_count=args.panes)
+    closed = asyncio.Event()
+    window.sigClosed.connect(closed.set)
+    window.show()
+    if args.prompt:
+        await run_demo(window, args)
+    if args.exit_when_done:
+        window.close()
+    await closed.wait()
+    return 0
+
+
+async def run_demo(window: MainWindow, args) -> None:
+    """Broadcast each prompt in turn; save a screenshot mid-reply (after N tokens) or at the end."""
+    prompts = args.prompt if isinstance(args.prompt, list) else [args.prompt]
+    after_tokens = getattr(args, "screenshot_after_tokens", None)
+    for i, prompt in enumerate(prompts):
+        window.broadcast(prompt)
+        if after_tokens and args.screenshot and i == len(prompts) - 1:
+            await _wait(lambda: window.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens)
+            save_screenshot(window, args.screenshot)
+        await _wait(lambda: window.is_idle)
+    if args.screenshot and not after_tokens:
+        await asyncio.sleep(2 * POLL_S)  # one more plot tick after the last token
+        save_screenshot(window, args.screenshot)
+
+
+async def _wait(condition) -> None:
+    while not condition():
+        await asyncio.sleep(POLL_S)
+
+
+def save_screenshot(window: MainWindow, path: str) -> None:
+    window.tick()
+    QApplication.processEvents()
+    if not window.grab().save(path):
+        raise OSError(f"could not write the screenshot to {path}")

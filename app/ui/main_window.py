@@ -1,0 +1,261 @@
+"""The main window: a grid of chat panes, a broadcast bar, the plots and the engine panel in docks.
+
+It owns the panes' life (add, close, restore) and what is saved as things change; one 10 Hz timer
+samples the metrics, moves the plots and refreshes every pane's readout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from app.client import EngineClient
+
+from .chat_pane import ChatPane
+from .chat_store import Chat, ChatStore
+from .engine_panel import EnginePanel
+from .metrics import MetricsStore
+from .plots import PlotsPanel
+from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
+
+PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
+TICK_MS = 100
+
+
+def grid_columns(n: int) -> int:
+    """1 pane: one column; up to 4: two; more: two rows."""
+    return 1 if n == 1 else 2 if n <= 4 else math.ceil(n / 2)
+
+
+class MainWindow(QMainWindow):
+    sigClosed = Signal()  # after every reply was cancelled and the engine closed
+
+    def __init__(self, client: EngineClient, store: ChatStore, settings: AppSettings, pane_count: int | None = None):
+        super().__init__()
+        self.client, self.store, self.settings = client, store, settings
+        self.metrics = MetricsStore()
+        self.panes: list[ChatPane] = []
+        self._closing = False
+        self._closed = False
+        client.add_listener(self.metrics.on_events)
+        self.setWindowTitle("Batch playground")
+        self._build()
+        self._restore(pane_count)
+        self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
+        self._timer.start()
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(self._broadcast_bar())
+        self.grid = QGridLayout()
+        self.grid.setSpacing(6)
+        layout.addLayout(self.grid, 1)
+        self.setCentralWidget(central)
+        self.plots = PlotsPanel(self.metrics)
+        self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.plots.setMinimumWidth(380)
+        self.engine_panel = EnginePanel(self.client)
+        self.engine_panel.sigConfigApplied.connect(self._on_config_applied)
+        self.engine_panel.sigModeChanged.connect(lambda _m: self.settings.set_engine_config(self.client.config))
+        self.engine_dock = self._dock("Engine", self.engine_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.engine_dock.hide()
+        self._build_toolbar()
+        self.status_label = QLabel()
+        self.statusBar().addPermanentWidget(self.status_label)
+
+    def _broadcast_bar(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.broadcast_edit = QLineEdit(placeholderText="Broadcast: one message to every pane at once")
+        self.broadcast_edit.returnPressed.connect(self._on_broadcast)
+        row.addWidget(self.broadcast_edit, 1)
+        row.addWidget(QPushButton("Send to all", clicked=self._on_broadcast))
+        row.addWidget(QPushButton("Stop all", clicked=self.stop_all))
+        return row
+
+    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(title)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_toolbar(self) -> None:
+        bar = self.addToolBar("Main")
+        bar.setObjectName("main-toolbar")
+        self.add_action = QAction("Add pane", self, triggered=self.add_pane)
+        bar.addAction(self.add_action)
+        bar.addAction(QAction("Remove last pane", self, triggered=self._on_remove_last))
+        bar.addSeparator()
+        bar.addAction(self.engine_dock.toggleViewAction())
+        bar.addAction(self.plots_dock.toggleViewAction())
+
+    # -- panes ---------------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        return min(MAX_PANES, self.client.config.capacity)
+
+    def _restore(self, pane_count: int | None) -> None:
+        ids = self.settings.pane_ids
+        count = min(pane_count or len(ids) or DEFAULT_PANES, self.capacity)
+        for chat_id in ids[:count]:
+            self.add_pane(self.store.load(chat_id) or Chat(chat_id, self._free_name()))
+        while len(self.panes) < count:
+            self.add_pane()
+        geometry = self.settings.geometry
+        if geometry.isEmpty() or not self.restoreGeometry(geometry):
+            self.resize(1600, 960)
+
+    def add_pane(self, chat: Chat | None = None) -> ChatPane | None:
+        if len(self.panes) >= self.capacity:
+            return None
+        chat = chat if isinstance(chat, Chat) else Chat.new(self._free_name())
+        colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
+        pane = ChatPane(chat, self.settings.pane_params(chat.chat_id), colour, self.client, self.metrics)
+        pane.sigChatChanged.connect(self.store.save)
+        pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
+        pane.sigCloseRequested.connect(self.close_pane)
+        pane.sigCopySettings.connect(self.copy_settings_to_all)
+        self.panes.append(pane)
+        self.plots.add_pane(pane.key, colour)
+        self.store.save(chat)
+        self._relayout()
+        return pane
+
+    @asyncSlot(object)
+    async def close_pane(self, pane: ChatPane) -> None:
+        """Stop the pane's reply (the engine lets it go), then remove the pane."""
+        if pane not in self.panes:
+            return
+        self.panes.remove(pane)
+        await pane.shutdown()
+        self.plots.remove_pane(pane.key)
+        self.metrics.remove_pane(pane.key)
+        pane.deleteLater()
+        self._relayout()
+
+    def _on_remove_last(self) -> None:
+        if len(self.panes) > 1:
+            self.close_pane(self.panes[-1])
+
+    def copy_settings_to_all(self, source: ChatPane) -> None:
+        for pane in self.panes:
+            if pane is not source:
+                pane.params_editor.set_params(source.params)
+
+    def _free_name(self) -> str:
+        used = {p.chat.name for p in self.panes}
+        return next(f"Pane {i}" for i in range(1, MAX_PANES + 2) if f"Pane {i}" not in used)
+
+    def _relayout(self) -> None:
+        for pane in self.panes:
+            self.grid.removeWidget(pane)
+        cols = grid_columns(len(self.panes))
+        for i, pane in enumerate(self.panes):
+            self.grid.addWidget(pane, i // cols, i % cols)
+        for c in range(MAX_PANES):
+            self.grid.setColumnStretch(c, 1 if c < cols else 0)
+        self.add_action.setEnabled(len(self.panes) < self.capacity)
+        self.engine_panel.set_min_capacity(len(self.panes))
+        self.settings.pane_ids = [p.key for p in self.panes]
+
+    # -- broadcast and stop --------------------------------------------------------------------
+
+    def broadcast(self, text: str) -> int:
+        """Send `text` to every idle pane at once; the number of panes that took it."""
+        return sum(pane.send(text) for pane in self.panes)
+
+    def _on_broadcast(self) -> None:
+        if self.broadcast(self.broadcast_edit.text()):
+            self.broadcast_edit.clear()
+
+    def stop_all(self) -> None:
+        for pane in self.panes:
+            pane.stop()
+
+    @property
+    def is_idle(self) -> bool:
+        return not any(p.is_busy for p in self.panes)
+
+    # -- the 10 Hz tick ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        engine = self.client.engine
+        steps = _recent_steps(engine)
+        now = time.monotonic()
+        self.metrics.sample(now, steps)
+        self.plots.refresh(now)
+        for pane in self.panes:
+            pane.refresh_readout()
+        if engine is not None:
+            s = engine.snapshot
+            self.status_label.setText(
+                f"{self.client.config.mode.value} · running {s.running} · waiting {s.waiting} · "
+                f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions} · steps {s.steps}"
+            )
+
+    # -- engine reloads ------------------------------------------------------------------------
+
+    def _on_config_applied(self, config) -> None:
+        self.settings.set_engine_config(config)
+        self._relayout()
+
+    # -- closing -------------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Cancel every reply, save, and close the engine."""
+        self._timer.stop()
+        self.settings.geometry = self.saveGeometry()
+        self.settings.pane_ids = [p.key for p in self.panes]
+        self.settings.sync()
+        await asyncio.gather(*(pane.shutdown() for pane in self.panes))
+        self.client.remove_listener(self.metrics.on_events)
+        await self.client.close()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        # the first close only starts the async shutdown; its end closes the window for real
+        if self._closed:
+            event.accept()
+            return
+        event.ignore()
+        if not self._closing:
+            self._closing = True
+            asyncio.ensure_future(self._close_async())
+
+    async def _close_async(self) -> None:
+        try:
+            await self.shutdown()
+        finally:
+            self._closed = True
+            self.close()
+            self.sigClosed.emit()
+
+
+def _recent_steps(engine) -> list:
+    """The engine's step history, copied (it is appended to on the engine thread)."""
+    if engine is None:
+        return []
+    try:
+        return list(engine.steps)
+    except RuntimeError:  # mutated while copying: skip this tick
+        return []

@@ -1,0 +1,147 @@
+"""Per-pane and engine-wide figures in numpy ring buffers, fed by engine events (no Qt here).
+
+The client's listener hands every step's events to `on_events`; the plot timer calls `sample`
+about ten times a second to turn token counts into rates and to read the engine's step history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.engine.events import FinishEvent, TokenEvent
+
+RING_SIZE = 4096
+RATE_WINDOW_S = 1.0  # tokens/s is the count over the last second
+
+
+class Ring:
+    """A fixed-size buffer of (t, value) points; `view` returns them oldest first."""
+
+    def __init__(self, size: int = RING_SIZE):
+        self._t = np.zeros(size)
+        self._v = np.zeros(size)
+        self._next = 0
+        self._count = 0
+
+    def push(self, t: float, value: float) -> None:
+        self._t[self._next] = t
+        self._v[self._next] = value
+        self._next = (self._next + 1) % len(self._t)
+        self._count = min(self._count + 1, len(self._t))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def view(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._count < len(self._t):
+            return self._t[: self._count], self._v[: self._count]
+        order = np.r_[self._next : len(self._t), 0 : self._next]
+        return self._t[order], self._v[order]
+
+
+@dataclass
+class PaneMetrics:
+    """One pane's history and its latest readout."""
+
+    tok_rate: Ring = field(default_factory=Ring)
+    ttft: Ring = field(default_factory=Ring)
+    itl: Ring = field(default_factory=Ring)
+    kv_hit: Ring = field(default_factory=Ring)
+    recent_tokens: deque = field(default_factory=deque)  # (t, n) inside the rate window
+    last_token_t: dict = field(default_factory=dict)  # request_id -> time of its last token
+    tok_s: float = 0.0
+    ttft_s: float = math.nan
+    kv_hit_rate: float = math.nan
+    context_tokens: int = 0
+    gen_tokens: int = 0  # in the reply being generated
+
+
+@dataclass
+class _Tracked:
+    pane: str
+    t_submit: float
+    base_context: int  # tokens in context before this reply (for the live readout)
+
+
+class MetricsStore:
+    def __init__(self):
+        self.panes: dict[str, PaneMetrics] = {}
+        self.engine_rate = Ring()
+        self.seqs_per_step = Ring()
+        self._requests: dict[str, _Tracked] = {}
+        self._last_step_t = 0.0
+
+    def add_pane(self, key: str) -> PaneMetrics:
+        return self.panes.setdefault(key, PaneMetrics())
+
+    def remove_pane(self, key: str) -> None:
+        self.panes.pop(key, None)
+        self._requests = {rid: tr for rid, tr in self._requests.items() if tr.pane != key}
+
+    def track(self, request_id: str, pane: str, t_submit: float) -> None:
+        """Attribute a request's events to a pane."""
+        metrics = self.add_pane(pane)
+        metrics.gen_tokens = 0
+        self._requests[request_id] = _Tracked(pane, t_submit, metrics.context_tokens)
+
+    # -- events (on the event loop, for every engine step) ---------------------------------------
+
+    def on_events(self, events) -> None:
+        for ev in events:
+            tracked = self._requests.get(ev.request_id)
+            metrics = self.panes.get(tracked.pane) if tracked else None
+            if metrics is None:
+                continue
+            if isinstance(ev, TokenEvent):
+                self._on_token(ev, tracked, metrics)
+            elif isinstance(ev, FinishEvent):
+                self._on_finish(ev, metrics)
+                del self._requests[ev.request_id]
+
+    def _on_token(self, ev: TokenEvent, tracked: _Tracked, m: PaneMetrics) -> None:
+        if ev.n_tokens == 0:
+            return
+        previous = m.last_token_t.get(ev.request_id)
+        if previous is None:
+            m.ttft_s = ev.t - tracked.t_submit
+            m.ttft.push(ev.t, m.ttft_s)
+        else:
+            m.itl.push(ev.t, ev.t - previous)
+        m.last_token_t[ev.request_id] = ev.t
+        m.recent_tokens.append((ev.t, ev.n_tokens))
+        m.gen_tokens += ev.n_tokens
+        m.context_tokens = tracked.base_context + m.gen_tokens
+
+    def _on_finish(self, ev: FinishEvent, m: PaneMetrics) -> None:
+        m.last_token_t.pop(ev.request_id, None)
+        st = ev.stats
+        if st.prompt_tokens:
+            m.context_tokens = st.prompt_tokens + st.gen_tokens
+        if not math.isnan(st.kv_hit_rate):
+            m.kv_hit_rate = st.kv_hit_rate
+            m.kv_hit.push(st.t_finish if not math.isnan(st.t_finish) else st.t_submit, st.kv_hit_rate)
+
+    # -- the plot timer ------------------------------------------------------------------------
+
+    def sample(self, now: float, steps=()) -> None:
+        """Push one rate point per pane and the engine's figures for the steps since last time."""
+        for m in self.panes.values():
+            while m.recent_tokens and m.recent_tokens[0][0] <= now - RATE_WINDOW_S:
+                m.recent_tokens.popleft()
+            m.tok_s = sum(n for _, n in m.recent_tokens) / RATE_WINDOW_S
+            m.tok_rate.push(now, m.tok_s)
+        self._sample_engine(now, steps)
+
+    def _sample_engine(self, now: float, steps) -> None:
+        recent = [st for st in steps if st.t_end > now - RATE_WINDOW_S]
+        self.engine_rate.push(now, sum(st.n_decode for st in recent) / RATE_WINDOW_S)
+        new = [st for st in recent if st.t_end > self._last_step_t]
+        if new:
+            self.seqs_per_step.push(now, sum(st.n_seqs for st in new) / len(new))
+            self._last_step_t = new[-1].t_end
+        else:
+            self.seqs_per_step.push(now, 0.0)

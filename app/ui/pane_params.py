@@ -1,0 +1,120 @@
+"""A pane's sampling sliders, each showing its value; edits apply to the pane's next request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QIntValidator
+from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSlider, QWidget
+
+from .settings import PaneParams
+
+
+@dataclass(frozen=True)
+class SliderSpec:
+    name: str  # the PaneParams field
+    label: str
+    lo: float
+    hi: float
+    step: float
+
+    def to_int(self, value: float) -> int:
+        return round((value - self.lo) / self.step)
+
+    def to_value(self, position: int) -> float:
+        value = self.lo + position * self.step
+        return int(round(value)) if self.step >= 1 else round(value, 4)
+
+
+SLIDERS = (
+    SliderSpec("temperature", "Temperature", 0.0, 2.0, 0.05),
+    SliderSpec("top_p", "Top-p", 0.05, 1.0, 0.01),
+    SliderSpec("top_k", "Top-k", 0, 200, 1),
+    SliderSpec("min_p", "Min-p", 0.0, 0.5, 0.01),
+    SliderSpec("repeat_penalty", "Repeat penalty", 1.0, 2.0, 0.01),
+    SliderSpec("max_tokens", "Max tokens", 16, 2048, 16),
+)
+
+
+class PaneParamsEditor(QWidget):
+    """Sliders + seed + system prompt bound to one PaneParams; emits `paramsChanged` on every edit."""
+
+    paramsChanged = Signal(object)  # PaneParams
+    copyToAllRequested = Signal()
+
+    def __init__(self, params: PaneParams, parent=None):
+        super().__init__(parent)
+        self._params = params
+        self.sliders: dict[str, QSlider] = {}
+        self._value_labels: dict[str, QLabel] = {}
+        form = QFormLayout(self)
+        form.setContentsMargins(4, 2, 4, 2)
+        form.setVerticalSpacing(2)
+        for spec in SLIDERS:
+            form.addRow(spec.label, self._slider_row(spec))
+        self.seed_edit = QLineEdit()
+        self.seed_edit.setPlaceholderText("random")
+        self.seed_edit.setValidator(QIntValidator(0, 2**31 - 1))
+        self.seed_edit.editingFinished.connect(self._on_seed)
+        form.addRow("Seed", self.seed_edit)
+        self.system_edit = QPlainTextEdit()
+        self.system_edit.setPlaceholderText("System prompt (optional)")
+        self.system_edit.setFixedHeight(48)
+        self.system_edit.textChanged.connect(self._on_system)
+        form.addRow("System", self.system_edit)
+        form.addRow("", QPushButton("Copy these settings to all panes", clicked=self.copyToAllRequested.emit))
+        self.set_params(params)
+
+    @property
+    def params(self) -> PaneParams:
+        return self._params
+
+    def set_params(self, params: PaneParams) -> None:
+        """Show `params` (e.g. copied from another pane) and announce them once."""
+        self._params = params
+        for spec in SLIDERS:
+            slider = self.sliders[spec.name]
+            slider.blockSignals(True)
+            slider.setValue(spec.to_int(getattr(params, spec.name)))
+            slider.blockSignals(False)
+            self._show_value(spec)
+        self.seed_edit.setText("" if params.seed is None else str(params.seed))
+        self.system_edit.blockSignals(True)
+        self.system_edit.setPlainText(params.system_prompt)
+        self.system_edit.blockSignals(False)
+        self.paramsChanged.emit(params)
+
+    def _slider_row(self, spec: SliderSpec) -> QWidget:
+        slider = QSlider(Qt.Orientation.Horizontal)
+        slider.setRange(0, spec.to_int(spec.hi))
+        slider.valueChanged.connect(lambda pos, spec=spec: self._on_slider(spec, pos))
+        value = QLabel()
+        value.setMinimumWidth(40)
+        value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.sliders[spec.name], self._value_labels[spec.name] = slider, value
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(slider, 1)
+        layout.addWidget(value)
+        return row
+
+    def _show_value(self, spec: SliderSpec) -> None:
+        value = getattr(self._params, spec.name)
+        self._value_labels[spec.name].setText(str(value) if spec.step >= 1 else f"{value:.2f}")
+
+    def _update(self, **changes) -> None:
+        self._params = self._params.with_(**changes)
+        self.paramsChanged.emit(self._params)
+
+    def _on_slider(self, spec: SliderSpec, position: int) -> None:
+        self._update(**{spec.name: spec.to_value(position)})
+        self._show_value(spec)
+
+    def _on_seed(self) -> None:
+        text = self.seed_edit.text().strip()
+        self._update(seed=int(text) if text else None)
+
+    def _on_system(self) -> None:
+        self._update(system_prompt=self.system_edit.toPlainText())

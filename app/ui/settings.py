@@ -1,0 +1,140 @@
+"""What the window remembers: typed QSettings access, per-pane sampling settings, the data folder."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
+
+from app.engine.params import EngineConfig, SamplingParams, ServingMode
+
+ORGANISATION = "batch-playground"
+APPLICATION = "batch-playground"
+HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
+DEFAULT_PANES = 4
+MAX_PANES = 8
+
+
+@dataclass(frozen=True)
+class PaneParams:
+    """A pane's sliders: how its next request samples, and its system prompt."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    max_tokens: int = 256
+    seed: int | None = None
+    system_prompt: str = ""
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+        )
+
+    def with_(self, **changes) -> "PaneParams":
+        return replace(self, **changes)
+
+
+def data_dir() -> Path:
+    """Where chats are saved: $BATCH_PLAYGROUND_HOME, else the platform's app-data folder."""
+    home = os.environ.get(HOME_ENV)
+    folder = home or QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)
+    return Path(folder)
+
+
+def open_qsettings() -> QSettings:
+    """An ini file under $BATCH_PLAYGROUND_HOME when set, else the platform's native store."""
+    home = os.environ.get(HOME_ENV)
+    if home:
+        return QSettings(str(Path(home) / "settings.ini"), QSettings.Format.IniFormat)
+    return QSettings()
+
+
+class AppSettings:
+    """Typed reads and writes; every read has a default and a type."""
+
+    def __init__(self, qsettings: QSettings):
+        self.q = qsettings
+
+    def _get(self, key: str, default, kind):
+        return self.q.value(key, default, type=kind)
+
+    # -- window --------------------------------------------------------------------------------
+
+    @property
+    def geometry(self) -> QByteArray:
+        return self._get("window/geometry", QByteArray(), QByteArray)
+
+    @geometry.setter
+    def geometry(self, value: QByteArray) -> None:
+        self.q.setValue("window/geometry", value)
+
+    @property
+    def pane_ids(self) -> list[str]:
+        """The chats shown, in pane order (their count is the pane count)."""
+        text = self._get("window/pane_ids", "", str)
+        return [x for x in text.split(",") if x]
+
+    @pane_ids.setter
+    def pane_ids(self, ids: list[str]) -> None:
+        self.q.setValue("window/pane_ids", ",".join(ids))
+
+    # -- panes ---------------------------------------------------------------------------------
+
+    def pane_params(self, chat_id: str) -> PaneParams:
+        base = PaneParams()
+        self.q.beginGroup(f"pane-{chat_id}")
+        try:
+            values = {f.name: self._get(f.name, getattr(base, f.name), _kind(f.name)) for f in fields(PaneParams)}
+        finally:
+            self.q.endGroup()
+        values["seed"] = None if values["seed"] < 0 else values["seed"]
+        return PaneParams(**values)
+
+    def set_pane_params(self, chat_id: str, params: PaneParams) -> None:
+        self.q.beginGroup(f"pane-{chat_id}")
+        for key, value in asdict(params).items():
+            self.q.setValue(key, -1 if key == "seed" and value is None else value)
+        self.q.endGroup()
+
+    # -- engine --------------------------------------------------------------------------------
+
+    def engine_config(self, default_model: str) -> EngineConfig:
+        base = EngineConfig(model_path=default_model, capacity=MAX_PANES, n_threads=os.cpu_count() or 1)
+        self.q.beginGroup("engine")
+        try:
+            return base.with_(
+                model_path=self._get("model_path", base.model_path, str) or default_model,
+                n_ctx=self._get("n_ctx", base.n_ctx, int),
+                n_batch=self._get("n_batch", base.n_batch, int),
+                capacity=self._get("capacity", base.capacity, int),
+                n_threads=self._get("n_threads", base.n_threads, int),
+                mode=ServingMode(self._get("mode", base.mode.value, str)),
+            )
+        finally:
+            self.q.endGroup()
+
+    def set_engine_config(self, config: EngineConfig) -> None:
+        self.q.beginGroup("engine")
+        for key in ("model_path", "n_ctx", "n_batch", "capacity", "n_threads"):
+            self.q.setValue(key, getattr(config, key))
+        self.q.setValue("mode", config.mode.value)
+        self.q.endGroup()
+
+    def sync(self) -> None:
+        self.q.sync()
+
+
+def _kind(name: str) -> type:
+    """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
+    return {"top_k": int, "max_tokens": int, "seed": int, "system_prompt": str}.get(name, float)

@@ -1,0 +1,77 @@
+"""The chat transcript: finished turns rendered as HTML, the reply in progress appended as plain text."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from PySide6.QtGui import QFont, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QTextBrowser
+
+from .chat_store import NOTICE
+
+_FENCE = re.compile(r"```[^\n]*\n?(.*?)(?:```|$)", re.S)
+_MONO = "font-family: 'DejaVu Sans Mono', monospace;"
+
+
+def message_html(role: str, text: str) -> str:
+    if role == NOTICE:
+        return f'<p style="color:#a15c00;"><i>{html.escape(text)}</i></p>'
+    if role == "user":
+        body = _body_html(text)
+        return f'<table width="100%" cellpadding="6" bgcolor="#e8eef8"><tr><td><b>You</b><br>{body}</td></tr></table>'
+    return f'<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br>{_body_html(text)}</p>'
+
+
+def _body_html(text: str) -> str:
+    """Escaped text with ``` fenced blocks shown monospace on a grey background."""
+    out, pos = [], 0
+    for m in _FENCE.finditer(text):
+        out.append(_para(text[pos : m.start()]))
+        code = html.escape(m.group(1).rstrip("\n"))
+        out.append(f'<pre style="background:#f2f2f2; {_MONO}">{code}</pre>')
+        pos = m.end()
+    out.append(_para(text[pos:]))
+    return "".join(out)
+
+
+def _para(text: str) -> str:
+    return html.escape(text.strip("\n")).replace("\n", "<br>")
+
+
+def chat_html(messages: list[dict[str, str]]) -> str:
+    return "".join(message_html(m["role"], m["content"]) for m in messages if m["role"] != "system")
+
+
+class Transcript(QTextBrowser):
+    """Read-only view of one chat; `begin_reply` + `append_reply` stream without re-rendering."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
+        self.document().setDocumentMargin(6)
+        self._reply_format = QTextCharFormat()
+
+    def show_messages(self, messages: list[dict[str, str]]) -> None:
+        self.setHtml(chat_html(messages))
+        self._scroll_to_end()
+
+    def begin_reply(self, messages: list[dict[str, str]]) -> None:
+        """Render the chat plus an empty assistant turn that streamed text is appended to."""
+        self.setHtml(chat_html(messages) + '<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
+        self._reply_format = QTextCharFormat()
+        self._reply_format.setFontWeight(QFont.Weight.Normal)
+        self._scroll_to_end()
+
+    def append_reply(self, text: str) -> None:
+        bar = self.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text, self._reply_format)
+        if at_bottom:  # follow the stream unless the user scrolled up to read
+            self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
