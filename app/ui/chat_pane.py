@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
 )
 
 from app.client import EngineClient, new_request_id
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.params import SamplingParams
 
 from .chat_store import NOTICE, Chat, ChatStore, export_chat
 from .metrics import MetricsStore
@@ -64,6 +66,7 @@ class ChatPane(QFrame):
         self._request_id: str | None = None
         self._received: list[str] = []  # the reply so far
         self._flushed = 0  # how many of those the transcript shows
+        self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
         self._flush_timer = QTimer(self, interval=FLUSH_MS, timeout=self._flush)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
@@ -100,6 +103,8 @@ class ChatPane(QFrame):
         self.name_label = QLabel(f"<b>{self.chat.name}</b>")
         self.readout = QLabel()
         self.readout.setStyleSheet("color: #555; font-size: 11px;")
+        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # narrow panes clip it
+        self.readout.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
         self.settings_button.setCheckable(True)
@@ -108,8 +113,8 @@ class ChatPane(QFrame):
         close.clicked.connect(lambda: self.sigCloseRequested.emit(self))
         for w in (swatch, self.name_label):
             row.addWidget(w)
-        row.addStretch(1)
-        for w in (self.readout, self.settings_button, close):
+        row.addWidget(self.readout, 1)
+        for w in (self.settings_button, close):
             row.addWidget(w)
         self.refresh_readout()
         return row
@@ -123,6 +128,8 @@ class ChatPane(QFrame):
         self.clear_button = QPushButton("Clear", clicked=self.clear)
         export = QPushButton("Export…", clicked=self._on_export)
         for b in (self.send_button, self.stop_button, self.regenerate_button, self.clear_button, export):
+            b.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)  # 8 panes fit a laptop screen
+            b.setToolTip(b.text())
             row.addWidget(b)
         return row
 
@@ -198,17 +205,18 @@ class ChatPane(QFrame):
 
     def _start_reply(self) -> None:
         self.sigChatChanged.emit(self.chat)
-        self._task = asyncio.ensure_future(self._reply())
-
-    async def _reply(self) -> None:
         request_id = self._request_id = new_request_id()
+        self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
+        self._task = asyncio.ensure_future(self._reply(request_id))
+
+    async def _reply(self, request_id: str) -> None:
         messages = self.chat.for_model(self.params.system_prompt)
-        self.metrics.track(request_id, self.key, time.monotonic())
         self.transcript.begin_reply(self.chat.messages)
         self._set_busy(True)
         final: FinishEvent | None = None
         try:
-            stream = self.client.generate(messages, self.params.sampling(), conversation_id=self.key, request_id=request_id)
+            params = self.sampling_override or self.params.sampling()
+            stream = self.client.generate(messages, params, conversation_id=self.key, request_id=request_id)
             async with aclosing(stream):  # leaving early closes the stream, which cancels the request
                 async for event in stream:
                     if isinstance(event, TokenEvent):

@@ -73,7 +73,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.plots = PlotsPanel(self.metrics)
         self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.plots.setMinimumWidth(380)
+        self.plots.setMinimumWidth(320)
         self.engine_panel = EnginePanel(self.client)
         self.engine_panel.sigConfigApplied.connect(self._on_config_applied)
         self.engine_panel.sigModeChanged.connect(lambda _m: self.settings.set_engine_config(self.client.config))

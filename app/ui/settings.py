@@ -95,7 +95,7 @@ class AppSettings:
         base = PaneParams()
         self.q.beginGroup(f"pane-{chat_id}")
         try:
-            values = {f.name: self._get(f.name, getattr(base, f.name), _kind(f.name)) for f in fields(PaneParams)}
+            values = {f.name: self._get(f.name, _stored(f.name, getattr(base, f.name)), _kind(f.name)) for f in fields(PaneParams)}
         finally:
             self.q.endGroup()
         values["seed"] = None if values["seed"] < 0 else values["seed"]
@@ -104,7 +104,7 @@ class AppSettings:
     def set_pane_params(self, chat_id: str, params: PaneParams) -> None:
         self.q.beginGroup(f"pane-{chat_id}")
         for key, value in asdict(params).items():
-            self.q.setValue(key, -1 if key == "seed" and value is None else value)
+            self.q.setValue(key, _stored(key, value))
         self.q.endGroup()
 
     # -- engine --------------------------------------------------------------------------------
@@ -133,6 +133,11 @@ class AppSettings:
 
     def sync(self) -> None:
         self.q.sync()
+
+
+def _stored(name: str, value):
+    """A seed of None (random) is stored as -1."""
+    return -1 if name == "seed" and value is None else value
 
 
 def _kind(name: str) -> type:

@@ -35,8 +35,16 @@ def _body_html(text: str) -> str:
     return "".join(out)
 
 
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
 def _para(text: str) -> str:
-    return html.escape(text.strip("\n")).replace("\n", "<br>")
+    """Escaped text; **bold** and `code` as the model means them."""
+    out = html.escape(text.strip("\n"))
+    out = _BOLD.sub(r"<b>\1</b>", out)
+    out = _INLINE_CODE.sub(rf'<span style="{_MONO}">\1</span>', out)
+    return out.replace("\n", "<br>")
 
 
 def chat_html(messages: list[dict[str, str]]) -> str:

@@ -1,0 +1,136 @@
+"""Window benchmark: 8 panes stream the headless bench's load; aggregate tokens/s and the longest Qt stall.
+
+Same load as `python -m app bench --parallel 8 --max-tokens 128 --ignore-eos`: conversation i asks
+the bench's question i, greedy, repeat penalty 1.0, exactly 128 tokens each, one warm-up request
+first and an empty KV cache. With --compare the headless bench runs first in the same process, so
+both figures come from one run on this (shared, noisy) machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+import tempfile
+import time
+
+import qasync
+from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.bench import QUESTIONS, BenchSettings, run_bench
+from app.client import EngineClient
+from app.default_model import default_model_path
+from app.engine.events import FinishEvent
+from app.engine.params import EngineConfig, SamplingParams
+
+from .chat_store import ChatStore
+from .main_window import MainWindow
+from .qt_refcount_fix import make_singletons_immortal
+from .settings import AppSettings, PaneParams
+
+PANES = 8
+MAX_TOKENS = 128
+STALL_TICK_MS = 10
+
+
+class StallMeter:
+    """A 10 ms timer that records how late it fires: the event loop's longest stall."""
+
+    def __init__(self):
+        self.worst_ms = 0.0
+        self._clock = QElapsedTimer()
+        self._timer = QTimer(interval=STALL_TICK_MS, timeout=self._tick)
+
+    def start(self) -> None:
+        self.worst_ms = 0.0
+        self._clock.start()
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def _tick(self) -> None:
+        self.worst_ms = max(self.worst_ms, self._clock.restart() - STALL_TICK_MS)
+
+
+def bench_config(model_path: str, n_threads: int | None) -> EngineConfig:
+    """The engine the headless bench builds for 8 one-turn conversations of 128 tokens."""
+    per_lane = max(len(q) for q in QUESTIONS[:PANES]) // 3 + (MAX_TOKENS + 48) + 128
+    n_ctx = max(2048, 256 * math.ceil(PANES * per_lane / 256))
+    config = EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=512, capacity=PANES)
+    return config.with_(n_threads=n_threads) if n_threads else config
+
+
+async def measure_window(model_path: str, n_threads: int | None) -> dict:
+    client = EngineClient(bench_config(model_path, n_threads))
+    await client.start()
+    await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4))
+    await client.call(lambda engine: engine.kv.clear())
+    home = tempfile.mkdtemp(prefix="window-bench-")
+    settings = AppSettings(QSettings(f"{home}/settings.ini", QSettings.Format.IniFormat))
+    window = MainWindow(client, ChatStore(home), settings, pane_count=PANES)
+    window.resize(1600, 960)
+    window.show()
+    finals: list[FinishEvent] = []
+    for pane in window.panes:
+        pane.sigReplyFinished.connect(finals.append)
+    # the sliders cannot say ignore_eos: the panes get the bench's exact params instead
+    params = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=42, max_tokens=MAX_TOKENS, ignore_eos=True)
+    for pane in window.panes:
+        pane.params_editor.set_params(PaneParams(temperature=0.0, repeat_penalty=1.0, seed=42, max_tokens=MAX_TOKENS))
+        pane.sampling_override = params
+    await asyncio.sleep(0.3)  # let the window paint once before the clock starts
+    meter = StallMeter()
+    meter.start()
+    t0 = time.perf_counter()
+    for i, pane in enumerate(window.panes):
+        pane.send(QUESTIONS[i % len(QUESTIONS)])
+    while len(finals) < PANES:
+        await asyncio.sleep(0.05)
+    wall = time.perf_counter() - t0
+    meter.stop()
+    closed = asyncio.Event()
+    window.sigClosed.connect(closed.set)
+    window.close()
+    await closed.wait()
+    tokens = sum(f.stats.gen_tokens for f in finals)
+    return {"tok_s": tokens / wall, "tokens": tokens, "wall_s": wall, "stall_ms": meter.worst_ms}
+
+
+async def measure_headless(model_path: str, n_threads: int | None) -> dict:
+    settings = BenchSettings(model_path=model_path, parallel=PANES, max_tokens=MAX_TOKENS, ignore_eos=True, n_threads=n_threads)
+    run = await run_bench(settings)
+    return {"tok_s": run["agg_tok_s"], "wall_s": run["wall_s"]}
+
+
+async def main_async(args) -> int:
+    model = args.model or default_model_path()
+    headless = await measure_headless(model, args.threads) if args.compare else None
+    window = await measure_window(model, args.threads)
+    print(f"window:   {window['tok_s']:.1f} tok/s aggregate ({window['tokens']} tokens in {window['wall_s']:.2f} s), "
+          f"longest event-loop stall {window['stall_ms']:.0f} ms")
+    if headless:
+        cost = 100 * (1 - window["tok_s"] / headless["tok_s"])
+        print(f"headless: {headless['tok_s']:.1f} tok/s aggregate; the window costs {cost:.1f}%")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.ui.window_bench", description=__doc__)
+    parser.add_argument("--model")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--compare", action="store_true", help="run the headless bench first, in this process")
+    args = parser.parse_args(argv)
+    make_singletons_immortal()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setQuitOnLastWindowClosed(False)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    with loop:
+        return loop.run_until_complete(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""What survives a restart: pane count, chats, slider values, geometry; and the scripted screenshot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from PySide6.QtGui import QImage
+
+from ui_fixtures import QUICK, close_window, home, loop, open_window, until  # noqa: F401  (fixtures)
+
+
+def test_settings_and_chats_round_trip_through_a_restart(loop, home, model_path):
+    async def first_run():
+        window = await open_window(model_path, home, panes=3)
+        window.panes[1].params_editor.set_params(QUICK.with_(top_k=11, seed=5, system_prompt="Be brief."))
+        window.panes[1].send("Hello there")
+        await until(lambda: window.is_idle)
+        window.resize(780, 560)  # inside the offscreen screen (800x600): restoreGeometry keeps windows on screen
+        saved = [(p.key, list(p.chat.messages), p.params) for p in window.panes]
+        size = (window.width(), window.height())
+        await close_window(window)
+        return saved, size
+
+    async def second_run():
+        window = await open_window(model_path, home, panes=None)  # no --panes: the saved count
+        restored = [(p.key, list(p.chat.messages), p.params) for p in window.panes]
+        size = (window.width(), window.height())
+        await close_window(window)
+        return restored, size
+
+    saved, saved_size = loop.run_until_complete(first_run())
+    restored, size = loop.run_until_complete(second_run())
+    assert restored == saved
+    assert [m["role"] for m in restored[1][1]] == ["user", "assistant"]
+    assert size == saved_size == (780, 560)
+
+
+def test_screenshot_command_writes_a_png(tmp_path):
+    png = tmp_path / "x.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BATCH_PLAYGROUND_HOME=str(tmp_path / "home"))
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--panes", "2", "--prompt", "hi", "--screenshot", str(png), "--exit-when-done"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    image = QImage(str(png))
+    assert image.width() >= 800 and image.height() >= 500

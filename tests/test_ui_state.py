@@ -1,0 +1,94 @@
+"""The window's plain-data parts, no engine: chats and their files, HTML of turns, ring buffers, settings."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from PySide6.QtCore import QSettings
+
+from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.stats import RequestStats
+from app.ui.chat_store import NOTICE, Chat, ChatStore, export_chat, to_markdown
+from app.ui.metrics import MetricsStore, Ring
+from app.ui.settings import AppSettings, PaneParams
+from app.ui.transcript import chat_html
+
+
+def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():
+    chat = Chat.new("Pane 1")
+    chat.add("user", "hi")
+    chat.add("assistant", "hello")
+    chat.add(NOTICE, "stopped")
+    assert chat.for_model("Be brief.") == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+    assert chat.for_model("  ")[0]["role"] == "user"
+
+
+def test_drop_last_reply_keeps_the_last_user_turn():
+    chat = Chat.new("x")
+    for role, text in (("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"), (NOTICE, "n")):
+        chat.add(role, text)
+    assert chat.drop_last_reply() == "c"
+    assert [m["content"] for m in chat.messages] == ["a", "b", "c"]
+
+
+def test_chat_store_round_trip_and_unreadable_files(tmp_path):
+    store = ChatStore(tmp_path)
+    chat = Chat.new("Pane 2")
+    chat.add("user", "héllo")
+    store.save(chat)
+    assert store.load(chat.chat_id) == chat
+    store.path("broken").write_text("{not json")
+    assert store.load("broken") is None and store.load("missing") is None
+
+
+def test_export_markdown_and_json(tmp_path):
+    chat = Chat("id1", "Pane 1", [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    export_chat(chat, str(tmp_path / "c.md"))
+    export_chat(chat, str(tmp_path / "c.json"))
+    assert (tmp_path / "c.md").read_text() == to_markdown(chat) and "**You:**" in to_markdown(chat)
+    assert json.loads((tmp_path / "c.json").read_text())["messages"][1]["content"] == "a"
+
+
+def test_code_blocks_are_monospace_and_text_is_escaped():
+    html = chat_html([{"role": "assistant", "content": "See:\n```python\nif a < b:\n    pass\n```\ndone"}])
+    assert "<pre" in html and "monospace" in html and "if a &lt; b:" in html and "done" in html
+
+
+def test_ring_keeps_the_newest_points_in_order():
+    ring = Ring(4)
+    for i in range(6):
+        ring.push(float(i), 10.0 * i)
+    t, v = ring.view()
+    assert list(t) == [2, 3, 4, 5] and list(v) == [20, 30, 40, 50]
+
+
+def test_metrics_from_events():
+    store = MetricsStore()
+    store.track("r1", "pane", t_submit=10.0)
+    store.on_events([TokenEvent("r1", "a", 1, 10.5), TokenEvent("r1", "b", 1, 10.6), TokenEvent("r1", "", 0, 10.6)])
+    m = store.panes["pane"]
+    assert math.isclose(m.ttft_s, 0.5) and np.allclose(m.itl.view()[1], [0.1])
+    stats = RequestStats("r1", prompt_tokens=30, cached_tokens=20, evaluated_tokens=10, gen_tokens=2)
+    store.on_events([FinishEvent("r1", FinishReason.STOP, "ab", stats)])
+    assert math.isclose(m.kv_hit_rate, 2 / 3) and m.context_tokens == 32
+    store.sample(now=11.0)
+    assert m.tok_s == 2.0 and len(m.tok_rate) == 1
+    store.on_events([TokenEvent("r1", "late", 1, 11.0)])  # after its finish: ignored
+    assert m.gen_tokens == 2
+
+
+def test_pane_params_round_trip_through_qsettings(tmp_path):
+    settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert settings.pane_params("p") == PaneParams()
+    params = PaneParams(temperature=0.3, top_k=12, seed=7, system_prompt="Be brief.", max_tokens=64)
+    settings.set_pane_params("p", params)
+    settings.sync()
+    again = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert again.pane_params("p") == params
+    assert params.sampling().top_k == 12 and params.sampling().seed == 7

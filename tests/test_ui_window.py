@@ -1,0 +1,229 @@
+"""The window on the real model: streaming, Stop, broadcast, sliders, plots, closing, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from app.engine.events import FinishReason
+from app.ui.chat_store import NOTICE
+from app.ui.pane_params import SLIDERS
+
+from ui_fixtures import LONG, QUICK, home, loop, open_window, run_window, set_params, until  # noqa: F401  (fixtures)
+
+
+def _spec(name):
+    return next(s for s in SLIDERS if s.name == name)
+
+
+def test_message_streams_reply(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, QUICK)
+        shown_while_busy = []
+        pane.transcript.textChanged.connect(lambda: shown_while_busy.append(pane.is_busy))
+        pane.input.setPlainText("Name three colours.")
+        QTest.keyClick(pane.input, Qt.Key.Key_Return)  # Enter sends
+        assert pane.is_busy and pane.input.toPlainText() == ""
+        await until(lambda: not pane.is_busy, what="the reply")
+        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+        assert pane.chat.messages[1]["content"].strip()
+        assert sum(shown_while_busy) >= 2  # the reply appeared in pieces before it ended
+        assert "Name three colours." in pane.transcript.toPlainText()
+
+    run_window(scenario, panes=1)
+
+
+def test_shift_enter_is_a_new_line(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        pane.input.setPlainText("one")
+        pane.input.moveCursor(pane.input.textCursor().MoveOperation.End)
+        QTest.keyClick(pane.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+        assert not pane.is_busy and pane.input.toPlainText() == "one\n"
+
+    run_window(scenario, panes=1)
+
+
+def test_stop_cancels_the_reply(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, LONG)
+        finals = []
+        pane.sigReplyFinished.connect(finals.append)
+        pane.send("Write a long story about a dragon and a knight.")
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 3, what="first tokens")
+        pane.stop_button.click()
+        await until(lambda: not pane.is_busy, what="the stop")
+        assert finals[0].reason is FinishReason.CANCELLED
+        assert finals[0].stats.gen_tokens < LONG.max_tokens
+        assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"}
+        snap = window.client.engine.snapshot
+        assert (snap.running, snap.waiting) == (0, 0)
+
+    run_window(scenario, panes=1)
+
+
+def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
+    async def scenario(window):
+        set_params(window, QUICK)
+        window.broadcast_edit.setText("Tell me a fact about the moon.")
+        window.broadcast_edit.returnPressed.emit()
+        assert all(p.is_busy for p in window.panes)
+        await until(lambda: window.is_idle, what="every reply")
+        for pane in window.panes:
+            assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+        assert max(st.n_decode for st in window.client.engine.steps) == 4  # one step fed all four
+
+    run_window(scenario, panes=4)
+
+
+def test_plots_get_points_for_each_pane(run_window):
+    async def scenario(window):
+        set_params(window, QUICK)
+        window.broadcast("Hi!")
+        await until(lambda: window.is_idle, what="every reply")
+        await asyncio.sleep(0.25)  # two plot ticks
+        for pane in window.panes:
+            curves = window.plots.pane_curves[pane.key]
+            for name in ("rate", "itl", "ttft", "hit"):
+                x, y = curves[name].getData()
+                assert x is not None and len(x) > 0, (pane.chat.name, name)
+            assert max(curves["rate"].getData()[1]) > 0
+        x, y = window.plots.engine_curves["batch"].getData()
+        assert max(y) >= 2
+        assert "tok/s" in window.panes[0].readout.text()
+
+    run_window(scenario, panes=3)
+
+
+def test_slider_change_reaches_the_engine(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, LONG)
+        for name, value in (("temperature", 1.3), ("top_k", 7), ("top_p", 0.5), ("min_p", 0.1), ("repeat_penalty", 1.25)):
+            pane.params_editor.sliders[name].setValue(_spec(name).to_int(value))
+        pane.params_editor.seed_edit.setText("1234")
+        pane.params_editor.seed_edit.editingFinished.emit()
+        pane.send("Count from one to fifty.")
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 1, what="the first token")
+        running = await window.client.call(lambda engine: [s.params for s in engine.scheduler.running])
+        pane.stop()
+        await until(lambda: not pane.is_busy)
+        assert len(running) == 1
+        p = running[0]
+        assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed) == (1.3, 7, 0.5, 0.1, 1.25, 1234)
+
+    run_window(scenario, panes=1)
+
+
+def test_copy_settings_to_all_panes(run_window):
+    async def scenario(window):
+        first = window.panes[0]
+        first.params_editor.sliders["max_tokens"].setValue(_spec("max_tokens").to_int(64))
+        first.params_editor.system_edit.setPlainText("Be brief.")
+        first.params_editor.copyToAllRequested.emit()
+        assert all(p.params == first.params for p in window.panes)
+        assert window.panes[2].params.max_tokens == 64
+
+    run_window(scenario, panes=3)
+
+
+def test_closing_a_pane_while_it_generates_leaves_no_work(run_window):
+    async def scenario(window):
+        pane = window.panes[1]
+        set_params(window, LONG)
+        pane.send("Write a long story about a lighthouse.")
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")
+        await window.close_pane(pane)
+        assert pane not in window.panes and pane.key not in window.plots.pane_curves
+        snap = lambda: window.client.engine.snapshot  # noqa: E731
+        await until(lambda: (snap().running, snap().waiting) == (0, 0), timeout=10, what="the engine to drop it")
+        assert len(window.panes) == 1
+
+    run_window(scenario, panes=2)
+
+
+def test_closing_the_window_while_generating_cancels_and_closes_the_engine(loop, home, model_path):
+    async def scenario():
+        window = await open_window(model_path, home, panes=3)
+        set_params(window, LONG)
+        window.broadcast("Write a long story about a forest.")
+        await until(lambda: all(window.metrics.panes[p.key].gen_tokens for p in window.panes), what="tokens")
+        closed = asyncio.Event()
+        window.sigClosed.connect(closed.set)
+        window.close()
+        await asyncio.wait_for(closed.wait(), 30)
+        assert not window.client.is_running and not window.isVisible()
+        assert all(p.chat.messages[-1]["role"] == NOTICE for p in window.panes)
+
+    loop.run_until_complete(scenario())
+
+
+def test_prompt_too_long_shows_the_reason_in_the_pane(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, QUICK)
+        pane.send("word " * 6000)  # more tokens than the 4096-cell context
+        await until(lambda: not pane.is_busy, what="the refusal")
+        last = pane.chat.messages[-1]
+        assert last["role"] == NOTICE and last["content"].startswith("not answered:")
+        assert "user" not in [m["role"] for m in pane.chat.messages]  # the refused turn was taken back
+        assert pane.input.toPlainText().startswith("word")
+        assert "not answered" in pane.transcript.toPlainText()
+
+    run_window(scenario, panes=1)
+
+
+def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"this is not a model")
+
+    async def scenario(window):
+        panel = window.engine_panel
+        before = window.client.engine.info.path
+        panel.model_path.setText(str(bad))
+        await panel.apply()
+        assert panel.last_error and panel.error_box.isVisible()
+        assert "Kept the previous model" in panel.status.text()
+        assert window.client.engine.info.path == before and panel.model_path.text() == before
+        set_params(window, QUICK)
+        window.panes[0].send("Hello")
+        await until(lambda: window.is_idle)
+        assert window.panes[0].chat.messages[-1]["role"] == "assistant"
+        panel.error_box.close()
+
+    run_window(scenario, panes=1)
+
+
+def test_apply_reloads_without_losing_chats(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, QUICK)
+        pane.send("Hello")
+        await until(lambda: not pane.is_busy)
+        set_params(window, LONG)
+        pane.send("Write a long poem about rain.")
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="tokens")
+        window.engine_panel.n_batch.setValue(256)
+        await window.engine_panel.apply()
+        assert window.engine_panel.last_error == ""
+        await until(lambda: not pane.is_busy, what="the cut-short reply")
+        assert window.client.config.n_batch == 256
+        roles = [m["role"] for m in pane.chat.messages]
+        assert roles[:3] == ["user", "assistant", "user"] and roles[-1] == NOTICE
+        assert "reloaded" in pane.chat.messages[-1]["content"]
+
+    run_window(scenario, panes=1)
+
+
+def test_sequential_switch_is_live(run_window):
+    async def scenario(window):
+        window.engine_panel.sequential.setChecked(True)
+        await until(lambda: window.client.config.mode.value == "sequential", timeout=10)
+        mode = await window.client.call(lambda engine: engine.scheduler.max_running)
+        assert mode == 1
+
+    run_window(scenario, panes=1)

@@ -1,0 +1,87 @@
+"""Fixtures for the window tests: a qasync loop on pytest-qt's QApplication, a window on the real model.
+
+Each test is a coroutine run with `loop.run_until_complete`, so the Qt event loop (paints, timers,
+signals) and the asyncio tasks of the panes run together, as in the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import qasync
+
+from app.client import EngineClient
+from app.engine.params import EngineConfig
+from app.ui.chat_store import ChatStore
+from app.ui.main_window import MainWindow
+from app.ui.settings import HOME_ENV, AppSettings, PaneParams, open_qsettings
+
+# small, greedy replies keep the suite fast on 2 cores
+QUICK = PaneParams(temperature=0.0, repeat_penalty=1.0, max_tokens=24)
+LONG = QUICK.with_(max_tokens=400)
+
+
+@pytest.fixture
+def loop(qapp):
+    qapp.setQuitOnLastWindowClosed(False)  # closing a window must not stop the loop under the test
+    loop = qasync.QEventLoop(qapp)
+    asyncio.set_event_loop(loop)
+    yield loop
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """Chats and settings.ini in tmp_path (the app reads $BATCH_PLAYGROUND_HOME)."""
+    monkeypatch.setenv(HOME_ENV, str(tmp_path))
+    return tmp_path
+
+
+async def open_window(model_path: str, home, panes: int | None = 2, capacity: int = 8) -> MainWindow:
+    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=capacity, n_threads=2))
+    await client.start()
+    window = MainWindow(client, ChatStore(home), AppSettings(open_qsettings()), pane_count=panes)
+    window.show()
+    return window
+
+
+async def close_window(window: MainWindow) -> None:
+    if window.client.is_running:
+        closed = asyncio.Event()
+        window.sigClosed.connect(closed.set)
+        window.close()
+        await asyncio.wait_for(closed.wait(), 30)
+
+
+async def until(condition, timeout: float = 60.0, what: str = "condition") -> None:
+    """Poll `condition` while the loop runs; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def run_window(loop, home, model_path):
+    """`run_window(scenario, panes=2)`: open a window, run `await scenario(window)`, always close it."""
+
+    def run(scenario, panes: int | None = 2, capacity: int = 8):
+        async def main():
+            window = await open_window(model_path, home, panes, capacity)
+            try:
+                return await scenario(window)
+            finally:
+                await close_window(window)
+
+        return loop.run_until_complete(main())
+
+    return run
+
+
+def set_params(window: MainWindow, params: PaneParams) -> None:
+    for pane in window.panes:
+        pane.params_editor.set_params(params)
