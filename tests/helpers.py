@@ -39,3 +39,41 @@ async def collect(stream) -> tuple[list[TokenEvent], FinishEvent]:
 
 def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
+
+
+NEAR_TIE = 1.5  # logits; the batch-layout noise measured on the default model reaches about 1.0
+
+
+def token_ids(events) -> list[int]:
+    return [e.token for e in events if e.n_tokens]
+
+
+def divergence_is_a_near_tie(model_path: str, prompt: list[int], a_ids: list[int], b_ids: list[int]) -> str | None:
+    """None if two greedy replies to `prompt` agree, or part only where two tokens were nearly tied.
+
+    llama.cpp's CPU kernels add in an order that depends on where a sequence's cells sit in the
+    unified KV buffer and on what else is in the batch (measured here: the same prompt in rows 0
+    and 1 of one batch differs by up to 0.5 in a logit). A 135M model may then take another word
+    where two were nearly tied. Replaying `a` alone up to the first difference tells whether that
+    was so: both tokens must be within NEAR_TIE of the best logit there. A sequence that read wrong
+    cells would leave a clear winner instead.
+    """
+    from app.engine.backend import LlamaBackend
+    from app.engine.kv_cache import common_prefix_len
+
+    k = common_prefix_len(a_ids, b_ids)
+    if k == min(len(a_ids), len(b_ids)):
+        return None
+    backend = LlamaBackend(EngineConfig(model_path, n_ctx=2048, n_batch=2048, capacity=1, n_threads=2))
+    try:
+        backend.batch.clear()
+        row = backend.batch.add(0, prompt + a_ids[:k], 0, True)
+        assert backend.decode() == 0
+        logits = backend.logits(row)
+    finally:
+        backend.close()
+    best = float(logits.max())
+    behind = [best - float(logits[t]) for t in (a_ids[k], b_ids[k])]
+    if max(behind) < NEAR_TIE:
+        return None
+    return f"token {k}: {a_ids[k]} vs {b_ids[k]} are {behind[0]:.2f} and {behind[1]:.2f} behind the best logit"

@@ -77,7 +77,7 @@ class Scheduler:
             if budget - used <= 0:
                 break
             if not seq.is_decoding:
-                n = self._chunk(seq, budget - used)
+                n = self._chunk(seq, budget - used, self.n_batch - budget + used)
                 if n:
                     plan.append((seq, n))
                     used += n
@@ -86,6 +86,9 @@ class Scheduler:
     def _admit(self, plan: Plan, budget: int) -> None:
         for seq in list(self.waiting):
             if budget <= 0 or len(self.running) >= self.max_running:
+                return
+            if self.running and not self.kv.make_room(self.n_batch - budget + len(seq.tokens)):
+                # joining now would only be preempted again: wait until running requests free cells
                 return
             reading = [s for s in self.running if s.num_pending > 1]
             outcome = self.kv.acquire(seq, reading)
@@ -98,16 +101,16 @@ class Scheduler:
                 seq.stats.t_admit = time.monotonic()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
-            n = self._chunk(seq, budget)
+            n = self._chunk(seq, budget, self.n_batch - budget)
             if n:
                 plan.append((seq, n))
                 budget -= n
 
-    def _chunk(self, seq: Sequence, budget: int) -> int:
-        """As much of the pending prompt as the budget and the free cells allow."""
+    def _chunk(self, seq: Sequence, budget: int, reserved: int) -> int:
+        """As much of the pending prompt as the budget and the cells not `reserved` by this step allow."""
         want = min(seq.num_pending, budget)
-        if not self.kv.make_room(want):
-            want = min(want, self.kv.free_cells)
+        if not self.kv.make_room(reserved + want):
+            want = min(want, self.kv.free_cells - reserved)
         return max(want, 0)
 
     def relieve_pressure(self) -> bool:

@@ -27,7 +27,6 @@ from app.engine.params import EngineConfig, SamplingParams
 
 from .chat_store import ChatStore
 from .main_window import MainWindow
-from .qt_refcount_fix import make_singletons_immortal
 from .settings import AppSettings, PaneParams
 
 PANES = 8
@@ -123,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--compare", action="store_true", help="run the headless bench first, in this process")
     args = parser.parse_args(argv)
-    make_singletons_immortal()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
     loop = qasync.QEventLoop(app)
