@@ -103,7 +103,16 @@ def load_prompts(path: str) -> list[Conversation]:
     return conversations
 
 
-def _engine_config(s: BenchSettings, conversations: list[Conversation]) -> EngineConfig:
+def conversations_for(s: BenchSettings) -> list[Conversation]:
+    if not s.prompts:
+        return builtin_conversations(s.parallel, s.turns, s.system)
+    if s.system is not None:
+        return [Conversation(c.system or s.system, c.turns) for c in s.prompts]
+    return s.prompts
+
+
+def engine_config(s: BenchSettings, conversations: list[Conversation]) -> EngineConfig:
+    """The engine a benchmark run builds: by default, cells enough for every conversation to stay."""
     n_ctx = s.n_ctx
     if n_ctx is None:
         # each lane keeps its conversation: prompt, every turn and every reply
@@ -123,17 +132,15 @@ def _engine_config(s: BenchSettings, conversations: list[Conversation]) -> Engin
 
 async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = None) -> dict:
     """Run one configuration to the end and return its figures (one object of the JSON `runs`)."""
-    conversations = s.prompts or builtin_conversations(s.parallel, s.turns, s.system)
-    if s.prompts and s.system is not None:
-        conversations = [Conversation(c.system or s.system, c.turns) for c in conversations]
-    config = _engine_config(s, conversations)
+    conversations = conversations_for(s)
+    config = engine_config(s, conversations)
     params = SamplingParams(
         temperature=s.temperature, seed=s.seed, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos, repeat_penalty=1.0
     )
     client = EngineClient(config)
     await client.start()
     try:
-        await _warm_up(client)
+        await warm_up(client)
         lanes = [conversations[k :: s.parallel] for k in range(s.parallel)]
         cpu0, t0 = os.times(), time.perf_counter()
         results = await asyncio.gather(*(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes)))
@@ -147,7 +154,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     return _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshot, steps)
 
 
-async def _warm_up(client: EngineClient) -> None:
+async def warm_up(client: EngineClient) -> None:
     """One tiny request pages the weights in; then the KV cells are emptied so nothing is reused."""
     await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4))
     await client.call(lambda engine: engine.kv.clear())

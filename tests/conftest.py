@@ -20,3 +20,5 @@ def model_path() -> str:
 @pytest.fixture
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
+
+pytest_plugins = ["ui_fixtures"]  # the window's fixtures (a qasync loop on pytest-qt's app, a data folder)

@@ -8,7 +8,7 @@ import sys
 
 from PySide6.QtGui import QImage
 
-from ui_fixtures import QUICK, close_window, home, loop, open_window, until  # noqa: F401  (fixtures)
+from ui_fixtures import QUICK, close_window, open_window, until
 
 
 def test_settings_and_chats_round_trip_through_a_restart(loop, home, model_path):

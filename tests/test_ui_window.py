@@ -11,7 +11,7 @@ from app.engine.events import FinishReason
 from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
 
-from ui_fixtures import LONG, QUICK, home, loop, open_window, run_window, set_params, until  # noqa: F401  (fixtures)
+from ui_fixtures import LONG, QUICK, open_window, set_params, until
 
 
 def _spec(name):

@@ -29,7 +29,7 @@ from app.client import EngineClient, new_request_id
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import SamplingParams
 
-from .chat_store import NOTICE, Chat, ChatStore, export_chat
+from .chat_store import NOTICE, Chat, export_chat
 from .metrics import MetricsStore
 from .pane_params import PaneParamsEditor
 from .settings import PaneParams

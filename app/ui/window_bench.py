@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import sys
 import tempfile
 import time
@@ -19,11 +18,11 @@ import qasync
 from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.bench import QUESTIONS, BenchSettings, run_bench
+from app.bench import QUESTIONS, BenchSettings, conversations_for, engine_config, run_bench, warm_up
 from app.client import EngineClient
 from app.default_model import default_model_path
 from app.engine.events import FinishEvent
-from app.engine.params import EngineConfig, SamplingParams
+from app.engine.params import SamplingParams
 
 from .chat_store import ChatStore
 from .main_window import MainWindow
@@ -54,22 +53,14 @@ class StallMeter:
         self.worst_ms = max(self.worst_ms, self._clock.restart() - STALL_TICK_MS)
 
 
-def bench_config(model_path: str, n_threads: int | None) -> EngineConfig:
-    """The engine the headless bench builds for 8 one-turn conversations of 128 tokens."""
-    per_lane = max(len(q) for q in QUESTIONS[:PANES]) // 3 + (MAX_TOKENS + 48) + 128
-    n_ctx = max(2048, 256 * math.ceil(PANES * per_lane / 256))
-    config = EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=512, capacity=PANES)
-    return config.with_(n_threads=n_threads) if n_threads else config
-
-
 async def measure_window(model_path: str, n_threads: int | None) -> dict:
-    client = EngineClient(bench_config(model_path, n_threads))
+    settings = bench_settings(model_path, n_threads)
+    client = EngineClient(engine_config(settings, conversations_for(settings)))
     await client.start()
-    await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4))
-    await client.call(lambda engine: engine.kv.clear())
+    await warm_up(client)
     home = tempfile.mkdtemp(prefix="window-bench-")
-    settings = AppSettings(QSettings(f"{home}/settings.ini", QSettings.Format.IniFormat))
-    window = MainWindow(client, ChatStore(home), settings, pane_count=PANES)
+    app_settings = AppSettings(QSettings(f"{home}/settings.ini", QSettings.Format.IniFormat))
+    window = MainWindow(client, ChatStore(home), app_settings, pane_count=PANES)
     window.resize(1600, 960)
     window.show()
     finals: list[FinishEvent] = []
@@ -98,9 +89,12 @@ async def measure_window(model_path: str, n_threads: int | None) -> dict:
     return {"tok_s": tokens / wall, "tokens": tokens, "wall_s": wall, "stall_ms": meter.worst_ms}
 
 
+def bench_settings(model_path: str, n_threads: int | None) -> BenchSettings:
+    return BenchSettings(model_path=model_path, parallel=PANES, max_tokens=MAX_TOKENS, ignore_eos=True, n_threads=n_threads)
+
+
 async def measure_headless(model_path: str, n_threads: int | None) -> dict:
-    settings = BenchSettings(model_path=model_path, parallel=PANES, max_tokens=MAX_TOKENS, ignore_eos=True, n_threads=n_threads)
-    run = await run_bench(settings)
+    run = await run_bench(bench_settings(model_path, n_threads))
     return {"tok_s": run["agg_tok_s"], "wall_s": run["wall_s"]}
 
 
