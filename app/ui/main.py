@@ -77,7 +77,6 @@ async def _wait(condition) -> None:
 
 
 def save_screenshot(window: MainWindow, path: str) -> None:
-    window.tick()
-    QApplication.processEvents()
+    window.tick()  # grab() paints synchronously; processing events here would re-enter asyncio tasks
     if not window.grab().save(path):
         raise OSError(f"could not write the screenshot to {path}")

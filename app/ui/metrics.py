@@ -26,12 +26,14 @@ class Ring:
         self._v = np.zeros(size)
         self._next = 0
         self._count = 0
+        self.pushes = 0  # grows with every point: a curve is redrawn only when this moved
 
     def push(self, t: float, value: float) -> None:
         self._t[self._next] = t
         self._v[self._next] = value
         self._next = (self._next + 1) % len(self._t)
         self._count = min(self._count + 1, len(self._t))
+        self.pushes += 1
 
     def __len__(self) -> int:
         return self._count
