@@ -19,15 +19,15 @@ MAX_PANES = 8
 
 @dataclass(frozen=True)
 class PaneParams:
-    """A pane's sliders: how its next request samples, and its system prompt."""
+    """A pane's sliders: how its next request samples, and its system prompt (engine defaults)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    max_tokens: int = 256
-    seed: int | None = None
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
+    top_k: int = SamplingParams.top_k
+    min_p: float = SamplingParams.min_p
+    repeat_penalty: float = SamplingParams.repeat_penalty
+    max_tokens: int = SamplingParams.max_tokens
+    seed: int | None = SamplingParams.seed
     system_prompt: str = ""
 
     def sampling(self) -> SamplingParams:
