@@ -145,8 +145,9 @@ class MetricsStore:
         if new:
             self.seqs_per_step.push(now, sum(st.n_seqs for st in new) / len(new))
             self._last_step_t = new[-1].t_end
-        else:
+        elif not recent:
             self.seqs_per_step.push(now, 0.0)
+        # else a step is longer than a tick: no new point rather than a false drop to zero
 
 
 def _steps_since(steps, t: float) -> list:

@@ -10,6 +10,7 @@ save: they recompute every curve whenever the range slides.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -33,13 +34,20 @@ class SecondsAgoAxis(pg.AxisItem):
         return [f"{round(v - right):d}" for v in values]
 
 
+class DecadeAxis(pg.AxisItem):
+    """A log axis with a tick and a label at each power of ten only: minor labels pile up."""
+
+    def tickValues(self, minVal, maxVal, size):
+        return [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
+
+
 def _plot(layout: pg.GraphicsLayoutWidget, row: int, title: str, units: str = "", log_y: bool = False) -> pg.PlotItem:
-    plot = layout.addPlot(row=row, col=0, title=title, axisItems={"bottom": SecondsAgoAxis("bottom")})
-    plot.showGrid(x=False, y=True, alpha=0.2)
-    plot.setLogMode(y=log_y)
+    axes = {"bottom": SecondsAgoAxis("bottom")}
     if log_y:
-        plot.getAxis("left").setStyle(maxTickLevel=0)  # decades only: minor log labels pile up
-    plot.enableAutoRange(x=False)
+        axes["left"] = DecadeAxis("left")
+    plot = layout.addPlot(row=row, col=0, title=title, axisItems=axes)
+    plot.setLogMode(y=log_y)
+    plot.disableAutoRange()  # the panel fits y itself from what it feeds: autorange rescans every item
     plot.setMouseEnabled(x=False, y=False)
     plot.hideButtons()
     plot.getAxis("left").setWidth(38)
@@ -72,25 +80,35 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.batch_plot.setLabel("bottom", "seconds ago")
         self._t0 = time.monotonic()
         self._fed: dict[int, int] = {}  # id(curve) -> ring.pushes when it was last fed
+        self._extent: dict[int, tuple[float, float]] = {}  # id(curve) -> (min, max) of what it shows
+        self._y_range: dict[int, tuple[float, float]] = {}
         self.pane_curves: dict[str, dict[str, pg.PlotDataItem]] = {}
+        engine_pen = pg.mkPen(ENGINE_COLOUR, width=1)
         self.engine_curves = {
-            "rate": self.engine_plot.plot(pen=pg.mkPen(ENGINE_COLOUR, width=1), skipFiniteCheck=True),
-            "batch": self.batch_plot.plot(pen=pg.mkPen(ENGINE_COLOUR, width=1), skipFiniteCheck=True),
+            "rate": pg.PlotCurveItem(pen=engine_pen, skipFiniteCheck=True),
+            "batch": pg.PlotCurveItem(pen=engine_pen, skipFiniteCheck=True),
         }
+        self.engine_plot.addItem(self.engine_curves["rate"])
+        self.batch_plot.addItem(self.engine_curves["batch"])
+        self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot, "ttft": self.latency_plot, "hit": self.hit_plot}
 
     def add_pane(self, key: str, colour: str) -> None:
-        pen = pg.mkPen(colour, width=1)
+        pen, brush = pg.mkPen(colour, width=1), pg.mkBrush(colour)
+        # bare curve and scatter items: a PlotDataItem carries both plus per-paint bookkeeping
         self.pane_curves[key] = {
-            "rate": self.rate_plot.plot(pen=pen, skipFiniteCheck=True),
-            "itl": self.latency_plot.plot(pen=pg.mkPen(colour, width=1), skipFiniteCheck=True),
-            "ttft": self.latency_plot.plot(pen=None, symbol="o", symbolSize=7, symbolBrush=colour, symbolPen=None),
-            "hit": self.hit_plot.plot(pen=pen, symbol="o", symbolSize=6, symbolBrush=colour, symbolPen=None, skipFiniteCheck=True),
+            "rate": pg.PlotCurveItem(pen=pen, skipFiniteCheck=True),
+            "itl": pg.PlotCurveItem(pen=pen, skipFiniteCheck=True),
+            "ttft": pg.ScatterPlotItem(size=7, brush=brush, pen=None),
+            "hit": pg.ScatterPlotItem(size=6, brush=brush, pen=None),  # a point per request
         }
+        for name, item in self.pane_curves[key].items():
+            self._plot_of[name].addItem(item)
 
     def remove_pane(self, key: str) -> None:
-        plots = {"rate": self.rate_plot, "itl": self.latency_plot, "ttft": self.latency_plot, "hit": self.hit_plot}
-        for name, curve in self.pane_curves.pop(key, {}).items():
-            plots[name].removeItem(curve)
+        for name, item in self.pane_curves.pop(key, {}).items():
+            self._plot_of[name].removeItem(item)
+            self._fed.pop(id(item), None)
+            self._extent.pop(id(item), None)
 
     def refresh(self, now: float) -> None:
         for key, curves in self.pane_curves.items():
@@ -98,19 +116,52 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             if m is None:
                 continue
             self._feed(curves["rate"], m.tok_rate, now)
-            self._feed(curves["itl"], m.itl, now)
-            self._feed(curves["ttft"], m.ttft, now)
+            self._feed(curves["itl"], m.itl, now, log_y=True)
+            self._feed(curves["ttft"], m.ttft, now, log_y=True)
             self._feed(curves["hit"], m.kv_hit, now)
         self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now)
         self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now)
+        for plot in (self.rate_plot, self.latency_plot, self.engine_plot, self.batch_plot):
+            self._fit_y(plot)
         right = now - self._t0
         self.batch_plot.setXRange(right - WINDOW_S, right, padding=0)
 
-    def _feed(self, curve: pg.PlotDataItem, ring: Ring, now: float) -> None:
-        """Give a curve its points of the last window (plus a margin), if it has new ones."""
-        if self._fed.get(id(curve)) == ring.pushes:
+    def _fit_y(self, plot: pg.PlotItem) -> None:
+        """Set y to a round range around the items' points, only when that range changes."""
+        extents = [self._extent[id(item)] for item in plot.items if id(item) in self._extent]
+        if not extents:
             return
-        self._fed[id(curve)] = ring.pushes
+        low, high = min(e[0] for e in extents), max(e[1] for e in extents)
+        if plot is self.latency_plot:  # log10 values: whole decades
+            rng = (math.floor(low), max(math.ceil(high), math.floor(low) + 1))
+        else:
+            rng = (0.0, _round_up(high))
+        if self._y_range.get(id(plot)) != rng:
+            self._y_range[id(plot)] = rng
+            plot.setYRange(*rng, padding=0.02)
+
+    def _feed(self, item, ring: Ring, now: float, log_y: bool = False) -> None:
+        """Give an item its points of the last window (plus a margin), if it has new ones."""
+        if self._fed.get(id(item)) == ring.pushes:
+            return
+        self._fed[id(item)] = ring.pushes
         t, v = ring.view()
         start = np.searchsorted(t, now - 2 * WINDOW_S)
-        curve.setData(t[start:] - self._t0, v[start:])
+        x, y = t[start:] - self._t0, v[start:]
+        if log_y:  # bare items leave the log mapping of a log-mode plot to their feeder
+            y = np.log10(np.maximum(y, 1e-4))
+        shown = y[x >= now - self._t0 - WINDOW_S]
+        if len(shown):
+            self._extent[id(item)] = (float(shown.min()), float(shown.max()))
+        if isinstance(item, pg.ScatterPlotItem):
+            item.setData(x=x, y=y)
+        else:
+            item.setData(x, y)
+
+
+def _round_up(value: float) -> float:
+    """The next of 1, 2, 5, 10, 20, 50, ... at or above `value` (1 at least)."""
+    if value <= 1:
+        return 1.0
+    scale = 10 ** math.floor(math.log10(value))
+    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= value)
