@@ -204,7 +204,8 @@ class MainWindow(QMainWindow):
         steps = _recent_steps(engine)
         now = time.monotonic()
         self.metrics.sample(now, steps)
-        self.plots.refresh(now)
+        if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
+            self.plots.refresh(now)
         for pane in self.panes:
             pane.refresh_readout()
         if engine is not None:
