@@ -192,6 +192,7 @@ def _request_record(conversation: int, turn: int, final: FinishEvent) -> dict:
         "itl_p95_s": st.itl_p95_s,
         "itl_mean_s": statistics.fmean(st.itl) if st.itl else math.nan,
         "kv_hit_rate": st.kv_hit_rate,
+        "conversation_hit_rate": st.conversation_hit_rate,
         "preemptions": st.preemptions,
         "finish_reason": final.reason.value,
     }

@@ -122,7 +122,7 @@ def _print_perf_lines(run: dict) -> None:
         print(
             f"perf conv={r['conversation']} turn={r['turn']} prompt={r['prompt_tokens']} "
             f"cached={r['cached_tokens']} evaluated={r['evaluated_tokens']} gen={r['gen_tokens']} "
-            f"ttft={1000 * r['ttft_s']:.0f}ms kv cache hit rate={rate}",
+            f"ttft={1000 * r['ttft_s']:.0f}ms kv cache hit rate={rate} conversation hit rate={r['conversation_hit_rate']:.2f}",
             file=sys.stderr,
         )
     print(f"perf evictions={run['evictions']} preemptions={run['preemptions']}", file=sys.stderr)

@@ -59,6 +59,10 @@ def test_a_later_turn_evaluates_only_its_new_tokens(config):
     assert first.reason is FinishReason.STOP
     assert second.stats.evaluated_tokens == len(glue)
     assert second.stats.kv_hit_rate > 0.75
+    # the conversation's running rate counts both turns
+    assert second.stats.conversation_cached_tokens == first.stats.cached_tokens + second.stats.cached_tokens
+    assert second.stats.conversation_evaluated_tokens == first.stats.evaluated_tokens + second.stats.evaluated_tokens
+    assert first.stats.kv_hit_rate < second.stats.conversation_hit_rate < second.stats.kv_hit_rate
 
 
 def test_a_new_conversation_with_the_same_system_prompt_reuses_it(config):

@@ -9,6 +9,7 @@ import numpy as np
 from PySide6.QtCore import QSettings
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
 from app.ui.chat_store import NOTICE, Chat, ChatStore, export_chat, to_markdown
 from app.ui.metrics import MetricsStore, Ring
@@ -74,9 +75,12 @@ def test_metrics_from_events():
     store.on_events([TokenEvent("r1", "a", 1, 10.5), TokenEvent("r1", "b", 1, 10.6), TokenEvent("r1", "", 0, 10.6)])
     m = store.panes["pane"]
     assert math.isclose(m.ttft_s, 0.5) and np.allclose(m.itl.view()[1], [0.1])
-    stats = RequestStats("r1", prompt_tokens=30, cached_tokens=20, evaluated_tokens=10, gen_tokens=2)
+    stats = RequestStats("r1", prompt_tokens=30, cached_tokens=20, evaluated_tokens=10, gen_tokens=2,
+                         conversation_cached_tokens=20, conversation_evaluated_tokens=40)
     store.on_events([FinishEvent("r1", FinishReason.STOP, "ab", stats)])
-    assert math.isclose(m.kv_hit_rate, 2 / 3) and m.context_tokens == 32
+    # the readout shows the conversation's running rate; the plot gets the request's own
+    assert math.isclose(m.kv_hit_rate, 1 / 3) and m.context_tokens == 32
+    assert np.allclose(m.kv_hit.view()[1], [2 / 3])
     store.sample(now=11.0)
     assert m.tok_s == 2.0 and len(m.tok_rate) == 1
     store.on_events([TokenEvent("r1", "late", 1, 11.0)])  # after its finish: ignored
@@ -92,3 +96,12 @@ def test_pane_params_round_trip_through_qsettings(tmp_path):
     again = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert again.pane_params("p") == params
     assert params.sampling().top_k == 12 and params.sampling().seed == 7
+
+
+def test_engine_settings_round_trip_including_the_overflow_policy(tmp_path):
+    ini = str(tmp_path / "settings.ini")
+    chosen = EngineConfig("model.gguf", n_ctx=2048, n_batch=256, capacity=3, n_threads=1,
+                          mode=ServingMode.SEQUENTIAL, overflow=OverflowPolicy.TRUNCATE)
+    AppSettings(QSettings(ini, QSettings.Format.IniFormat)).set_engine_config(chosen)
+    restored = AppSettings(QSettings(ini, QSettings.Format.IniFormat)).engine_config("default.gguf")
+    assert restored == chosen

@@ -42,6 +42,7 @@ class Engine:
         self._generated = 0
         self._n_steps = 0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
+        self._conversations: dict[str | None, list[int]] = {}  # id -> [cached, evaluated] tokens
         self.snapshot = self._snapshot()
 
     @property
@@ -176,7 +177,16 @@ class Engine:
             self.backend.free_sampler(seq.sampler)
             seq.sampler = None
         seq.stats.t_finish = time.monotonic()
+        self._add_to_conversation(seq.stats)
         events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice))
+
+    def _add_to_conversation(self, stats: RequestStats) -> None:
+        totals = self._conversations.setdefault(stats.conversation_id, [0, 0])
+        totals[0] += stats.cached_tokens
+        totals[1] += stats.evaluated_tokens
+        stats.conversation_cached_tokens, stats.conversation_evaluated_tokens = totals
+        if stats.conversation_id is None:  # a one-off request is its own conversation
+            del self._conversations[None]
 
     def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:
         stats.t_finish = time.monotonic()

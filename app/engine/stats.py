@@ -37,6 +37,9 @@ class RequestStats:
     t_last_token: float = math.nan
     t_finish: float = math.nan
     itl: list[float] = field(default_factory=list)  # gaps between consecutive tokens, seconds
+    # the whole conversation so far, this request included: its running KV hit rate
+    conversation_cached_tokens: int = 0
+    conversation_evaluated_tokens: int = 0
 
     @property
     def queued_s(self) -> float:
@@ -49,6 +52,10 @@ class RequestStats:
     @property
     def kv_hit_rate(self) -> float:
         return hit_rate(self.cached_tokens, self.evaluated_tokens)
+
+    @property
+    def conversation_hit_rate(self) -> float:
+        return hit_rate(self.conversation_cached_tokens, self.conversation_evaluated_tokens)
 
     @property
     def gen_tok_s(self) -> float:

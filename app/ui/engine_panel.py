@@ -7,6 +7,7 @@ import os
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QComboBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -23,7 +24,7 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
-from app.engine.params import EngineConfig, ServingMode
+from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 
 from .settings import MAX_PANES
 
@@ -61,6 +62,10 @@ class EnginePanel(QWidget):
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Batch size", self.n_batch)
         form.addRow("Threads", self.n_threads)
+        self.overflow = QComboBox()
+        self.overflow.addItem("stop with a message", OverflowPolicy.STOP)
+        self.overflow.addItem("drop the oldest turns", OverflowPolicy.TRUNCATE)
+        form.addRow("Chat too long", self.overflow)
         self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
         form.addRow("", self.apply_button)
         form.addRow("Serving", self._mode_row())
@@ -98,6 +103,7 @@ class EnginePanel(QWidget):
         self.n_ctx.setValue(config.n_ctx)
         self.n_batch.setValue(config.n_batch)
         self.n_threads.setValue(config.n_threads)
+        self.overflow.setCurrentIndex(self.overflow.findData(config.overflow))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
         button.setChecked(True)
@@ -125,6 +131,7 @@ class EnginePanel(QWidget):
             n_ctx=self.n_ctx.value(),
             n_batch=max(self.n_batch.value(), self.capacity.value()),
             n_threads=self.n_threads.value(),
+            overflow=self.overflow.currentData(),
         )
 
     def _browse(self) -> None:

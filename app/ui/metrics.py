@@ -124,7 +124,7 @@ class MetricsStore:
         if st.prompt_tokens:
             m.context_tokens = st.prompt_tokens + st.gen_tokens
         if not math.isnan(st.kv_hit_rate):
-            m.kv_hit_rate = st.kv_hit_rate
+            m.kv_hit_rate = st.conversation_hit_rate  # the readout: the chat so far
             m.kv_hit.push(st.t_finish if not math.isnan(st.t_finish) else st.t_submit, st.kv_hit_rate)
 
     # -- the plot timer ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from app.engine.params import EngineConfig, SamplingParams, ServingMode
+from app.engine.params import EngineConfig, OverflowPolicy, SamplingParams, ServingMode
 
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
@@ -120,6 +120,7 @@ class AppSettings:
                 capacity=self._get("capacity", base.capacity, int),
                 n_threads=self._get("n_threads", base.n_threads, int),
                 mode=ServingMode(self._get("mode", base.mode.value, str)),
+                overflow=OverflowPolicy(self._get("overflow", base.overflow.value, str)),
             )
         finally:
             self.q.endGroup()
@@ -129,6 +130,7 @@ class AppSettings:
         for key in ("model_path", "n_ctx", "n_batch", "capacity", "n_threads"):
             self.q.setValue(key, getattr(config, key))
         self.q.setValue("mode", config.mode.value)
+        self.q.setValue("overflow", config.overflow.value)
         self.q.endGroup()
 
     def sync(self) -> None:
