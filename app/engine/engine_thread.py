@@ -18,6 +18,7 @@ from .errors import EngineError
 from .params import EngineConfig
 from .sequence import Request
 
+_ORDER = {"stop": 0, "reload": 0, "submit": 1, "cancel": 2, "call": 3}
 RELOAD_NOTICE = "the engine was reloaded; this reply was cut short"
 CLOSE_NOTICE = "the engine was closed"
 
@@ -100,8 +101,9 @@ class EngineThread:
                 self._cond.wait()
             items = list(self._inbox)
             self._inbox.clear()
-        # all of these run before the next decode; a cancel drained with its own submit must follow it
-        items.sort(key=lambda item: item[0] == "cancel")
+        # all of these run before the next decode, in this order: a reload before the requests
+        # meant for the new engine, a cancel after its own submit, a call after both
+        items.sort(key=lambda item: _ORDER[item[0]])
         return items
 
     def _handle(self, kind: str, arg) -> None:
