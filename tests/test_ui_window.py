@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.engine.events import FinishReason
+from app.engine.params import OverflowPolicy
 from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
 
@@ -88,10 +89,14 @@ def test_plots_get_points_for_each_pane(run_window):
         await asyncio.sleep(0.25)  # two plot ticks
         for pane in window.panes:
             curves = window.plots.pane_curves[pane.key]
-            for name in ("rate", "itl", "ttft", "hit"):
+            for name in ("rate", "itl"):
                 x, y = curves[name].getData()
                 assert x is not None and len(x) > 0, (pane.chat.name, name)
+            for name in ("ttft", "hit"):
+                x, y = window.plots.points(pane.key, name)
+                assert len(x) > 0, (pane.chat.name, name)
             assert max(curves["rate"].getData()[1]) > 0
+        assert len(window.plots.point_sets["hit"].data) == len(window.panes)  # one per reply
         x, y = window.plots.engine_curves["batch"].getData()
         assert max(y) >= 2
         assert "tok/s" in window.panes[0].readout.text()
@@ -208,10 +213,13 @@ def test_apply_reloads_without_losing_chats(run_window):
         pane.send("Write a long poem about rain.")
         await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="tokens")
         window.engine_panel.n_batch.setValue(256)
+        window.engine_panel.overflow.setCurrentIndex(1)  # drop the oldest turns
         await window.engine_panel.apply()
         assert window.engine_panel.last_error == ""
         await until(lambda: not pane.is_busy, what="the cut-short reply")
         assert window.client.config.n_batch == 256
+        assert window.client.config.overflow is OverflowPolicy.TRUNCATE
+        assert window.settings.engine_config("x.gguf").overflow is OverflowPolicy.TRUNCATE
         roles = [m["role"] for m in pane.chat.messages]
         assert roles[:3] == ["user", "assistant", "user"] and roles[-1] == NOTICE
         assert "reloaded" in pane.chat.messages[-1]["content"]

@@ -63,8 +63,8 @@ class EnginePanel(QWidget):
         form.addRow("Batch size", self.n_batch)
         form.addRow("Threads", self.n_threads)
         self.overflow = QComboBox()
-        self.overflow.addItem("stop with a message", OverflowPolicy.STOP)
-        self.overflow.addItem("drop the oldest turns", OverflowPolicy.TRUNCATE)
+        self.overflow.addItem("stop with a message", OverflowPolicy.STOP.value)  # Qt keeps the plain string
+        self.overflow.addItem("drop the oldest turns", OverflowPolicy.TRUNCATE.value)
         form.addRow("Chat too long", self.overflow)
         self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
         form.addRow("", self.apply_button)
@@ -103,7 +103,7 @@ class EnginePanel(QWidget):
         self.n_ctx.setValue(config.n_ctx)
         self.n_batch.setValue(config.n_batch)
         self.n_threads.setValue(config.n_threads)
-        self.overflow.setCurrentIndex(self.overflow.findData(config.overflow))
+        self.overflow.setCurrentIndex(self.overflow.findData(config.overflow.value))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
         button.setChecked(True)
@@ -131,7 +131,7 @@ class EnginePanel(QWidget):
             n_ctx=self.n_ctx.value(),
             n_batch=max(self.n_batch.value(), self.capacity.value()),
             n_threads=self.n_threads.value(),
-            overflow=self.overflow.currentData(),
+            overflow=OverflowPolicy(self.overflow.currentData()),
         )
 
     def _browse(self) -> None:

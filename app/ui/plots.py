@@ -82,7 +82,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._fed: dict[int, int] = {}  # id(curve) -> ring.pushes when it was last fed
         self._extent: dict[int, tuple[float, float]] = {}  # id(curve) -> (min, max) of what it shows
         self._y_range: dict[int, tuple[float, float]] = {}
-        self.pane_curves: dict[str, dict[str, pg.PlotDataItem]] = {}
+        self.pane_curves: dict[str, dict[str, pg.PlotCurveItem]] = {}
         engine_pen = pg.mkPen(ENGINE_COLOUR, width=1)
         self.engine_curves = {
             "rate": pg.PlotCurveItem(pen=engine_pen, skipFiniteCheck=True),
@@ -90,35 +90,54 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         }
         self.engine_plot.addItem(self.engine_curves["rate"])
         self.batch_plot.addItem(self.engine_curves["batch"])
-        self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot, "ttft": self.latency_plot, "hit": self.hit_plot}
+        self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot}
+        # a point per request, every pane's in one scatter item per plot (one item paints far
+        # cheaper than eight), each point in its pane's colour
+        self.point_sets = {"ttft": pg.ScatterPlotItem(size=7, pen=None), "hit": pg.ScatterPlotItem(size=6, pen=None)}
+        self.latency_plot.addItem(self.point_sets["ttft"])
+        self.hit_plot.addItem(self.point_sets["hit"])
+        self._points: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {"ttft": {}, "hit": {}}
+        self._brushes: dict[str, object] = {}
 
     def add_pane(self, key: str, colour: str) -> None:
-        pen, brush = pg.mkPen(colour, width=1), pg.mkBrush(colour)
-        # bare curve and scatter items: a PlotDataItem carries both plus per-paint bookkeeping
+        pen = pg.mkPen(colour, width=1)
+        # bare curve items: a PlotDataItem carries a curve and a scatter plus per-paint bookkeeping
         self.pane_curves[key] = {
             "rate": pg.PlotCurveItem(pen=pen, skipFiniteCheck=True),
             "itl": pg.PlotCurveItem(pen=pen, skipFiniteCheck=True),
-            "ttft": pg.ScatterPlotItem(size=7, brush=brush, pen=None),
-            "hit": pg.ScatterPlotItem(size=6, brush=brush, pen=None),  # a point per request
         }
         for name, item in self.pane_curves[key].items():
             self._plot_of[name].addItem(item)
+        self._brushes[key] = pg.mkBrush(colour)
 
     def remove_pane(self, key: str) -> None:
         for name, item in self.pane_curves.pop(key, {}).items():
             self._plot_of[name].removeItem(item)
             self._fed.pop(id(item), None)
             self._extent.pop(id(item), None)
+        self._brushes.pop(key, None)
+        for name, points in self._points.items():
+            if points.pop(key, None) is not None:
+                self._show_points(name)
+
+    def points(self, key: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """One pane's "ttft" or "hit" points as drawn (x since the panel opened; ttft in log10)."""
+        return self._points[name].get(key, (np.empty(0), np.empty(0)))
 
     def refresh(self, now: float) -> None:
+        new_points = set()
         for key, curves in self.pane_curves.items():
             m = self.metrics.panes.get(key)
             if m is None:
                 continue
             self._feed(curves["rate"], m.tok_rate, now)
             self._feed(curves["itl"], m.itl, now, log_y=True)
-            self._feed(curves["ttft"], m.ttft, now, log_y=True)
-            self._feed(curves["hit"], m.kv_hit, now)
+            if self._collect("ttft", key, m.ttft, now, log_y=True):
+                new_points.add("ttft")
+            if self._collect("hit", key, m.kv_hit, now):
+                new_points.add("hit")
+        for name in new_points:
+            self._show_points(name)
         self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now)
         self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now)
         for plot in (self.rate_plot, self.latency_plot, self.engine_plot, self.batch_plot):
@@ -140,23 +159,47 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._y_range[id(plot)] = rng
             plot.setYRange(*rng, padding=0.02)
 
-    def _feed(self, item, ring: Ring, now: float, log_y: bool = False) -> None:
-        """Give an item its points of the last window (plus a margin), if it has new ones."""
+    def _feed(self, item: pg.PlotCurveItem, ring: Ring, now: float, log_y: bool = False) -> None:
+        """Give a curve its points of the last window (plus a margin), if it has new ones."""
         if self._fed.get(id(item)) == ring.pushes:
             return
         self._fed[id(item)] = ring.pushes
+        x, y = self._recent(ring, now, log_y)
+        self._note_extent(id(item), x, y, now)
+        item.setData(x, y)
+
+    def _collect(self, name: str, key: str, ring: Ring, now: float, log_y: bool = False) -> bool:
+        """Take a pane's new request points; True if there were any."""
+        if self._fed.get((name, key)) == ring.pushes:
+            return False
+        self._fed[(name, key)] = ring.pushes
+        self._points[name][key] = self._recent(ring, now, log_y)
+        return True
+
+    def _show_points(self, name: str) -> None:
+        points = self._points[name]
+        item = self.point_sets[name]
+        if not points:
+            item.clear()
+            return
+        x = np.concatenate([xy[0] for xy in points.values()])
+        y = np.concatenate([xy[1] for xy in points.values()])
+        brushes = [self._brushes[key] for key, xy in points.items() for _ in range(len(xy[0]))]
+        self._note_extent(id(item), x, y, time.monotonic())
+        item.setData(x=x, y=y, brush=brushes)
+
+    def _recent(self, ring: Ring, now: float, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
         t, v = ring.view()
         start = np.searchsorted(t, now - 2 * WINDOW_S)
         x, y = t[start:] - self._t0, v[start:]
         if log_y:  # bare items leave the log mapping of a log-mode plot to their feeder
             y = np.log10(np.maximum(y, 1e-4))
+        return x, y
+
+    def _note_extent(self, item_id: int, x: np.ndarray, y: np.ndarray, now: float) -> None:
         shown = y[x >= now - self._t0 - WINDOW_S]
         if len(shown):
-            self._extent[id(item)] = (float(shown.min()), float(shown.max()))
-        if isinstance(item, pg.ScatterPlotItem):
-            item.setData(x=x, y=y)
-        else:
-            item.setData(x, y)
+            self._extent[item_id] = (float(shown.min()), float(shown.max()))
 
 
 def _round_up(value: float) -> float:
