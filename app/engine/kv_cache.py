@@ -181,6 +181,13 @@ class KVCacheManager:
 
     # -- room ------------------------------------------------------------------------------
 
+    def could_fit(self, tokens: list[int], reserved: int) -> bool:
+        """Whether a prompt's uncached part fits beside `reserved` cells, counting idle slots as
+        freeable. Evicts nothing: the idle slot it would evict may hold this very prefix."""
+        cached = self._longest_prefix(tokens)[1] if self.reuse else 0
+        freeable = sum(len(s.cells) for s in self.slots if s.is_idle)
+        return self.free_cells + freeable >= reserved + len(tokens) - cached
+
     def make_room(self, n: int) -> bool:
         """Evict idle slots, least recently used first, until `n` cells are free."""
         while self.free_cells < n:

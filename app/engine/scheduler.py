@@ -87,7 +87,7 @@ class Scheduler:
         for seq in list(self.waiting):
             if budget <= 0 or len(self.running) >= self.max_running:
                 return
-            if self.running and not self.kv.make_room(self.n_batch - budget + len(seq.tokens)):
+            if self.running and not self.kv.could_fit(seq.tokens, self.n_batch - budget):
                 # joining now would only be preempted again: wait until running requests free cells
                 return
             reading = [s for s in self.running if s.num_pending > 1]
