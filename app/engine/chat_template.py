@@ -27,7 +27,11 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         self.source = source or CHATML
-        self._template = env.from_string(self.source)
+        try:
+            self._template = env.from_string(self.source)
+        except TemplateError:  # a template this Jinja cannot read: ChatML, as llama-server falls back
+            self.source = CHATML
+            self._template = env.from_string(CHATML)
         self._bos = bos_token
         self._eos = eos_token
 
