@@ -12,7 +12,7 @@ from app.engine.params import OverflowPolicy
 from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
 
-from ui_fixtures import LONG, QUICK, open_window, set_params, until
+from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
 
 
 def _spec(name):
@@ -139,9 +139,7 @@ def test_copy_settings_to_all_panes(run_window):
 def test_closing_a_pane_while_it_generates_leaves_no_work(run_window):
     async def scenario(window):
         pane = window.panes[1]
-        set_params(window, LONG)
-        pane.send("Write a long story about a lighthouse.")
-        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")
+        await start_long_reply(window, pane, "Write a long story about a lighthouse.")
         await window.close_pane(pane)
         assert pane not in window.panes and pane.key not in window.plots.pane_curves
         snap = lambda: window.client.engine.snapshot  # noqa: E731
@@ -209,9 +207,7 @@ def test_apply_reloads_without_losing_chats(run_window):
         set_params(window, QUICK)
         pane.send("Hello")
         await until(lambda: not pane.is_busy)
-        set_params(window, LONG)
-        pane.send("Write a long poem about rain.")
-        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="tokens")
+        await start_long_reply(window, pane, "Write a long poem about rain.")
         window.engine_panel.n_batch.setValue(256)
         window.engine_panel.overflow.setCurrentIndex(1)  # drop the oldest turns
         await window.engine_panel.apply()

@@ -85,3 +85,10 @@ def run_window(loop, home, model_path):
 def set_params(window: MainWindow, params: PaneParams) -> None:
     for pane in window.panes:
         pane.params_editor.set_params(params)
+
+
+async def start_long_reply(window: MainWindow, pane, text: str) -> None:
+    """Send `text` with a long reply allowed, and wait until it is streaming."""
+    set_params(window, LONG)
+    pane.send(text)
+    await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")
