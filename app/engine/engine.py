@@ -126,8 +126,8 @@ class Engine:
                     self._sample(seq, events)
         else:
             self._on_decode_failure(rc, plan, events)
-        self._emit(events)
         self._record_step(plan, t0, t1, t2)
+        self._emit(events)
         return True
 
     def _fill_batch(self, plan: Plan) -> None:
@@ -195,8 +195,9 @@ class Engine:
     # -- figures ---------------------------------------------------------------------------
 
     def _emit(self, events: list[Event]) -> None:
+        """Publish a fresh snapshot (once a step) and hand the events to the client."""
+        self.snapshot = self._snapshot()
         if events:
-            self.snapshot = self._snapshot()
             self._sink(events)
 
     def _record_step(self, plan: Plan, t0: float, t1: float, t2: float) -> None:
@@ -214,7 +215,6 @@ class Engine:
             )
         )
         self._n_steps += 1
-        self.snapshot = self._snapshot()
 
     def _snapshot(self) -> EngineSnapshot:
         kv = self.kv
