@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from .engine.engine_thread import EngineThread
 from .engine.events import Event, FinishEvent
-from .engine.params import EngineConfig, SamplingParams, ServingMode
+from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
 
 Listener = Callable[[list[Event]], None]
@@ -79,6 +79,7 @@ class EngineClient:
         prompt: str | None = None,
         conversation_id: str | None = None,
         request_id: str | None = None,
+        priority: Priority = Priority.NORMAL,
         tag: dict | None = None,
     ) -> AsyncIterator[Event]:
         """Stream one reply: TokenEvents, then exactly one FinishEvent.
@@ -92,6 +93,7 @@ class EngineClient:
             messages=tuple(dict(m) for m in messages) if messages is not None else None,
             prompt=prompt,
             conversation_id=conversation_id,
+            priority=priority,
             tag=tag or {},
         )
         queue: asyncio.Queue = asyncio.Queue()
@@ -123,6 +125,15 @@ class EngineClient:
         """Batched or sequential serving, switched live (no reload)."""
         await self.call(lambda engine: engine.set_mode(mode))
         self.config = self.config.with_(mode=mode)
+
+    async def set_policy(self, policy: Policy) -> None:
+        await self.call(lambda engine: engine.set_policy(policy))
+        self.config = self.config.with_(policy=policy)
+
+    async def set_itl_target(self, itl_target_ms: float | None) -> None:
+        """Adapt the batch size to this inter-token latency target (ms), or None for a fixed batch."""
+        await self.call(lambda engine: engine.set_itl_target(itl_target_ms))
+        self.config = self.config.with_(itl_target_ms=itl_target_ms)
 
     async def call(self, fn):
         """Run fn(engine) on the engine thread and await its result."""

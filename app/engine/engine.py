@@ -7,12 +7,13 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from .adaptive import AdaptiveBatch
 from .backend import LlamaBackend
 from .chat_template import ChatTemplate
 from .errors import RequestError
 from .events import Event, FinishEvent, FinishReason, TokenEvent
 from .kv_cache import KVCacheManager
-from .params import EngineConfig, ServingMode
+from .params import EngineConfig, Policy, ServingMode
 from .prompt import PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Request, Sequence
@@ -34,7 +35,8 @@ class Engine:
         self.n_ctx = self.backend.n_ctx
         self.kv = KVCacheManager(self.backend, config.capacity, self.n_ctx, config.kv_reuse)
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
-        self.scheduler = Scheduler(self.kv, config.n_batch, max_running)
+        self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
+        self.set_itl_target(config.itl_target_ms)
         template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
         self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow)
         self.steps: deque[StepStats] = deque(maxlen=STEP_HISTORY)
@@ -53,6 +55,19 @@ class Engine:
         """Switch between batched and sequential serving while requests run: it applies to admissions."""
         self.config = self.config.with_(mode=mode)
         self.scheduler.max_running = 1 if mode is ServingMode.SEQUENTIAL else self.config.capacity
+
+    def set_policy(self, policy: Policy) -> None:
+        """Change the scheduling policy; the next step follows it."""
+        self.config = self.config.with_(policy=policy)
+        self.scheduler.policy = policy
+
+    def set_itl_target(self, itl_target_ms: float | None) -> None:
+        """Adapt the batch size to keep the inter-token latency under a target, or (None) stop adapting."""
+        self.config = self.config.with_(itl_target_ms=itl_target_ms)
+        limits = None
+        if itl_target_ms:
+            limits = AdaptiveBatch(itl_target_ms / 1000, self.config.capacity, self.config.n_batch)
+        self.scheduler.limits = limits
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -203,17 +218,21 @@ class Engine:
     def _record_step(self, plan: Plan, t0: float, t1: float, t2: float) -> None:
         n_decode = sum(1 for seq, n in plan if n == 1 and seq.num_generated > 0)
         n_tokens = sum(n for _, n in plan)
-        self.steps.append(
-            StepStats(
-                t_end=time.monotonic(),
-                n_tokens=n_tokens,
-                n_seqs=len(plan),
-                n_decode=n_decode,
-                n_prefill_tokens=n_tokens - n_decode,
-                step_s=time.perf_counter() - t0,
-                decode_s=t2 - t1,
-            )
+        scheduler = self.scheduler
+        step = StepStats(
+            t_end=time.monotonic(),
+            n_tokens=n_tokens,
+            n_seqs=len(plan),
+            n_decode=n_decode,
+            n_prefill_tokens=n_tokens - n_decode,
+            step_s=time.perf_counter() - t0,
+            decode_s=t2 - t1,
+            batch_limit=scheduler.batch_limit,
+            token_budget=scheduler.step_budget,
         )
+        self.steps.append(step)
+        if scheduler.limits is not None:
+            scheduler.limits.observe(step)
         self._n_steps += 1
 
     def _snapshot(self) -> EngineSnapshot:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import Enum, IntEnum
 
 
 class ServingMode(str, Enum):
@@ -17,6 +17,21 @@ class OverflowPolicy(str, Enum):
 
     STOP = "stop"  # refuse the request with a clear message
     TRUNCATE = "truncate"  # drop the oldest turns, keep the system prompt
+
+
+class Policy(str, Enum):
+    """In which order sequences get a step's token budget (orders in policy.py)."""
+
+    FCFS = "fcfs"  # strictly by arrival: an early long prompt holds up everyone behind it
+    DECODE_FIRST = "decode-first"  # running streams' next tokens, then prompt chunks, then admissions
+    SHORTEST_FIRST = "shortest-first"  # the least work left (to read and to generate) first
+    LENGTH_GROUP = "length-group"  # admit waiting prompts of a length like the oldest one's together
+    PRIORITY = "priority"  # high-priority requests first (taking a slot if need be), then as decode-first
+
+
+class Priority(IntEnum):
+    NORMAL = 0
+    HIGH = 1
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class EngineConfig:
     mode: ServingMode = ServingMode.BATCHED
     kv_reuse: bool = True
     overflow: OverflowPolicy = OverflowPolicy.STOP
+    policy: Policy = Policy.DECODE_FIRST
+    itl_target_ms: float | None = None  # set: the batch size adapts to keep the latency under it
 
     def with_(self, **changes) -> "EngineConfig":
         return replace(self, **changes)

@@ -1,8 +1,10 @@
 """Continuous batching: which tokens of which sequences go into the next decode.
 
-Each step takes the next token of every generating sequence first, then chunks of prompts still
-being read, then admits waiting requests while slots, cells and the token budget allow. A long
-prompt is read a chunk per step, so the streams already running keep producing tokens meanwhile.
+Each step walks the sequences in the order its policy gives (by default: the next token of every
+generating sequence, then chunks of prompts still being read, then admissions) while slots, cells
+and the token budget allow. A long prompt is read a chunk per step, so the streams already running
+keep producing tokens meanwhile. An adaptive batch, when set, narrows the budget and the number
+of sequences running to keep the steps under a latency target.
 """
 
 from __future__ import annotations
@@ -11,17 +13,22 @@ import math
 import time
 from collections import deque
 
+from .adaptive import AdaptiveBatch
 from .kv_cache import Acquire, KVCacheManager
+from .policy import Policy, preemption_victim, service_order
 from .sequence import Sequence, SequenceStatus
 
 Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens to evaluate)
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, n_batch: int, max_running: int):
+    def __init__(self, kv: KVCacheManager, n_batch: int, max_running: int, policy: Policy = Policy.DECODE_FIRST):
         self.kv = kv
         self.n_batch = n_batch
-        self.max_running = max_running
+        self.max_running = max_running  # 1 when serving sequentially
+        self.policy = policy
+        self.limits: AdaptiveBatch | None = None  # set when the batch size adapts to a latency target
+        self.step_budget = n_batch  # tokens the last plan was allowed
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
@@ -29,6 +36,11 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
+
+    @property
+    def batch_limit(self) -> int:
+        """How many sequences may run at once now."""
+        return self.max_running if self.limits is None else min(self.max_running, self.limits.max_running)
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -51,60 +63,73 @@ class Scheduler:
 
     def schedule(self, _depth: int = 0) -> Plan:
         plan: Plan = []
-        budget = self.n_batch
-        budget -= self._schedule_decodes(plan)
-        budget -= self._schedule_prompt_chunks(plan, budget)
-        self._admit(plan, budget)
+        self._room_for_decodes()
+        decoding = sum(1 for s in self.running if s.is_decoding)
+        budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
+        self.step_budget = budget
+        planned = 0  # tokens, hence cells, this step already takes
+        admitting = True
+        for seq in service_order(self.policy, self.running, self.waiting):
+            if planned >= budget:
+                break
+            reserved = planned + decoding  # the cells of decodes still to come stay theirs
+            if seq.status is SequenceStatus.RUNNING and seq.is_decoding:
+                n = 1
+                decoding -= 1
+            elif seq.status is SequenceStatus.RUNNING:
+                n = self._chunk(seq, budget - planned, reserved)
+            elif admitting:
+                n, admitting = self._admit(seq, budget - planned, reserved)
+            else:
+                continue
+            if n:
+                plan.append((seq, n))
+                planned += n
         if not plan and self.running and _depth < len(self.kv.slots):
             # every running sequence is stuck reading a prompt into a full pool: make room
-            self._preempt(self.running[-1])
+            self._preempt(preemption_victim(self.policy, self.running))
             return self.schedule(_depth + 1)
         return plan
 
-    def _schedule_decodes(self, plan: Plan) -> int:
+    def _room_for_decodes(self) -> None:
         decoding = [s for s in self.running if s.is_decoding]
         while decoding and not self.kv.make_room(len(decoding)):
-            victim = self.running[-1]  # the latest admitted gives way
+            victim = preemption_victim(self.policy, self.running)
             self._preempt(victim)
             if victim in decoding:
                 decoding.remove(victim)
-        plan.extend((s, 1) for s in decoding)
-        return len(decoding)
 
-    def _schedule_prompt_chunks(self, plan: Plan, budget: int) -> int:
-        used = 0
-        for seq in self.running:
-            if budget - used <= 0:
-                break
-            if not seq.is_decoding:
-                n = self._chunk(seq, budget - used, self.n_batch - budget + used)
-                if n:
-                    plan.append((seq, n))
-                    used += n
-        return used
-
-    def _admit(self, plan: Plan, budget: int) -> None:
-        for seq in list(self.waiting):
-            if budget <= 0 or len(self.running) >= self.max_running:
-                return
-            if self.running and not self.kv.could_fit(seq.tokens, self.n_batch - budget):
-                # joining now would only be preempted again: wait until running requests free cells
-                return
-            reading = [s for s in self.running if s.num_pending > 1]
+    def _admit(self, seq: Sequence, budget: int, reserved: int) -> tuple[int, bool]:
+        """Admit a waiting sequence and plan its first chunk: (tokens planned, whether to go on admitting)."""
+        if len(self.running) >= self.batch_limit:
+            return 0, False
+        if self.running and not self.kv.could_fit(seq.tokens, reserved):
+            # joining now would only be preempted again: wait until running requests free cells
+            return 0, False
+        reading = [s for s in self.running if s.num_pending > 1]
+        outcome = self.kv.acquire(seq, reading)
+        if outcome == Acquire.NO_SLOT and self._make_way_for(seq):
             outcome = self.kv.acquire(seq, reading)
-            if outcome == Acquire.NO_SLOT:
-                return
-            if outcome == Acquire.DEFER:
-                continue
-            self.waiting.remove(seq)
-            if math.isnan(seq.stats.t_admit):
-                seq.stats.t_admit = time.monotonic()
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            n = self._chunk(seq, budget, self.n_batch - budget)
-            if n:
-                plan.append((seq, n))
-                budget -= n
+        if outcome == Acquire.NO_SLOT:
+            return 0, False
+        if outcome == Acquire.DEFER:
+            return 0, True
+        self.waiting.remove(seq)
+        if math.isnan(seq.stats.t_admit):
+            seq.stats.t_admit = time.monotonic()
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        return self._chunk(seq, budget, reserved), True
+
+    def _make_way_for(self, seq: Sequence) -> bool:
+        """Under the priority policy, a waiting request takes the slot of a lower-priority one."""
+        if self.policy is not Policy.PRIORITY or not self.running:
+            return False
+        victim = preemption_victim(self.policy, self.running)
+        if victim.request.priority >= seq.request.priority:
+            return False
+        self._preempt(victim)
+        return True
 
     def _chunk(self, seq: Sequence, budget: int, reserved: int) -> int:
         """As much of the pending prompt as the budget and the cells not `reserved` by this step allow."""
@@ -120,7 +145,7 @@ class Scheduler:
             self.kv.evict(min(idle, key=lambda s: s.last_used))
             return True
         if len(self.running) > 1:
-            self._preempt(self.running[-1])
+            self._preempt(preemption_victim(self.policy, self.running))
             return True
         return False
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
-from .params import SamplingParams
+from .params import Priority, SamplingParams
 from .stats import RequestStats
 from .text_stream import TextStream
 
@@ -23,6 +23,7 @@ class Request:
     messages: tuple[dict[str, str], ...] | None = None
     prompt: str | None = None
     conversation_id: str | None = None  # keeps KV cells between the turns of one chat
+    priority: Priority = Priority.NORMAL  # served first under the priority policy
     tag: dict = field(default_factory=dict)  # opaque to the engine (e.g. benchmark turn index)
 
 

@@ -89,6 +89,8 @@ class StepStats:
     n_prefill_tokens: int  # prompt tokens read in this step
     step_s: float  # schedule + decode + sample
     decode_s: float  # llama_decode alone
+    batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
+    token_budget: int  # tokens the step was allowed
 
 
 @dataclass(frozen=True)
