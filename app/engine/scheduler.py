@@ -101,15 +101,13 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, budget: int, reserved: int) -> tuple[int, bool]:
         """Admit a waiting sequence and plan its first chunk: (tokens planned, whether to go on admitting)."""
-        if len(self.running) >= self.batch_limit:
+        if len(self.running) >= self.batch_limit and not self._make_way_for(seq):
             return 0, False
         if self.running and not self.kv.could_fit(seq.tokens, reserved):
             # joining now would only be preempted again: wait until running requests free cells
             return 0, False
         reading = [s for s in self.running if s.num_pending > 1]
         outcome = self.kv.acquire(seq, reading)
-        if outcome == Acquire.NO_SLOT and self._make_way_for(seq):
-            outcome = self.kv.acquire(seq, reading)
         if outcome == Acquire.NO_SLOT:
             return 0, False
         if outcome == Acquire.DEFER:

@@ -1,0 +1,211 @@
+"""Scheduling policies and the adaptive batch: crafted queues, a fake clock, then the real engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.engine.adaptive import MIN_PREFILL, AdaptiveBatch
+from app.engine.events import FinishEvent
+from app.engine.kv_cache import KVCacheManager
+from app.engine.params import GREEDY, Policy, Priority
+from app.engine.scheduler import Scheduler
+from app.engine.sequence import Request, Sequence, SequenceStatus
+from app.engine.stats import RequestStats, StepStats
+from helpers import Started, run, user
+
+
+class CellBook:
+    """The KV manager's view of llama.cpp memory, without llama.cpp: the orders need no model."""
+
+    def seq_rm(self, seq_id, p0, p1=-1):
+        return True
+
+    def seq_cp(self, src, dst, p0, p1):
+        pass
+
+
+def make_sequence(name: str, prompt_len: int, arrival: int, max_tokens: int, priority=Priority.NORMAL) -> Sequence:
+    request = Request(name, GREEDY.with_(max_tokens=max_tokens), prompt=name, priority=priority)
+    tokens = [1000 * arrival + i for i in range(prompt_len)]  # no two share a prefix
+    return Sequence(request, tokens, RequestStats(name), arrival)
+
+
+def make_running(scheduler: Scheduler, seq: Sequence, computed: int, generated: int = 0) -> None:
+    """Put `seq` in the running set as if it had read `computed` prompt tokens and generated some."""
+    scheduler.kv.acquire(seq, [])
+    scheduler.kv.commit(seq, computed)
+    seq.tokens += [7] * generated
+    if generated:
+        scheduler.kv.commit(seq, generated - 1)  # the last sampled token is not read yet
+    seq.status = SequenceStatus.RUNNING
+    scheduler.running.append(seq)
+
+
+def crafted(policy: Policy, n_batch: int = 64, capacity: int = 4) -> tuple[Scheduler, dict[str, Sequence]]:
+    """Running: L reads a long prompt (arrived first), G generates. Waiting: S short, M medium, H short and high."""
+    scheduler = Scheduler(KVCacheManager(CellBook(), capacity, 4096), n_batch, capacity, policy)
+    seqs = {
+        "L": make_sequence("L", 300, arrival=1, max_tokens=64),
+        "G": make_sequence("G", 20, arrival=2, max_tokens=200),
+        "S": make_sequence("S", 12, arrival=3, max_tokens=16),
+        "M": make_sequence("M", 150, arrival=4, max_tokens=16),
+        "H": make_sequence("H", 20, arrival=5, max_tokens=16, priority=Priority.HIGH),
+    }
+    make_running(scheduler, seqs["L"], computed=100)
+    make_running(scheduler, seqs["G"], computed=20, generated=5)
+    for name in "SMH":
+        scheduler.add(seqs[name])
+    return scheduler, seqs
+
+
+def planned(scheduler: Scheduler) -> list[tuple[str, int]]:
+    return [(seq.request_id, n) for seq, n in scheduler.schedule()]
+
+
+def test_the_crafted_state_is_what_the_orders_assume():
+    scheduler, seqs = crafted(Policy.DECODE_FIRST)
+    assert seqs["G"].is_decoding and seqs["L"].num_pending == 200
+    assert [s.request_id for s in scheduler.waiting] == ["S", "M", "H"]
+
+
+def test_fcfs_serves_by_arrival_so_a_long_prompt_holds_up_the_stream_behind_it():
+    assert planned(crafted(Policy.FCFS)[0]) == [("L", 64)]
+
+
+def test_decode_first_gives_every_stream_its_token_before_any_prompt_chunk():
+    assert planned(crafted(Policy.DECODE_FIRST)[0]) == [("G", 1), ("L", 63)]
+
+
+def test_shortest_first_puts_the_least_work_left_first():
+    # work left: S 12+16, H 20+16, M 150+16 (no slot left for it), G 1+195, L 200+64
+    assert planned(crafted(Policy.SHORTEST_FIRST)[0]) == [("S", 12), ("H", 20), ("G", 1), ("L", 31)]
+
+
+def test_length_group_admits_prompts_like_the_oldest_waiting_one():
+    # with room for two more, decode-first admits in queue order; length-group skips M (150 vs 12)
+    assert planned(crafted(Policy.DECODE_FIRST, n_batch=512)[0]) == [("G", 1), ("L", 200), ("S", 12), ("M", 150)]
+    assert planned(crafted(Policy.LENGTH_GROUP, n_batch=512)[0]) == [("G", 1), ("L", 200), ("S", 12), ("H", 20)]
+
+
+def test_priority_serves_the_high_request_first():
+    assert planned(crafted(Policy.PRIORITY)[0]) == [("H", 20), ("G", 1), ("L", 43)]
+
+
+def test_priority_takes_the_slot_of_the_latest_normal_request_when_all_are_busy():
+    scheduler, seqs = crafted(Policy.PRIORITY, capacity=2)
+    plan = planned(scheduler)
+    assert plan[0] == ("H", 20)
+    assert seqs["G"].status is SequenceStatus.WAITING and seqs["G"].stats.preemptions == 1
+    assert seqs["L"].status is SequenceStatus.RUNNING
+
+
+def test_without_priority_a_full_house_makes_the_high_request_wait():
+    scheduler, seqs = crafted(Policy.DECODE_FIRST, capacity=2)
+    assert planned(scheduler) == [("G", 1), ("L", 63)]
+    assert seqs["H"].status is SequenceStatus.WAITING
+
+
+# -- the adaptive batch, driven by a fake clock ----------------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def step(n_decode: int, n_prefill: int, step_s: float) -> StepStats:
+    return StepStats(0.0, n_decode + n_prefill, n_decode, n_decode, n_prefill, step_s, step_s, 8, 512)
+
+
+def feed(controller: AdaptiveBatch, clock: FakeClock, make_step, seconds: float = 0.6, rate_hz: int = 10) -> None:
+    """`seconds` of steps at `rate_hz`, each made by `make_step()` from the controller's current limits."""
+    for _ in range(int(seconds * rate_hz)):
+        clock.now += 1 / rate_hz
+        controller.observe(make_step())
+
+
+def test_adaptive_lowers_the_running_count_while_decode_steps_are_slow_and_raises_it_when_fast():
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
+    history = [controller.max_running]
+    for _ in range(10):  # 20 ms a stream: 8 streams take 160 ms, over the 100 ms target
+        feed(controller, clock, lambda: step(controller.max_running, 0, 0.020 * controller.max_running))
+        history.append(controller.max_running)
+    assert history == sorted(history, reverse=True) and history[0] > history[-1]
+    assert 0.020 * history[-1] <= 0.100  # settled where the steps fit the target
+    for _ in range(10):  # now each stream costs 5 ms: all 8 fit
+        feed(controller, clock, lambda: step(controller.max_running, 0, 0.005 * controller.max_running))
+    assert controller.max_running == 8
+
+
+def test_adaptive_shrinks_the_prompt_chunk_when_mixed_steps_are_slow_and_grows_it_when_fast():
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
+    start = controller.prefill_budget
+    feed(controller, clock, lambda: step(4, controller.prefill_budget, 0.300), seconds=3)
+    low = controller.prefill_budget
+    assert MIN_PREFILL <= low < start
+    assert controller.token_budget(4) == 4 + low
+    assert controller.token_budget(0) == 512  # nobody is generating: read at full width
+    feed(controller, clock, lambda: step(4, controller.prefill_budget, 0.010), seconds=3)
+    assert controller.prefill_budget > low
+
+
+def test_adaptive_waits_for_its_update_interval():
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
+    for _ in range(20):  # many slow steps within one instant: no decision yet
+        controller.observe(step(8, 0, 0.5))
+    assert controller.max_running == 8
+    clock.now += 1
+    controller.observe(step(8, 0, 0.5))
+    assert controller.max_running == 7
+
+
+# -- the real engine ----------------------------------------------------------------------
+
+LONG_DOCUMENT = " ".join(f"Paragraph {i}: the committee reviewed the budget, the schedule and the risks." for i in range(60))
+
+
+async def first_tokens(client, policy: Policy) -> dict[str, float]:
+    """Submit a long prompt, then a short question at once; when did each produce its first token?"""
+    await client.set_policy(policy)
+    params = GREEDY.with_(max_tokens=4, ignore_eos=True)
+
+    async def ask(name, text):
+        final = await client.complete(user(text), params, conversation_id=f"{policy.value}-{name}")
+        return final.stats.t_first_token
+
+    long = asyncio.ensure_future(ask("long", LONG_DOCUMENT + "\nSummarise this."))
+    await asyncio.sleep(0)  # the long prompt is submitted first
+    short = await ask("short", "Hi!")
+    return {"long": await long, "short": short}
+
+
+@pytest.mark.parametrize("policy, short_first", [(Policy.FCFS, False), (Policy.SHORTEST_FIRST, True)])
+def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(model_path, config, policy, short_first):
+    async def main():
+        async with Started(config.with_(n_batch=64)) as client:
+            return await first_tokens(client, policy)
+
+    firsts = run(main())
+    assert (firsts["short"] < firsts["long"]) is short_first
+
+
+def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_request(config):
+    async def main():
+        async with Started(config.with_(itl_target_ms=1)) as client:  # no step can be that fast
+            params = GREEDY.with_(max_tokens=32, ignore_eos=True)
+            finals = await asyncio.gather(*(client.complete(user(f"Count to {i}."), params) for i in range(12)))
+            steps = await client.call(lambda e: list(e.steps))
+            return finals, steps
+
+    finals, steps = run(main())
+    assert all(f.stats.gen_tokens == 32 for f in finals)
+    assert steps[0].batch_limit == 8 and steps[-1].batch_limit == 1  # it narrowed to one stream at a time
+    assert max(s.n_seqs for s in steps[-20:]) == 1  # and the last requests ran alone
