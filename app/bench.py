@@ -12,12 +12,14 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .client import EngineClient
 from .engine.events import FinishEvent
-from .engine.params import EngineConfig, SamplingParams, ServingMode
+from .engine.params import EngineConfig, Policy, SamplingParams, ServingMode
 from .engine.stats import hit_rate, percentile
+
+SHORT_PROMPT_TOKENS = 256  # the split of the mixed-load figures: short questions vs long documents
 
 QUESTIONS = [
     "Explain how a rainbow forms.",
@@ -68,12 +70,29 @@ class BenchSettings:
     n_ctx: int | None = None  # None: enough for every conversation to keep its cells
     n_batch: int = 512
     prompts: list[Conversation] | None = None
+    policy: Policy = Policy.DECODE_FIRST
+    itl_target_ms: float | None = None  # set: the adaptive batch keeps the latency under it
 
     @property
     def label(self) -> str:
         if self.mode is ServingMode.SEQUENTIAL:
-            return "sequential"
-        return "batched + KV reuse" if self.kv_reuse else "batched, no KV reuse"
+            label = "sequential"
+        elif self.parallel == 1:
+            label = "one sequence"
+        else:
+            label = "batched + KV reuse" if self.kv_reuse else "batched, no KV reuse"
+        if self.policy is not Policy.DECODE_FIRST:
+            label += f", {self.policy.value}"
+        if self.itl_target_ms:
+            label += f", adaptive {self.itl_target_ms:.0f} ms"
+        return label
+
+
+def guide_rows(base: BenchSettings, parallel_counts=(4, 8, 16)) -> list[BenchSettings]:
+    """The batching guide's comparison: one sequence, batched without then with KV reuse, more parallel."""
+    first, *more = parallel_counts
+    rows = [replace(base, parallel=1), replace(base, parallel=first, kv_reuse=False), replace(base, parallel=first)]
+    return rows + [replace(base, parallel=p) for p in more]
 
 
 def builtin_conversations(count: int, turns: int, system: str | None) -> list[Conversation]:
@@ -126,6 +145,8 @@ def engine_config(s: BenchSettings, conversations: list[Conversation]) -> Engine
         capacity=s.parallel,
         mode=s.mode,
         kv_reuse=s.kv_reuse,
+        policy=s.policy,
+        itl_target_ms=s.itl_target_ms,
     )
     return config.with_(n_threads=s.n_threads) if s.n_threads else config
 
@@ -191,6 +212,7 @@ def _request_record(conversation: int, turn: int, final: FinishEvent) -> dict:
         "itl_p50_s": st.itl_p50_s,
         "itl_p95_s": st.itl_p95_s,
         "itl_mean_s": statistics.fmean(st.itl) if st.itl else math.nan,
+        "itl": st.itl,
         "kv_hit_rate": st.kv_hit_rate,
         "conversation_hit_rate": st.conversation_hit_rate,
         "preemptions": st.preemptions,
@@ -205,11 +227,16 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
     n_turns = max(r["turn"] for r in records) + 1
     by_turn = [[r for r in records if r["turn"] == t] for t in range(n_turns)]
     itl_all = [r["itl_mean_s"] for r in records if not math.isnan(r["itl_mean_s"])]
+    gaps = [gap for r in records for gap in r["itl"]]
+    short = [r["ttft_s"] for r in records if r["prompt_tokens"] <= SHORT_PROMPT_TOKENS]
+    long = [r["ttft_s"] for r in records if r["prompt_tokens"] > SHORT_PROMPT_TOKENS]
     return {
         "configuration": s.label,
         "parallel": s.parallel,
         "mode": s.mode.value,
         "kv_reuse": s.kv_reuse,
+        "policy": s.policy.value,
+        "itl_target_ms": s.itl_target_ms,
         "model": os.path.basename(s.model_path),
         "n_ctx": config.n_ctx,
         "n_batch": config.n_batch,
@@ -221,8 +248,10 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "wall_s": wall,
         "ttft_p50_s": percentile([r["ttft_s"] for r in records], 50),
         "ttft_p95_s": percentile([r["ttft_s"] for r in records], 95),
-        "itl_p50_s": percentile([r["itl_p50_s"] for r in records], 50),
-        "itl_p95_s": percentile([r["itl_p95_s"] for r in records], 95),
+        "itl_p50_s": percentile(gaps, 50),  # every gap between two tokens of one stream, pooled
+        "itl_p95_s": percentile(gaps, 95),
+        "ttft_p95_short_s": percentile(short, 95),
+        "ttft_p95_long_s": percentile(long, 95),
         "avg_latency_ms": 1000 * statistics.fmean(itl_all) if itl_all else math.nan,
         "prompt_tokens": sum(r["prompt_tokens"] for r in records),
         "cached_tokens": cached,
@@ -237,20 +266,21 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "cpu_util": cpu_s / (wall * (os.cpu_count() or 1)),
         "mean_batch_tokens": statistics.fmean(st.n_tokens for st in steps) if steps else math.nan,
         "mean_batch_seqs": statistics.fmean(st.n_seqs for st in steps) if steps else math.nan,
+        "mean_batch_limit": statistics.fmean(st.batch_limit for st in steps) if steps else math.nan,
         "requests": records,
     }
 
 
 def format_table(runs: list[dict]) -> str:
     header = (
-        f"{'configuration':<22} {'parallel':>8} {'throughput tok/s':>17} {'avg latency ms':>15} "
-        f"{'TTFT p50 ms':>12} {'KV hit':>7} {'CPU util':>9}"
+        f"{'configuration':<40} {'parallel':>8} {'throughput tok/s':>17} {'avg latency ms':>15} "
+        f"{'ITL p95 ms':>11} {'TTFT p50 ms':>12} {'KV hit':>7} {'CPU util':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in runs:
         lines.append(
-            f"{r['configuration']:<22} {r['parallel']:>8} {r['agg_tok_s']:>17.1f} {r['avg_latency_ms']:>15.1f} "
-            f"{1000 * r['ttft_p50_s']:>12.0f} {_pct(r['kv_hit_rate']):>7} {_pct(r['cpu_util']):>9}"
+            f"{r['configuration']:<40} {r['parallel']:>8} {r['agg_tok_s']:>17.1f} {r['avg_latency_ms']:>15.1f} "
+            f"{1000 * r['itl_p95_s']:>11.0f} {1000 * r['ttft_p50_s']:>12.0f} {_pct(r['kv_hit_rate']):>7} {_pct(r['cpu_util']):>9}"
         )
     return "\n".join(lines)
 

@@ -7,9 +7,10 @@ import asyncio
 import json
 import math
 import sys
+from dataclasses import replace
 
 from .engine.errors import ModelLoadError
-from .engine.params import ServingMode
+from .engine.params import Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
 
@@ -28,6 +29,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
     return value
 
 
@@ -55,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
     bench.add_argument("--no-kv-reuse", action="store_true", help="recompute every prompt from scratch")
+    bench.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DECODE_FIRST.value, help="scheduling policy")
+    bench.add_argument("--adaptive", action="store_true", help="adapt the batch size to --itl-target-ms")
+    bench.add_argument("--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)")
+    bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
     return parser
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args) -> int:
-    from .bench import BenchSettings, format_table, load_prompts, run_bench
+    from .bench import BenchSettings, format_table, guide_rows, load_prompts, run_bench
     from .default_model import default_model_path
     from .engine.backend import check_gguf_file
 
@@ -85,26 +97,30 @@ def _bench(args) -> int:
         with open(system[1:], encoding="utf-8") as f:
             system = f.read().strip()
     prompts = load_prompts(args.prompts) if args.prompts else None
-    sweep = args.sweep or [args.parallel or 1]
+    base = BenchSettings(
+        model_path=model,
+        mode=ServingMode(args.mode),
+        kv_reuse=not args.no_kv_reuse,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        seed=args.seed,
+        turns=args.turns,
+        system=system,
+        n_threads=args.threads,
+        n_ctx=args.ctx,
+        n_batch=args.batch,
+        prompts=prompts,
+        policy=Policy(args.policy),
+        itl_target_ms=args.itl_target_ms if args.adaptive else None,
+    )
+    if args.guide:
+        rows = guide_rows(base)
+    else:
+        rows = [replace(base, parallel=p) for p in args.sweep or [args.parallel or 1]]
     runs = []
-    for parallel in sweep:
-        settings = BenchSettings(
-            model_path=model,
-            parallel=parallel,
-            mode=ServingMode(args.mode),
-            kv_reuse=not args.no_kv_reuse,
-            max_tokens=args.max_tokens,
-            ignore_eos=args.ignore_eos,
-            temperature=args.temperature,
-            seed=args.seed,
-            turns=args.turns,
-            system=system,
-            n_threads=args.threads,
-            n_ctx=args.ctx,
-            n_batch=args.batch,
-            prompts=prompts,
-        )
-        print(f"# {settings.label}, {parallel} parallel ...", file=sys.stderr, flush=True)
+    for settings in rows:
+        print(f"# {settings.label}, {settings.parallel} parallel ...", file=sys.stderr, flush=True)
         run = asyncio.run(run_bench(settings))
         if args.verbose:
             _print_perf_lines(run)

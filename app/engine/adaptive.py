@@ -69,8 +69,8 @@ class AdaptiveBatch:
     def _tuned_running(self, steps: list[StepStats], aim: float) -> int:
         slow = percentile([s.step_s for s in steps], 90)
         widest = max(s.n_decode for s in steps)
-        if slow > aim:
-            return max(1, min(self.max_running, widest) - 1)
+        if slow > aim:  # cut in proportion, as if each stream cost the same: at least by one
+            return max(1, min(self.max_running - 1, widest - 1, int(widest * aim / slow)))
         # one more stream costs about what each of the others does: grow if that still fits
         if widest >= self.max_running and slow * (widest + 1) / widest < aim:
             return min(self.capacity, self.max_running + 1)
