@@ -38,7 +38,13 @@ class EngineClient:
         """Load the model (off the event loop); raises ModelLoadError with the reason."""
         self._loop = asyncio.get_running_loop()
         thread = EngineThread(self.config, self._on_events)
-        await self._loop.run_in_executor(None, thread.start)
+        load = self._loop.run_in_executor(None, thread.start)
+        try:
+            await asyncio.shield(load)
+        except asyncio.CancelledError:
+            # the model goes on loading in its own thread: stop that engine as soon as it is up
+            load.add_done_callback(lambda f: f.exception() or self._loop.run_in_executor(None, thread.stop))
+            raise
         self._thread = thread
 
     async def reload(self, config: EngineConfig):

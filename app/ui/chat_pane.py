@@ -216,7 +216,9 @@ class ChatPane(QFrame):
         final: FinishEvent | None = None
         try:
             params = self.sampling_override or self.params.sampling()
-            stream = self.client.generate(messages, params, conversation_id=self.key, request_id=request_id)
+            stream = self.client.generate(
+                messages, params, conversation_id=self.key, request_id=request_id, priority=self.params.priority
+            )
             async with aclosing(stream):  # leaving early closes the stream, which cancels the request
                 async for event in stream:
                     if isinstance(event, TokenEvent):

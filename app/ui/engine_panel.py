@@ -1,12 +1,14 @@
-"""The engine panel: model file and its facts, capacity/context/batch/threads, Apply, batched/sequential."""
+"""The engine panel: model file and its facts, capacity/context/batch/threads, Apply; and, live,
+batched/sequential serving, the scheduling policy and the adaptive batch's latency target."""
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -16,6 +18,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QRadioButton,
+    QSlider,
     QSpinBox,
     QToolButton,
     QWidget,
@@ -24,9 +27,19 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
-from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
+from app.engine.params import EngineConfig, OverflowPolicy, Policy, ServingMode
 
 from .settings import MAX_PANES
+
+ITL_TARGET_RANGE_MS = (20, 1000)
+DEFAULT_ITL_TARGET_MS = 150
+POLICY_HELP = (
+    "fcfs: strictly by arrival\n"
+    "decode-first: running streams first, then prompts (the default)\n"
+    "shortest-first: the least work left first: short questions overtake long documents\n"
+    "length-group: read waiting prompts of similar length together\n"
+    "priority: panes marked high priority first"
+)
 
 
 def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
@@ -40,7 +53,7 @@ class EnginePanel(QWidget):
     """Edits an EngineConfig; Apply reloads the client (chats stay, replies in flight get a notice)."""
 
     sigConfigApplied = Signal(object)  # EngineConfig, after a successful reload
-    sigModeChanged = Signal(object)  # ServingMode
+    sigLiveChanged = Signal(object)  # EngineConfig, after a change that needs no reload
 
     def __init__(self, client: EngineClient, parent=None):
         super().__init__(parent)
@@ -69,6 +82,13 @@ class EnginePanel(QWidget):
         self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
         form.addRow("", self.apply_button)
         form.addRow("Serving", self._mode_row())
+        self.policy = QComboBox()
+        for policy in Policy:
+            self.policy.addItem(policy.value, policy.value)
+        self.policy.setToolTip(POLICY_HELP)
+        self.policy.currentIndexChanged.connect(self._on_policy)
+        form.addRow("Scheduling", self.policy)
+        form.addRow("Adaptive batch", self._adaptive_row())
         self.status = QLabel()
         self.status.setWordWrap(True)
         form.addRow("", self.status)
@@ -97,6 +117,23 @@ class EnginePanel(QWidget):
         self.batched.toggled.connect(self._on_mode)
         return row
 
+    def _adaptive_row(self) -> QWidget:
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.adaptive = QCheckBox(toolTip="Tune the batch to keep the inter-token latency under the target")
+        self.itl_target = QSlider(Qt.Orientation.Horizontal)
+        self.itl_target.setRange(*ITL_TARGET_RANGE_MS)
+        self.itl_target.setSingleStep(10)
+        self.itl_target_label = QLabel()
+        self.itl_target_label.setMinimumWidth(52)
+        self.adaptive.toggled.connect(self._on_adaptive)
+        self.itl_target.valueChanged.connect(self._on_adaptive)
+        layout.addWidget(self.adaptive)
+        layout.addWidget(self.itl_target, 1)
+        layout.addWidget(self.itl_target_label)
+        return row
+
     def show_config(self, config: EngineConfig) -> None:
         self.model_path.setText(config.model_path)
         self.capacity.setValue(config.capacity)
@@ -108,6 +145,14 @@ class EnginePanel(QWidget):
         button.blockSignals(True)
         button.setChecked(True)
         button.blockSignals(False)
+        for widget in (self.policy, self.adaptive, self.itl_target):
+            widget.blockSignals(True)
+        self.policy.setCurrentIndex(self.policy.findData(config.policy.value))
+        self.adaptive.setChecked(config.itl_target_ms is not None)
+        self.itl_target.setValue(round(config.itl_target_ms or DEFAULT_ITL_TARGET_MS))
+        for widget in (self.policy, self.adaptive, self.itl_target):
+            widget.blockSignals(False)
+        self._show_itl_target()
         self.show_model_facts()
 
     def show_model_facts(self) -> None:
@@ -168,4 +213,19 @@ class EnginePanel(QWidget):
     async def _on_mode(self) -> None:
         mode = ServingMode.BATCHED if self.batched.isChecked() else ServingMode.SEQUENTIAL
         await self.client.set_mode(mode)
-        self.sigModeChanged.emit(mode)
+        self.sigLiveChanged.emit(self.client.config)
+
+    @asyncSlot()
+    async def _on_policy(self) -> None:
+        await self.client.set_policy(Policy(self.policy.currentData()))
+        self.sigLiveChanged.emit(self.client.config)
+
+    @asyncSlot()
+    async def _on_adaptive(self) -> None:
+        self._show_itl_target()
+        await self.client.set_itl_target(self.itl_target.value() if self.adaptive.isChecked() else None)
+        self.sigLiveChanged.emit(self.client.config)
+
+    def _show_itl_target(self) -> None:
+        self.itl_target.setEnabled(self.adaptive.isChecked())
+        self.itl_target_label.setText(f"{self.itl_target.value()} ms" if self.adaptive.isChecked() else "off")

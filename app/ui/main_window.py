@@ -29,6 +29,7 @@ from app.client import EngineClient
 
 from .chat_pane import ChatPane
 from .chat_store import Chat, ChatStore
+from .bench_view import BenchView
 from .engine_panel import EnginePanel
 from .metrics import MetricsStore
 from .plots import PlotsPanel
@@ -76,9 +77,14 @@ class MainWindow(QMainWindow):
         self.plots.setMinimumWidth(320)
         self.engine_panel = EnginePanel(self.client)
         self.engine_panel.sigConfigApplied.connect(self._on_config_applied)
-        self.engine_panel.sigModeChanged.connect(lambda _m: self.settings.set_engine_config(self.client.config))
+        self.engine_panel.sigLiveChanged.connect(self.settings.set_engine_config)
         self.engine_dock = self._dock("Engine", self.engine_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.engine_dock.hide()
+        self.bench_view = BenchView(lambda: self.client.config.model_path)
+        self.bench_dock = self._dock("Benchmark", self.bench_view, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.tabifyDockWidget(self.plots_dock, self.bench_dock)
+        self.plots_dock.raise_()
+        self.bench_dock.hide()
         self._build_toolbar()
         self.status_label = QLabel()
         self.statusBar().addPermanentWidget(self.status_label)
@@ -108,6 +114,7 @@ class MainWindow(QMainWindow):
         bar.addSeparator()
         bar.addAction(self.engine_dock.toggleViewAction())
         bar.addAction(self.plots_dock.toggleViewAction())
+        bar.addAction(self.bench_dock.toggleViewAction())
 
     # -- panes ---------------------------------------------------------------------------------
 
@@ -226,6 +233,7 @@ class MainWindow(QMainWindow):
     async def shutdown(self) -> None:
         """Cancel every reply, save, and close the engine."""
         self._timer.stop()
+        self.bench_view.cancel()
         self.settings.geometry = self.saveGeometry()
         self.settings.pane_ids = [p.key for p in self.panes]
         self.settings.sync()

@@ -74,6 +74,7 @@ class MetricsStore:
         self.panes: dict[str, PaneMetrics] = {}
         self.engine_rate = Ring()
         self.seqs_per_step = Ring()
+        self.batch_limit = Ring()  # sequences allowed to run: the capacity, or the adaptive batch's choice
         self._requests: dict[str, _Tracked] = {}
         self._last_step_t = 0.0
 
@@ -144,6 +145,7 @@ class MetricsStore:
         new = [st for st in recent if st.t_end > self._last_step_t]
         if new:
             self.seqs_per_step.push(now, sum(st.n_seqs for st in new) / len(new))
+            self.batch_limit.push(now, new[-1].batch_limit)
             self._last_step_t = new[-1].t_end
         elif not recent:
             self.seqs_per_step.push(now, 0.0)

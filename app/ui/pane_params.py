@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QIntValidator
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSlider, QWidget
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSlider, QWidget
 
 from .settings import PaneParams
 
@@ -63,6 +63,9 @@ class PaneParamsEditor(QWidget):
         self.system_edit.setFixedHeight(48)
         self.system_edit.textChanged.connect(self._on_system)
         form.addRow("System", self.system_edit)
+        self.high_priority = QCheckBox("High priority (under the priority policy)")
+        self.high_priority.toggled.connect(lambda on: self._update(high_priority=on))
+        form.addRow("", self.high_priority)
         form.addRow("", QPushButton("Copy these settings to all panes", clicked=self.copyToAllRequested.emit))
         self.set_params(params)
 
@@ -83,6 +86,9 @@ class PaneParamsEditor(QWidget):
         self.system_edit.blockSignals(True)
         self.system_edit.setPlainText(params.system_prompt)
         self.system_edit.blockSignals(False)
+        self.high_priority.blockSignals(True)
+        self.high_priority.setChecked(params.high_priority)
+        self.high_priority.blockSignals(False)
         self.paramsChanged.emit(params)
 
     def _slider_row(self, spec: SliderSpec) -> QWidget:

@@ -15,12 +15,14 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGraphicsItem
 
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
 ENGINE_COLOUR = "#333333"
+LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 
 
 class SecondsAgoAxis(pg.AxisItem):
@@ -73,7 +75,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.hit_plot = _plot(self, 2, "KV cache hit rate per pane")
         self.hit_plot.setYRange(0, 1.05, padding=0)
         self.engine_plot = _plot(self, 3, "Engine: generated tokens/s")
-        self.batch_plot = _plot(self, 4, "Engine: sequences per step")
+        self.batch_plot = _plot(self, 4, "Engine: sequences per step — / batch limit - -")
         for plot in (self.rate_plot, self.latency_plot, self.hit_plot, self.engine_plot):
             plot.setXLink(self.batch_plot)
             plot.hideAxis("bottom")  # the bottom plot's axis says it for all
@@ -87,9 +89,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.engine_curves = {
             "rate": pg.PlotCurveItem(pen=engine_pen, skipFiniteCheck=True),
             "batch": pg.PlotCurveItem(pen=engine_pen, skipFiniteCheck=True),
+            "limit": pg.PlotCurveItem(pen=pg.mkPen(LIMIT_COLOUR, width=1, style=Qt.PenStyle.DashLine), skipFiniteCheck=True),
         }
         self.engine_plot.addItem(self.engine_curves["rate"])
         self.batch_plot.addItem(self.engine_curves["batch"])
+        self.batch_plot.addItem(self.engine_curves["limit"])
         self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot}
         # a point per request, every pane's in one scatter item per plot (one item paints far
         # cheaper than eight), each point in its pane's colour
@@ -140,6 +144,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._show_points(name)
         self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now)
         self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now)
+        self._feed(self.engine_curves["limit"], self.metrics.batch_limit, now)
         for plot in (self.rate_plot, self.latency_plot, self.engine_plot, self.batch_plot):
             self._fit_y(plot)
         right = now - self._t0

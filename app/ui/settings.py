@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from app.engine.params import EngineConfig, OverflowPolicy, SamplingParams, ServingMode
+from app.engine.params import EngineConfig, OverflowPolicy, Policy, Priority, SamplingParams, ServingMode
 
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
@@ -29,6 +29,11 @@ class PaneParams:
     max_tokens: int = SamplingParams.max_tokens
     seed: int | None = SamplingParams.seed
     system_prompt: str = ""
+    high_priority: bool = False  # served first under the priority policy
+
+    @property
+    def priority(self) -> Priority:
+        return Priority.HIGH if self.high_priority else Priority.NORMAL
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -121,6 +126,8 @@ class AppSettings:
                 n_threads=self._get("n_threads", base.n_threads, int),
                 mode=ServingMode(self._get("mode", base.mode.value, str)),
                 overflow=OverflowPolicy(self._get("overflow", base.overflow.value, str)),
+                policy=Policy(self._get("policy", base.policy.value, str)),
+                itl_target_ms=self._get("itl_target_ms", 0.0, float) or None,
             )
         finally:
             self.q.endGroup()
@@ -131,6 +138,8 @@ class AppSettings:
             self.q.setValue(key, getattr(config, key))
         self.q.setValue("mode", config.mode.value)
         self.q.setValue("overflow", config.overflow.value)
+        self.q.setValue("policy", config.policy.value)
+        self.q.setValue("itl_target_ms", config.itl_target_ms or 0.0)  # 0: a fixed batch
         self.q.endGroup()
 
     def sync(self) -> None:
@@ -144,4 +153,4 @@ def _stored(name: str, value):
 
 def _kind(name: str) -> type:
     """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
-    return {"top_k": int, "max_tokens": int, "seed": int, "system_prompt": str}.get(name, float)
+    return {"top_k": int, "max_tokens": int, "seed": int, "system_prompt": str, "high_priority": bool}.get(name, float)

@@ -1,0 +1,205 @@
+"""The in-app benchmark: the batching guide's comparison on the loaded model, as a bar chart and a table.
+
+Every row is one `run_bench` (the code behind `python -m app bench --guide`): its own engine on
+the same model file, so the chat engine's cells are left alone. Chatting meanwhile takes CPU from
+the benchmark and skews its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import math
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+from app.bench import BenchSettings, guide_rows, run_bench
+
+SYSTEM_PROMPT_FILE = Path(__file__).resolve().parents[2] / "resources" / "bench" / "library-system-prompt.txt"
+COLUMNS = (
+    ("configuration", "Configuration", "{}"),
+    ("parallel", "Parallel", "{}"),
+    ("agg_tok_s", "Throughput tok/s", "{:.1f}"),
+    ("avg_latency_ms", "Avg latency ms", "{:.0f}"),
+    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
+    ("kv_hit_rate", "KV hit", "{:.0%}"),
+    ("cpu_util", "CPU util", "{:.0%}"),
+)
+BAR_COLOUR = "#3b7dd8"
+
+
+class BenchView(QWidget):
+    """Run / Cancel, a progress bar, the chart and the table; Export writes PNG and CSV."""
+
+    sigFinished = Signal(str)  # "done", "cancelled" or the error
+
+    def __init__(self, model_path, parent=None):
+        super().__init__(parent)
+        self._model_path = model_path  # a callable: the model loaded now
+        self._task: asyncio.Task | None = None
+        self.runs: list[dict] = []
+        layout = QVBoxLayout(self)
+        layout.addLayout(self._settings_form())
+        layout.addLayout(self._controls())
+        self.chart = pg.PlotWidget(background="w", title="Throughput (generated tokens/s)")
+        self.chart.setMouseEnabled(x=False, y=False)
+        self.chart.hideButtons()
+        self.chart.setMinimumHeight(180)
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BAR_COLOUR)
+        self.chart.addItem(self.bars)
+        layout.addWidget(self.chart, 1)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels([title for _, title, _ in COLUMNS])
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().hide()
+        layout.addWidget(self.table, 1)
+
+    def _settings_form(self) -> QFormLayout:
+        form = QFormLayout()
+        self.parallel_counts = QLineEdit("4, 8, 16")
+        self.parallel_counts.setToolTip("The first count is also run without KV reuse")
+        self.max_tokens = QSpinBox(minimum=4, maximum=1024, value=64)
+        self.turns = QSpinBox(minimum=1, maximum=8, value=2)
+        self.shared_system = QCheckBox("a shared 231-token system prompt", checked=True)
+        form.addRow("Parallel counts", self.parallel_counts)
+        form.addRow("Tokens a reply", self.max_tokens)
+        form.addRow("Turns a chat", self.turns)
+        form.addRow("", self.shared_system)
+        return form
+
+    def _controls(self) -> QHBoxLayout:
+        row = QHBoxLayout()
+        self.run_button = QPushButton("Run", clicked=self.start)
+        self.cancel_button = QPushButton("Cancel", clicked=self.cancel, enabled=False)
+        self.export_button = QPushButton("Export PNG + CSV…", clicked=self._on_export, enabled=False)
+        self.progress = QProgressBar()
+        self.status = QLabel()
+        for widget in (self.run_button, self.cancel_button, self.export_button):
+            row.addWidget(widget)
+        row.addWidget(self.progress, 1)
+        row.addWidget(self.status)
+        return row
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def rows(self) -> list[BenchSettings]:
+        counts = [int(x) for x in self.parallel_counts.text().replace(",", " ").split()]
+        if not counts or min(counts) < 2:
+            raise ValueError("parallel counts: two or more, e.g. 4, 8, 16")
+        system = SYSTEM_PROMPT_FILE.read_text(encoding="utf-8").strip() if self.shared_system.isChecked() else None
+        base = BenchSettings(
+            model_path=self._model_path(),
+            max_tokens=self.max_tokens.value(),
+            ignore_eos=True,  # every configuration generates the same number of tokens
+            turns=self.turns.value(),
+            system=system,
+        )
+        return guide_rows(base, counts)
+
+    @property
+    def is_running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        try:
+            rows = self.rows()
+        except ValueError as e:
+            self.status.setText(str(e))
+            return
+        self._clear()
+        self._set_running(True)
+        self._task = asyncio.ensure_future(self._run(rows))
+        self._task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            outcome = "cancelled"
+        elif task.exception() is not None:  # a model that fails to load, a request that fails: say why
+            outcome = f"failed: {task.exception()}"
+        else:
+            outcome = "done"
+        self._set_running(False)
+        self.status.setText(outcome)
+        self.sigFinished.emit(outcome)
+
+    async def _run(self, rows: list[BenchSettings]) -> None:
+        for index, settings in enumerate(rows):
+            requests = settings.parallel * settings.turns
+            done = 0
+
+            def on_request(_line: str, index=index, requests=requests) -> None:
+                nonlocal done
+                done += 1
+                self.progress.setValue(round(100 * (index + done / requests) / len(rows)))
+
+            self.status.setText(f"{settings.label}, {settings.parallel} parallel…")
+            self._add_run(await run_bench(settings, on_request))
+        self.progress.setValue(100)
+
+    def cancel(self) -> None:
+        if self.is_running:
+            self._task.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        self.export_button.setEnabled(not running and bool(self.runs))
+
+    # -- showing ----------------------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self.runs = []
+        self.table.setRowCount(0)
+        self.bars.setOpts(x=[], height=[])
+        self.progress.setValue(0)
+
+    def _add_run(self, run: dict) -> None:
+        self.runs.append(run)
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        for col, (key, _, fmt) in enumerate(COLUMNS):
+            value = run[key]
+            text = "-" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
+            self.table.setItem(row, col, QTableWidgetItem(text))
+        heights = [r["agg_tok_s"] for r in self.runs]
+        self.bars.setOpts(x=list(range(len(heights))), height=heights)
+        labels = [(i, f"{r['configuration']}\n{r['parallel']} parallel") for i, r in enumerate(self.runs)]
+        self.chart.getAxis("bottom").setTicks([labels])
+        self.chart.setXRange(-0.5, len(heights) - 0.5)
+        self.chart.setYRange(0, max(heights) * 1.1)
+
+    # -- export -----------------------------------------------------------------------------------
+
+    def _on_export(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export the benchmark", "benchmark.png", "PNG (*.png)")
+        if path:
+            self.export(Path(path))
+
+    def export(self, png: Path) -> tuple[Path, Path]:
+        """The chart and table as a PNG, the figures as CSV beside it (same name, .csv)."""
+        png = png.with_suffix(".png")
+        self.grab().save(str(png))
+        csv_path = png.with_suffix(".csv")
+        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow([key for key, _, _ in COLUMNS])
+            for run in self.runs:
+                writer.writerow([run[key] for key, _, _ in COLUMNS])
+        return png, csv_path

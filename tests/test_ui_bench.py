@@ -1,0 +1,111 @@
+"""The in-app benchmark view and the engine panel's scheduling controls, on the real model."""
+
+from __future__ import annotations
+
+import csv
+import threading
+
+from app.engine.params import Policy, Priority
+from app.ui.bench_view import BenchView
+
+from ui_fixtures import QUICK, set_params, until
+
+
+def tiny(view: BenchView) -> None:
+    view.parallel_counts.setText("2")
+    view.max_tokens.setValue(6)
+    view.turns.setValue(1)
+    view.shared_system.setChecked(False)
+
+
+def engine_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "llama-engine")
+
+
+def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run_window, tmp_path):
+    async def scenario(window):
+        window.bench_dock.show()
+        view = window.bench_view
+        tiny(view)
+        outcomes = []
+        view.sigFinished.connect(outcomes.append)
+        view.run_button.click()
+        assert view.is_running and view.cancel_button.isEnabled()
+        await until(lambda: outcomes, timeout=120, what="the sweep")
+        return view, outcomes, view.export(tmp_path / "bench.png")
+
+    view, outcomes, (png, csv_path) = run_window(scenario, panes=1)
+    assert outcomes == ["done"] and view.progress.value() == 100
+    # the guide's rows: one sequence, then 2 parallel without and with KV reuse
+    configurations = [(r["configuration"], r["parallel"]) for r in view.runs]
+    assert configurations == [("one sequence", 1), ("batched, no KV reuse", 2), ("batched + KV reuse", 2)]
+    assert all(r["gen_tokens"] == 6 * r["parallel"] for r in view.runs)
+    assert view.table.rowCount() == 3
+    heights = list(view.bars.opts["height"])
+    assert heights == [r["agg_tok_s"] for r in view.runs] and min(heights) > 0
+    assert png.stat().st_size > 5000
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["agg_tok_s"]) for r in rows] == heights
+
+
+def test_cancel_stops_the_benchmark_and_leaves_no_engine_behind(run_window):
+    async def scenario(window):
+        view = window.bench_view
+        tiny(view)
+        view.max_tokens.setValue(400)
+        before = engine_threads()
+        outcomes = []
+        view.sigFinished.connect(outcomes.append)
+        view.run_button.click()
+        await until(lambda: engine_threads() > before, what="the benchmark's engine")
+        view.cancel_button.click()
+        await until(lambda: outcomes, timeout=30, what="the cancel")
+        await until(lambda: engine_threads() == before, timeout=30, what="the engine to close")
+        return view, outcomes
+
+    view, outcomes = run_window(scenario, panes=1)
+    assert outcomes == ["cancelled"] and view.run_button.isEnabled()
+    assert len(view.runs) < 3
+
+
+def test_scheduling_controls_reach_the_engine_live(run_window):
+    async def scenario(window):
+        panel = window.engine_panel
+        panel.policy.setCurrentIndex(panel.policy.findData(Policy.SHORTEST_FIRST.value))
+        await until(lambda: window.client.config.policy is Policy.SHORTEST_FIRST, what="the policy")
+        panel.adaptive.setChecked(True)
+        panel.itl_target.setValue(120)
+        await until(lambda: window.client.config.itl_target_ms == 120, what="the target")
+        engine = await window.client.call(lambda e: (e.scheduler.policy, e.scheduler.limits.itl_target_s))
+        stored = window.settings.engine_config(window.client.config.model_path)
+        panel.adaptive.setChecked(False)
+        await until(lambda: window.client.config.itl_target_ms is None, what="a fixed batch")
+        limits = await window.client.call(lambda e: e.scheduler.limits)
+        return engine, stored, limits, panel.itl_target_label.text()
+
+    engine, stored, limits, label = run_window(scenario, panes=1)
+    assert engine == (Policy.SHORTEST_FIRST, 0.120)
+    assert (stored.policy, stored.itl_target_ms) == (Policy.SHORTEST_FIRST, 120)
+    assert limits is None and label == "off"
+
+
+def test_a_high_priority_pane_sends_high_priority_requests(run_window):
+    async def scenario(window):
+        set_params(window, QUICK)
+        high, normal = window.panes
+        high.params_editor.high_priority.setChecked(True)
+        seen = []
+        original = window.client.generate
+
+        def spy(*args, **kwargs):
+            seen.append(kwargs["priority"])
+            return original(*args, **kwargs)
+
+        window.client.generate = spy
+        high.send("Hi")
+        normal.send("Hi")
+        await until(lambda: not high.is_busy and not normal.is_busy, what="both replies")
+        return seen
+
+    assert run_window(scenario, panes=2) == [Priority.HIGH, Priority.NORMAL]
