@@ -62,6 +62,7 @@ class BenchView(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumHeight(180)
+        self.chart.getAxis("bottom").setHeight(40)  # two lines a label: configuration, parallel count
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BAR_COLOUR)
         self.chart.addItem(self.bars)
         layout.addWidget(self.chart, 1)
