@@ -52,33 +52,55 @@ def chat_html(messages: list[dict[str, str]]) -> str:
 
 
 class Transcript(QTextBrowser):
-    """Read-only view of one chat; `begin_reply` + `append_reply` stream without re-rendering."""
+    """Read-only view of one chat. It renders only what is new: turns added since the last render are
+    appended, the reply streams in as plain text, and at its end only that reply is re-rendered.
+    Re-rendering whole chats would stall the window when eight replies end in the same tick."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenExternalLinks(True)
         self.document().setDocumentMargin(6)
         self._reply_format = QTextCharFormat()
+        self._reply_format.setFontWeight(QFont.Weight.Normal)
+        self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
+        self._reply_start = -1  # where the streaming reply's heading begins, or -1
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
-        self.setHtml(chat_html(messages))
+        """Show `messages`: appending what is new when the document already shows the ones before."""
+        if self._reply_start >= 0:  # the streamed reply gives way to its rendered form
+            cursor = self._end()
+            cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            self._reply_start = -1
+        turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
+        n = len(self._shown)
+        if self._shown and turns[:n] == self._shown:
+            if turns[n:]:
+                self._end().insertHtml("".join(message_html(*t) for t in turns[n:]))
+        else:
+            self.setHtml(chat_html(messages))
+        self._shown = turns
         self._scroll_to_end()
 
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
-        """Render the chat plus an empty assistant turn that streamed text is appended to."""
-        self.setHtml(chat_html(messages) + '<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
-        self._reply_format = QTextCharFormat()
-        self._reply_format.setFontWeight(QFont.Weight.Normal)
+        """Show the chat plus an empty assistant turn that streamed text is appended to."""
+        self.show_messages(messages)
+        cursor = self._end()
+        self._reply_start = cursor.position()
+        cursor.insertHtml('<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
-        cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text, self._reply_format)
+        self._end().insertText(text, self._reply_format)
         if at_bottom:  # follow the stream unless the user scrolled up to read
             self._scroll_to_end()
+
+    def _end(self) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        return cursor
 
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
