@@ -63,6 +63,7 @@ class PaneParamsEditor(QWidget):
         self.system_edit.setFixedHeight(48)
         self.system_edit.textChanged.connect(self._on_system)
         form.addRow("System", self.system_edit)
+        self.endpoint_edits = self._endpoint_rows(form)
         form.addRow("", QPushButton("Copy these settings to all panes", clicked=self.copyToAllRequested.emit))
         self.set_params(params)
 
@@ -83,7 +84,21 @@ class PaneParamsEditor(QWidget):
         self.system_edit.blockSignals(True)
         self.system_edit.setPlainText(params.system_prompt)
         self.system_edit.blockSignals(False)
+        for name, edit in self.endpoint_edits.items():
+            edit.setText(getattr(params, name))
         self.paramsChanged.emit(params)
+
+    def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
+        edits = {
+            "remote_url": QLineEdit(placeholderText="local engine, or e.g. http://host:8080/v1"),
+            "remote_model": QLineEdit(placeholderText="model name (the server's default if empty)"),
+            "remote_api_key": QLineEdit(placeholderText="API key (optional)"),
+        }
+        edits["remote_api_key"].setEchoMode(QLineEdit.EchoMode.Password)
+        for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
+            edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
+            form.addRow(label, edit)
+        return edits
 
     def _slider_row(self, spec: SliderSpec) -> QWidget:
         slider = QSlider(Qt.Orientation.Horizontal)
