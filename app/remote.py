@@ -98,8 +98,7 @@ class RemoteClient:
     # -- the request ---------------------------------------------------------------------------
 
     async def _stream(self, request_id, messages, params, reply: _Reply) -> AsyncIterator[str]:
-        url = self.endpoint.api_url + "/chat/completions"
-        async with self._open_session().post(url, json=self._body(messages, params), headers=self._headers()) as response:
+        async with await self._post(self._body(messages, params)) as response:
             self._responses[request_id] = response
             if request_id in self._cancelled:
                 return
@@ -118,6 +117,16 @@ class RemoteClient:
                     yield piece
         if reply.reason is None and request_id not in self._cancelled:
             raise RemoteError("the stream ended without a final chunk")
+
+    async def _post(self, body: dict) -> aiohttp.ClientResponse:
+        url = self.endpoint.api_url + "/chat/completions"
+        try:
+            return await self._open_session().post(url, json=body, headers=self._headers())
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise
+            # a kept-alive connection the server had closed meanwhile: once more, on a new one
+            return await self._open_session().post(url, json=body, headers=self._headers())
 
     def _open_session(self) -> aiohttp.ClientSession:
         if self._session is None:

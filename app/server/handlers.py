@@ -74,6 +74,14 @@ async def _last(stream) -> FinishEvent:
 async def _stream(request, shape: Shape, job: Job, first, stream) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
+    try:
+        await _send_events(response, shape, job, first, stream)
+    except ConnectionResetError:
+        pass  # the client left: the caller closes the stream, which cancels the request
+    return response
+
+
+async def _send_events(response, shape: Shape, job: Job, first, stream) -> None:
     nulls = {"usage": None} if job.include_usage else {}
     if shape.is_chat:
         await _send(response, shape.chunk(None, first=True, **nulls))
@@ -93,7 +101,6 @@ async def _stream(request, shape: Shape, job: Job, first, stream) -> web.StreamR
             break
         event = await anext(stream)
     await response.write_eof()
-    return response
 
 
 async def _send(response: web.StreamResponse, obj: dict) -> None:

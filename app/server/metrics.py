@@ -34,42 +34,41 @@ class ServedTotals:
 
 
 def prometheus_text(engine, totals: ServedTotals) -> str:
-    s = engine.snapshot
-    steps = _recent_steps(engine)
-    rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
     lines: list[str] = []
-    gauge = _writer(lines, "gauge")
-    counter = _writer(lines, "counter")
-    gauge("generation_tokens_per_second", "tokens generated per second over the last 10 s", sum(st.n_decode for st in steps) / RATE_WINDOW_S)
-    gauge("prompt_tokens_per_second", "prompt tokens read per second over the last 10 s", sum(st.n_prefill_tokens for st in steps) / RATE_WINDOW_S)
-    gauge("sequences_per_step", "mean sequences in one decode step over the last 10 s", _mean([st.n_seqs for st in steps]))
-    gauge("kv_cache_hit_rate", "cached / (cached + evaluated) prompt tokens, all requests", 0.0 if math.isnan(rate) else rate)
-    gauge("kv_cells_used", "KV cells holding tokens", s.cells_used)
-    gauge("kv_cells_free", "KV cells free", s.cells_total - s.cells_used)
-    gauge("kv_cells_total", "KV cells in the pool", s.cells_total)
-    gauge("slots_used", "sequence slots holding a conversation", s.slots_used)
-    gauge("slots_total", "sequence slots (parallel capacity)", s.slots_total)
-    gauge("requests_running", "requests being decoded", s.running)
-    gauge("requests_waiting", "requests waiting for a slot or cells", s.waiting)
-    counter("decode_steps_total", "decode steps run", s.steps)
-    counter("generated_tokens_total", "tokens generated", s.generated_tokens)
-    counter("prompt_tokens_total", "prompt tokens of finished requests", totals.prompt_tokens)
-    counter("prompt_tokens_cached_total", "prompt tokens reused from the KV cache", totals.cached_tokens)
-    counter("prompt_tokens_evaluated_total", "prompt tokens computed", totals.evaluated_tokens)
-    counter("evictions_total", "idle conversations evicted from the KV cache", s.evictions)
-    counter("preemptions_total", "running requests preempted for room", s.preemptions)
-    lines.append(f"# HELP {PREFIX}requests_total requests finished, by reason")
-    lines.append(f"# TYPE {PREFIX}requests_total counter")
+    for kind, name, help_text, value in _figures(engine, totals):
+        lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value:g}"]
+    lines += [f"# HELP {PREFIX}requests_total requests finished, by reason", f"# TYPE {PREFIX}requests_total counter"]
     for reason, count in sorted(totals.requests.items()):
         lines.append(f'{PREFIX}requests_total{{reason="{reason}"}} {count}')
     return "\n".join(lines) + "\n"
 
 
-def _writer(lines: list[str], kind: str):
-    def write(name: str, help_text: str, value: float) -> None:
-        lines.extend([f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value:g}"])
-
-    return write
+def _figures(engine, totals: ServedTotals) -> list[tuple[str, str, str, float]]:
+    """(kind, name, help, value) of every single-valued metric."""
+    s = engine.snapshot
+    steps = _recent_steps(engine)
+    rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
+    window = f"over the last {RATE_WINDOW_S:g} s"
+    return [
+        ("gauge", "generation_tokens_per_second", f"tokens generated per second {window}", sum(st.n_decode for st in steps) / RATE_WINDOW_S),
+        ("gauge", "prompt_tokens_per_second", f"prompt tokens read per second {window}", sum(st.n_prefill_tokens for st in steps) / RATE_WINDOW_S),
+        ("gauge", "sequences_per_step", f"mean sequences in one decode step {window}", _mean([st.n_seqs for st in steps])),
+        ("gauge", "kv_cache_hit_rate", "cached / (cached + evaluated) prompt tokens, all requests", 0.0 if math.isnan(rate) else rate),
+        ("gauge", "kv_cells_used", "KV cells holding tokens", s.cells_used),
+        ("gauge", "kv_cells_free", "KV cells free", s.cells_total - s.cells_used),
+        ("gauge", "kv_cells_total", "KV cells in the pool", s.cells_total),
+        ("gauge", "slots_used", "sequence slots holding a conversation", s.slots_used),
+        ("gauge", "slots_total", "sequence slots (parallel capacity)", s.slots_total),
+        ("gauge", "requests_running", "requests being decoded", s.running),
+        ("gauge", "requests_waiting", "requests waiting for a slot or cells", s.waiting),
+        ("counter", "decode_steps_total", "decode steps run", s.steps),
+        ("counter", "generated_tokens_total", "tokens generated", s.generated_tokens),
+        ("counter", "prompt_tokens_total", "prompt tokens of finished requests", totals.prompt_tokens),
+        ("counter", "prompt_tokens_cached_total", "prompt tokens reused from the KV cache", totals.cached_tokens),
+        ("counter", "prompt_tokens_evaluated_total", "prompt tokens computed", totals.evaluated_tokens),
+        ("counter", "evictions_total", "idle conversations evicted from the KV cache", s.evictions),
+        ("counter", "preemptions_total", "running requests preempted for room", s.preemptions),
+    ]
 
 
 def _recent_steps(engine) -> list:
