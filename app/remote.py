@@ -120,18 +120,16 @@ class RemoteClient:
 
     async def _post(self, body: dict) -> aiohttp.ClientResponse:
         url = self.endpoint.api_url + "/chat/completions"
-        try:
-            return await self._open_session().post(url, json=body, headers=self._headers())
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-            if isinstance(e, aiohttp.ClientConnectorError):
-                raise
-            # a kept-alive connection the server had closed meanwhile: once more, on a new one
-            return await self._open_session().post(url, json=body, headers=self._headers())
+        return await self._open_session().post(url, json=body, headers=self._headers())
 
     def _open_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             t = self.endpoint.timeout_s
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=t, sock_read=t))
+            # a connection per reply: a kept-alive one the server closed meanwhile fails mid-request
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t, sock_read=t),
+            )
         return self._session
 
     def _headers(self) -> dict[str, str]:
