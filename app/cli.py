@@ -1,4 +1,4 @@
-"""Command line: `python -m app` opens the window; `python -m app bench ...` runs the benchmark."""
+"""Command line: `python -m app` opens the window; `bench ...` runs the benchmark; `serve ...` the API."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from .engine.errors import ModelLoadError
 from .engine.params import Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
+API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
 
 
 def _int_list(text: str) -> list[int]:
@@ -69,7 +71,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
+    _add_serve_parser(sub)
     return parser
+
+
+def _add_serve_parser(sub) -> None:
+    serve = sub.add_parser("serve", help="serve the engine over the OpenAI-compatible HTTP API")
+    serve.add_argument("--model", dest="serve_model", metavar="PATH", help="GGUF model file")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"require this key (default: ${API_KEY_ENV})")
+    serve.add_argument("--alias", help="the model name clients see (default: the file name)")
+    serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
+    serve.add_argument("--ctx", type=_positive, default=8192, help="KV cells shared by all sequences")
+    serve.add_argument("--batch", type=_positive, default=512, help="token budget of a decode step")
+    serve.add_argument("--threads", type=_positive)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "bench":
             return _bench(args)
+        if args.command == "serve":
+            return _serve(args)
         from .ui.main import run_app  # Qt is loaded only for the window
 
         return run_app(args)
@@ -130,6 +148,20 @@ def _bench(args) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"runs": _without_nan(runs)}, f, indent=1)
     return 0
+
+
+def _serve(args) -> int:
+    from .default_model import default_model_path
+    from .engine.backend import check_gguf_file
+    from .engine.params import EngineConfig
+    from .server.run import serve
+
+    model = args.serve_model or default_model_path()
+    check_gguf_file(model)
+    config = EngineConfig(model_path=model, n_ctx=args.ctx, n_batch=max(args.batch, args.parallel), capacity=args.parallel)
+    if args.threads:
+        config = config.with_(n_threads=args.threads)
+    return asyncio.run(serve(config, args.host, args.port, args.api_key, args.alias))
 
 
 def _print_perf_lines(run: dict) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from app.engine.adaptive import MIN_PREFILL, AdaptiveBatch
-from app.engine.events import FinishEvent
 from app.engine.kv_cache import KVCacheManager
 from app.engine.params import GREEDY, Policy, Priority
 from app.engine.scheduler import Scheduler

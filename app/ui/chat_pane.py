@@ -1,4 +1,5 @@
-"""One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine.
+"""One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine
+or from a remote OpenAI-compatible endpoint.
 
 Streamed text is buffered and appended by a 40 ms timer, so eight streaming panes cost the GUI a
 few small updates per tick rather than one per token.
@@ -10,6 +11,7 @@ import asyncio
 import math
 import time
 from contextlib import aclosing
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.client import EngineClient, new_request_id
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import SamplingParams
+from app.remote import RemoteClient
 
 from .chat_store import NOTICE, Chat, export_chat
 from .metrics import MetricsStore
@@ -64,6 +67,8 @@ class ChatPane(QFrame):
         self.metrics.add_pane(chat.chat_id)
         self._task: asyncio.Task | None = None
         self._request_id: str | None = None
+        self._remote: RemoteClient | None = None  # this pane's connection to its endpoint, if it has one
+        self._source: EngineClient | RemoteClient = client  # where the running reply comes from
         self._received: list[str] = []  # the reply so far
         self._flushed = 0  # how many of those the transcript shows
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
@@ -83,8 +88,9 @@ class ChatPane(QFrame):
         layout.addLayout(self._header())
         self.params_editor = PaneParamsEditor(params)
         self.params_editor.setVisible(False)
-        self.params_editor.paramsChanged.connect(lambda _p: self.sigParamsChanged.emit(self))
+        self.params_editor.paramsChanged.connect(self._on_params_changed)
         self.params_editor.copyToAllRequested.connect(lambda: self.sigCopySettings.emit(self))
+        self._show_name(params)
         layout.addWidget(self.params_editor)
         self.transcript = Transcript()
         layout.addWidget(self.transcript, 1)
@@ -100,7 +106,7 @@ class ChatPane(QFrame):
         swatch = QLabel()
         swatch.setFixedSize(12, 12)
         swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
-        self.name_label = QLabel(f"<b>{self.chat.name}</b>")
+        self.name_label = QLabel()
         self.readout = QLabel()
         self.readout.setStyleSheet("color: #555; font-size: 11px;")
         self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # narrow panes clip it
@@ -136,6 +142,16 @@ class ChatPane(QFrame):
     def params_editor_visible(self, visible: bool) -> None:
         self.params_editor.setVisible(visible)
 
+    def _on_params_changed(self, params: PaneParams) -> None:
+        self._show_name(params)
+        self.sigParamsChanged.emit(self)
+
+    def _show_name(self, params: PaneParams) -> None:
+        """The pane's name, and the host it chats with when that is not the local engine."""
+        endpoint = params.endpoint()
+        where = f" → {urlsplit(endpoint.api_url).netloc or endpoint.api_url}" if endpoint else ""
+        self.name_label.setText(f"<b>{self.chat.name}</b>{where}")
+
     # -- state ---------------------------------------------------------------------------------
 
     @property
@@ -170,7 +186,7 @@ class ChatPane(QFrame):
 
     def stop(self) -> None:
         if self.is_busy and self._request_id:
-            self.client.cancel(self._request_id)
+            self._source.cancel(self._request_id)
 
     def regenerate(self) -> None:
         if not self.is_busy and self.chat.drop_last_reply() is not None:
@@ -191,6 +207,9 @@ class ChatPane(QFrame):
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._remote is not None:
+            await self._remote.close()
+            self._remote = None
 
     def _on_send(self) -> None:
         if self.send(self.input.toPlainText()):
@@ -216,17 +235,29 @@ class ChatPane(QFrame):
         final: FinishEvent | None = None
         try:
             params = self.sampling_override or self.params.sampling()
-            stream = self.client.generate(
-                messages, params, conversation_id=self.key, request_id=request_id, priority=self.params.priority
-            )
+            source = self._source = self._source_for(self.params)
+            local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
+            stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
             async with aclosing(stream):  # leaving early closes the stream, which cancels the request
                 async for event in stream:
+                    if source is not self.client:  # the engine's listener feeds the plots only its own events
+                        self.metrics.on_events([event])
                     if isinstance(event, TokenEvent):
                         self._received.append(event.text)
                     else:
                         final = event
         finally:
             self._end_reply(final)
+
+    def _source_for(self, params: PaneParams) -> EngineClient | RemoteClient:
+        endpoint = params.endpoint()
+        if endpoint is None:
+            return self.client
+        if self._remote is None or self._remote.endpoint != endpoint:
+            if self._remote is not None:
+                asyncio.ensure_future(self._remote.close())
+            self._remote = RemoteClient(endpoint)
+        return self._remote
 
     def _flush(self) -> None:
         if self._flushed < len(self._received):

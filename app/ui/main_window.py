@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.client import EngineClient
+from app.server.server import ApiServer
 
 from .chat_pane import ChatPane
 from .chat_store import Chat, ChatStore
@@ -33,10 +34,13 @@ from .bench_view import BenchView
 from .engine_panel import EnginePanel
 from .metrics import MetricsStore
 from .plots import PlotsPanel
+from .serve_control import ServeControl
 from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
+API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
+API_COLOUR = "#555555"
 
 
 def grid_columns(n: int) -> int:
@@ -51,6 +55,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.client, self.store, self.settings = client, store, settings
         self.metrics = MetricsStore()
+        self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []
         self._closing = False
         self._closed = False
@@ -115,6 +120,21 @@ class MainWindow(QMainWindow):
         bar.addAction(self.engine_dock.toggleViewAction())
         bar.addAction(self.plots_dock.toggleViewAction())
         bar.addAction(self.bench_dock.toggleViewAction())
+        bar.addSeparator()
+        self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
+        self.serve_control.sigServing.connect(self._on_serving)
+        bar.addWidget(self.serve_control)
+
+    def _on_serving(self, serving: bool) -> None:
+        """Requests from outside get their own curves while the server runs."""
+        if serving:
+            self.settings.serve_address = self.serve_control.address_edit.text()
+            self.settings.serve_api_key = self.serve_control.key_edit.text()
+            self.metrics.add_pane(API_KEY)
+            self.plots.add_pane(API_KEY, API_COLOUR)
+        else:
+            self.plots.remove_pane(API_KEY)
+            self.metrics.remove_pane(API_KEY)
 
     # -- panes ---------------------------------------------------------------------------------
 
@@ -237,6 +257,7 @@ class MainWindow(QMainWindow):
         self.settings.geometry = self.saveGeometry()
         self.settings.pane_ids = [p.key for p in self.panes]
         self.settings.sync()
+        await self.serve_control.stop()
         await asyncio.gather(*(pane.shutdown() for pane in self.panes))
         self.client.remove_listener(self.metrics.on_events)
         await self.client.close()

@@ -66,6 +66,7 @@ class PaneParamsEditor(QWidget):
         self.high_priority = QCheckBox("High priority (under the priority policy)")
         self.high_priority.toggled.connect(lambda on: self._update(high_priority=on))
         form.addRow("", self.high_priority)
+        self.endpoint_edits = self._endpoint_rows(form)
         form.addRow("", QPushButton("Copy these settings to all panes", clicked=self.copyToAllRequested.emit))
         self.set_params(params)
 
@@ -89,7 +90,21 @@ class PaneParamsEditor(QWidget):
         self.high_priority.blockSignals(True)
         self.high_priority.setChecked(params.high_priority)
         self.high_priority.blockSignals(False)
+        for name, edit in self.endpoint_edits.items():
+            edit.setText(getattr(params, name))
         self.paramsChanged.emit(params)
+
+    def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
+        edits = {
+            "remote_url": QLineEdit(placeholderText="local engine, or e.g. http://host:8080/v1"),
+            "remote_model": QLineEdit(placeholderText="model name (the server's default if empty)"),
+            "remote_api_key": QLineEdit(placeholderText="API key (optional)"),
+        }
+        edits["remote_api_key"].setEchoMode(QLineEdit.EchoMode.Password)
+        for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
+            edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
+            form.addRow(label, edit)
+        return edits
 
     def _slider_row(self, spec: SliderSpec) -> QWidget:
         slider = QSlider(Qt.Orientation.Horizontal)

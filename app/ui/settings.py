@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from app.engine.params import EngineConfig, OverflowPolicy, Policy, Priority, SamplingParams, ServingMode
+from app.remote import Endpoint
 
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
@@ -19,7 +20,7 @@ MAX_PANES = 8
 
 @dataclass(frozen=True)
 class PaneParams:
-    """A pane's sliders: how its next request samples, and its system prompt (engine defaults)."""
+    """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL)."""
 
     temperature: float = SamplingParams.temperature
     top_p: float = SamplingParams.top_p
@@ -30,10 +31,19 @@ class PaneParams:
     seed: int | None = SamplingParams.seed
     system_prompt: str = ""
     high_priority: bool = False  # served first under the priority policy
+    remote_url: str = ""  # empty: the local engine
+    remote_model: str = ""
+    remote_api_key: str = ""
 
     @property
     def priority(self) -> Priority:
         return Priority.HIGH if self.high_priority else Priority.NORMAL
+
+    def endpoint(self) -> Endpoint | None:
+        """The remote endpoint this pane chats with; None for the local engine."""
+        if not self.remote_url.strip():
+            return None
+        return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip())
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -94,6 +104,24 @@ class AppSettings:
     def pane_ids(self, ids: list[str]) -> None:
         self.q.setValue("window/pane_ids", ",".join(ids))
 
+    # -- the API server ------------------------------------------------------------------------
+
+    @property
+    def serve_address(self) -> str:
+        return self._get("serve/address", "127.0.0.1:8080", str)
+
+    @serve_address.setter
+    def serve_address(self, value: str) -> None:
+        self.q.setValue("serve/address", value)
+
+    @property
+    def serve_api_key(self) -> str:
+        return self._get("serve/api_key", "", str)
+
+    @serve_api_key.setter
+    def serve_api_key(self, value: str) -> None:
+        self.q.setValue("serve/api_key", value)
+
     # -- panes ---------------------------------------------------------------------------------
 
     def pane_params(self, chat_id: str) -> PaneParams:
@@ -153,4 +181,9 @@ def _stored(name: str, value):
 
 def _kind(name: str) -> type:
     """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
-    return {"top_k": int, "max_tokens": int, "seed": int, "system_prompt": str, "high_priority": bool}.get(name, float)
+    if name == "high_priority":
+        return bool
+    return int if name in ("top_k", "max_tokens", "seed") else str if name in _TEXT_FIELDS else float
+
+
+_TEXT_FIELDS = ("system_prompt", "remote_url", "remote_model", "remote_api_key")

@@ -1,0 +1,200 @@
+"""What a client sends: an OpenAI-style request body checked and turned into one engine job.
+
+Fields other servers accept are honoured where they mean something here; unknown ones are ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from app.engine.params import SamplingParams
+
+# a token is never this many characters on average: a longer text cannot fit, without tokenizing it
+MAX_CHARS_PER_TOKEN = 64
+MAX_STOP_STRINGS = 16
+MAX_INT = 2**31 - 1
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+class BadRequest(Exception):
+    """The request cannot be served as sent: HTTP 400 with this message."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request for the engine: a chat (`messages`) or a plain completion (`prompt`)."""
+
+    params: SamplingParams
+    messages: tuple[dict[str, str], ...] | None = None
+    prompt: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+    conversation_id: str | None = None
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"the body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def parse_chat(body: dict, n_ctx: int) -> Job:
+    raw = _get(body, "messages", list, None)
+    if not raw:
+        raise BadRequest("'messages' must be a non-empty list", "messages")
+    messages = tuple(_message(m, i) for i, m in enumerate(raw))
+    _check_size(sum(len(m["content"]) for m in messages), n_ctx, "messages")
+    return Job(sampling(body), messages=messages, conversation_id=_conversation_of(messages), **_streaming(body))
+
+
+def parse_completion(body: dict, n_ctx: int) -> Job:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]  # a batch of one
+    if not isinstance(prompt, str):
+        raise BadRequest("'prompt' must be a string (or a list holding one string)", "prompt")
+    _check_size(len(prompt), n_ctx, "prompt")
+    return Job(sampling(body), prompt=prompt, **_streaming(body))
+
+
+def sampling(body: dict) -> SamplingParams:
+    base = SamplingParams()
+    if _get(body, "n", int, 1) != 1:
+        raise BadRequest("only n=1 is supported", "n")
+    max_tokens = _first(body, ("max_completion_tokens", "max_tokens", "n_predict"), base.max_tokens)
+    if max_tokens == -1:  # llama-server's "until the context is full"
+        max_tokens = MAX_INT
+    return SamplingParams(
+        temperature=_number(body, "temperature", base.temperature, 0.0, 2.0),
+        top_p=_number(body, "top_p", base.top_p, 0.0, 1.0),
+        top_k=_integer(body, "top_k", base.top_k, 0, MAX_INT),
+        min_p=_number(body, "min_p", base.min_p, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", base.repeat_penalty, 0.0, 10.0),
+        repeat_last_n=_integer(body, "repeat_last_n", base.repeat_last_n, 0, 65536),
+        seed=_seed(body),
+        max_tokens=_check_range("max_tokens", max_tokens, 1, MAX_INT),
+        stop=_stop(body),
+        ignore_eos=_get(body, "ignore_eos", bool, False),
+    )
+
+
+# -- fields ------------------------------------------------------------------------------------
+
+
+def _streaming(body: dict) -> dict:
+    options = _get(body, "stream_options", dict, None) or {}
+    include = options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise BadRequest("'stream_options.include_usage' must be a boolean", "stream_options")
+    _get(body, "cache_prompt", bool, True)  # caching is always on; only its type is checked
+    return {"stream": _get(body, "stream", bool, False), "include_usage": include}
+
+
+def _message(item, index: int) -> dict[str, str]:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        raise BadRequest(f"{where} must be an object with 'role' and 'content'", where)
+    role = ROLES.get(item.get("role"))
+    if role is None:
+        raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {item.get('role')!r}", where)
+    return {"role": role, "content": _content(item.get("content"), where)}
+
+
+def _content(content, where: str) -> str:
+    """A string, null (an assistant turn with no text) or a list of text parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        if any(p.get("type") != "text" or not isinstance(p.get("text"), str) for p in content):
+            raise BadRequest(f"{where}.content: only text parts are supported", where)
+        return "".join(p["text"] for p in content)
+    raise BadRequest(f"{where}.content must be a string or a list of text parts", where)
+
+
+def _conversation_of(messages) -> str:
+    """Turns of one chat share their opening: it keeps them on the same KV slot between requests."""
+    opening = []
+    for m in messages:
+        opening.append(m)
+        if m["role"] == "user":
+            break
+    digest = hashlib.sha1(json.dumps(opening, sort_keys=True).encode()).hexdigest()
+    return f"api-{digest[:16]}"
+
+
+def _check_size(n_chars: int, n_ctx: int, param: str) -> None:
+    if n_chars > n_ctx * MAX_CHARS_PER_TOKEN:
+        raise BadRequest(f"the prompt has {n_chars} characters, far more than the context of {n_ctx} tokens holds", param)
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise BadRequest("'stop' must be a non-empty string or a list of them", "stop")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise BadRequest(f"at most {MAX_STOP_STRINGS} stop strings", "stop")
+    return tuple(stops)
+
+
+def _seed(body: dict) -> int | None:
+    seed = _get(body, "seed", int, None)
+    return None if seed is None or seed == -1 else seed & 0xFFFFFFFF
+
+
+def _first(body: dict, names, default):
+    for name in names:
+        if body.get(name) is not None:
+            return _get(body, name, int, default)
+    return default
+
+
+def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+    value = _get(body, name, float, default)
+    return _check_range(name, value, lo, hi)
+
+
+def _integer(body: dict, name: str, default: int, lo: int, hi: int) -> int:
+    return _check_range(name, _get(body, name, int, default), lo, hi)
+
+
+def _check_range(name: str, value, lo, hi):
+    if not lo <= value <= hi:
+        raise BadRequest(f"'{name}' must be between {lo} and {hi}; got {value}", name)
+    return value
+
+
+def _get(body: dict, name: str, kind: type, default):
+    """body[name] as `kind` (null or absent: default); a wrong type is a BadRequest."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise BadRequest(f"'{name}' must be {_TYPE_NAMES[kind]}; got {json.dumps(value)[:40]}", name)
+    if kind is float and not math.isfinite(value):
+        raise BadRequest(f"'{name}' must be a finite number", name)
+    return value
+
+
+_TYPE_NAMES = {float: "a number", int: "an integer", bool: "a boolean", list: "a list", dict: "an object", str: "a string"}

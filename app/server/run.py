@@ -1,0 +1,38 @@
+"""`python -m app serve`: the engine and the API server on one asyncio loop until Ctrl+C or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from app.client import EngineClient
+from app.engine.params import EngineConfig
+
+from .server import ApiServer
+
+
+async def serve(config: EngineConfig, host: str, port: int, api_key: str | None, alias: str | None) -> int:
+    client = EngineClient(config)
+    await client.start()  # a bad model raises ModelLoadError: the command line prints it
+    server = ApiServer(client, api_key, alias)
+    try:
+        try:
+            url = await server.start(host, port)
+        except OSError as e:
+            print(f"error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {config.n_ctx} KV cells)", flush=True)
+        await _until_signal()
+    finally:
+        await server.stop()
+        await client.close()
+    return 0
+
+
+async def _until_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

@@ -1,0 +1,95 @@
+"""The window over HTTP: a pane chatting with a second `serve` process, a dead endpoint, the serve switch."""
+
+from __future__ import annotations
+
+import math
+
+import aiohttp
+import pytest
+
+from app.server.spawn import free_port, running, serve_command
+from app.ui.main_window import API_KEY
+from app.ui.settings import AppSettings, PaneParams, open_qsettings
+
+from ui_fixtures import QUICK, set_params, start_long_reply, until
+
+
+@pytest.fixture(scope="module")
+def second_serve():
+    port = free_port()
+    with running(serve_command(port, "--threads", "1", "--ctx", "2048", "--parallel", "2"), port) as url:
+        yield url
+
+
+def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serve):
+    async def scenario(window):
+        local, remote = window.panes
+        set_params(window, QUICK)
+        remote.params_editor.set_params(QUICK.with_(remote_url=second_serve))
+        steps_before = window.client.engine.snapshot.steps
+        remote.send("What is the capital of France?")
+        await until(lambda: not remote.is_busy, what="the remote reply")
+        assert window.client.engine.snapshot.steps == steps_before, "the local engine served the remote pane"
+        assert [m["role"] for m in remote.chat.messages] == ["user", "assistant"]
+        remote.send("And of Italy?")
+        await until(lambda: not remote.is_busy, what="the second remote reply")
+        m = window.metrics.panes[remote.key]
+        assert m.ttft_s > 0 and m.kv_hit_rate > 0.3  # from the server's cached_tokens
+        assert len(m.ttft) == 2 and len(m.kv_hit) == 2  # the plots got their points
+        assert "127.0.0.1" in remote.name_label.text()
+        await start_long_reply(window, remote, "Tell me a long story.")
+        remote.stop()
+        await until(lambda: not remote.is_busy, what="the stop")
+        assert remote.chat.messages[-1]["content"] == "stopped"
+        local.send("Hi")
+        await until(lambda: not local.is_busy, what="the local reply")
+        assert local.chat.messages[-1]["role"] == "assistant"
+
+    run_window(scenario, panes=2)
+
+
+def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_window):
+    async def scenario(window):
+        local, remote = window.panes
+        set_params(window, QUICK)
+        remote.params_editor.set_params(QUICK.with_(remote_url=f"http://127.0.0.1:{free_port()}/v1"))
+        remote.send("Hello?")
+        local.send("Hi")
+        await until(lambda: window.is_idle, what="both panes")
+        assert remote.chat.messages[-1]["content"].startswith("not answered: cannot reach http://127.0.0.1:")
+        assert remote.input.toPlainText() == "Hello?"  # the refused message is given back
+        assert local.chat.messages[-1]["role"] == "assistant"
+
+    run_window(scenario, panes=2)
+
+
+def test_serve_switch_shares_the_engine_and_plots_api_requests(run_window):
+    async def scenario(window):
+        control = window.serve_control
+        control.address_edit.setText(f"127.0.0.1:{free_port()}")
+        control.toggle.setChecked(True)
+        await until(lambda: window.api_server.is_serving, what="the server")
+        assert API_KEY in window.plots.pane_curves
+        set_params(window, QUICK)
+        window.panes[0].send("Tell me about cats.")
+        async with aiohttp.ClientSession() as http:
+            body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0}
+            async with http.post(f"{window.api_server.url}/v1/chat/completions", json=body) as r:
+                assert r.status == 200 and (await r.json())["choices"][0]["message"]["content"]
+        assert not math.isnan(window.metrics.panes[API_KEY].ttft_s)
+        await until(lambda: window.is_idle)
+        control.toggle.setChecked(False)
+        await until(lambda: not window.api_server.is_serving, what="the server to stop")
+        assert API_KEY not in window.plots.pane_curves and API_KEY not in window.metrics.panes
+
+    run_window(scenario, panes=1)
+
+
+def test_a_pane_endpoint_is_saved_with_its_settings(home, qapp):
+    settings = AppSettings(open_qsettings())
+    params = PaneParams(remote_url="http://example.test:8000/v1", remote_model="m", remote_api_key="secret")
+    settings.set_pane_params("p1", params)
+    settings.sync()
+    assert AppSettings(open_qsettings()).pane_params("p1") == params
+    assert params.endpoint().api_url == "http://example.test:8000/v1"
+    assert PaneParams().endpoint() is None
