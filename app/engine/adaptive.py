@@ -1,22 +1,27 @@
 """Adaptive batch size: keep the inter-token latency under a target, with as much batching as that allows.
 
 A generating stream gets one token a step, so its inter-token latency is the step time. The
-controller watches the steps it measures and turns two knobs: how many sequences run (and so
-decode) together, judged by the steps that only decode; and how many prompt tokens a step may
-read beside them, judged by the steps that mix both. Slow steps shrink a knob at once (the user
-feels them); fast steps grow it a little at a time. A step with nobody generating has no
-latency to protect and reads prompts at full width.
+controller watches the steps it measures and turns two knobs. How many sequences run (and so
+decode) together is judged by the steps that only decode: when they get slow, it is cut in
+proportion; when one more stream would still fit, it grows by one. How many prompt tokens a step
+may read beside the streams is judged by the token gaps of the recent steps: the target is a p95,
+so a few slow steps that read a big chunk are fine, but when more than SLOW_SHARE of the gaps are
+over it, the chunk shrinks, and it grows back while nearly none are. A step with nobody
+generating has no latency to protect and reads prompts at full width.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from .stats import StepStats, percentile
 
-AIM = 0.85  # of the target: the latency a stream sees also holds the gaps between steps
-GROW_BELOW = 0.7  # grow a knob only while its steps stay under this share of the aim
+AIM = 0.9  # of the target: the latency a stream sees also holds the gaps between steps
+SLOW_SHARE = 0.03  # of the recent token gaps may be over the aim (the target is a p95, with margin)
+WINDOW_GAPS = 400  # the recent token gaps the chunk is judged by
+JUDGE_AFTER_S = 5.0  # or, with few streams, the gaps of this long since the chunk last changed
 MIN_PREFILL = 4  # prompt tokens a mixed step may always read, so a prompt is never stuck
 UPDATE_EVERY_S = 0.5
 
@@ -36,10 +41,11 @@ class AdaptiveBatch:
         self._clock = clock
         self._update_every_s = update_every_s
         self.max_running = capacity
-        self.prefill_budget = max(MIN_PREFILL, n_batch // 8)
-        self._decode_only: list[StepStats] = []
-        self._mixed: list[StepStats] = []
-        self._last_update = clock()
+        self.prefill_budget = n_batch
+        self._decode_only: list[StepStats] = []  # since the last update
+        self._recent: deque[StepStats] = deque()  # steps that generated, since the chunk last changed
+        self._recent_gaps = 0
+        self._last_update = self._last_change = clock()
 
     def token_budget(self, decoding: int) -> int:
         """Tokens the next step may take when `decoding` sequences generate."""
@@ -48,10 +54,13 @@ class AdaptiveBatch:
         return min(self.n_batch, decoding + self.prefill_budget)
 
     def observe(self, step: StepStats) -> None:
-        if step.n_decode and step.n_prefill_tokens:
-            self._mixed.append(step)
-        elif step.n_decode:
-            self._decode_only.append(step)
+        if step.n_decode:
+            if not step.n_prefill_tokens:
+                self._decode_only.append(step)
+            self._recent.append(step)
+            self._recent_gaps += step.n_decode
+            while self._recent_gaps - self._recent[0].n_decode >= WINDOW_GAPS:
+                self._recent_gaps -= self._recent.popleft().n_decode
         now = self._clock()
         if now - self._last_update >= self._update_every_s:
             self._update(now)
@@ -60,10 +69,15 @@ class AdaptiveBatch:
         aim = AIM * self.itl_target_s
         if self._decode_only:
             self.max_running = self._tuned_running(self._decode_only, aim)
-        if self._mixed:
-            self.prefill_budget = self._tuned_prefill(self._mixed, aim)
-        self._decode_only.clear()
-        self._mixed.clear()
+            self._decode_only.clear()
+        judge = self._recent_gaps >= WINDOW_GAPS or (self._recent_gaps and now - self._last_change >= JUDGE_AFTER_S)
+        if judge:
+            budget = self._tuned_prefill(aim)
+            if budget != self.prefill_budget:
+                self.prefill_budget = budget
+                self._recent.clear()  # judge the new chunk by its own steps
+                self._recent_gaps = 0
+                self._last_change = now
         self._last_update = now
 
     def _tuned_running(self, steps: list[StepStats], aim: float) -> int:
@@ -76,10 +90,11 @@ class AdaptiveBatch:
             return min(self.capacity, self.max_running + 1)
         return self.max_running
 
-    def _tuned_prefill(self, steps: list[StepStats], aim: float) -> int:
-        slow = percentile([s.step_s for s in steps], 90)
-        if slow > aim:
+    def _tuned_prefill(self, aim: float) -> int:
+        slow_gaps = sum(s.n_decode for s in self._recent if s.step_s > aim)
+        share = slow_gaps / self._recent_gaps
+        if share > SLOW_SHARE:
             return max(MIN_PREFILL, int(self.prefill_budget * 0.6))
-        if slow < GROW_BELOW * aim:
+        if share < SLOW_SHARE / 3:
             return min(self.n_batch, int(self.prefill_budget * 1.25) + MIN_PREFILL)
         return self.prefill_budget
