@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from .client import EngineClient
 from .engine.events import FinishEvent
-from .engine.params import EngineConfig, Policy, SamplingParams, ServingMode
+from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.stats import hit_rate, percentile
 
 SHORT_PROMPT_TOKENS = 256  # the split of the mixed-load figures: short questions vs long documents
@@ -52,6 +52,7 @@ FOLLOW_UPS = [
 class Conversation:
     system: str | None
     turns: list[str]
+    priority: Priority = Priority.NORMAL  # served first under the priority policy
 
 
 @dataclass
@@ -103,7 +104,8 @@ def builtin_conversations(count: int, turns: int, system: str | None) -> list[Co
 
 
 def load_prompts(path: str) -> list[Conversation]:
-    """JSON lines, one conversation a line: {"system": "...", "turns": ["first", "second", ...]}."""
+    """JSON lines, one conversation a line: {"system": "...", "turns": ["first", "second", ...]},
+    optionally with "priority": "high"."""
     conversations = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -112,11 +114,12 @@ def load_prompts(path: str) -> list[Conversation]:
             try:
                 item = json.loads(line)
                 turns = [str(t) for t in item["turns"]]
+                priority = Priority[str(item.get("priority", "normal")).upper()]
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{path}:{number}: expected {{\"system\": ..., \"turns\": [...]}}: {e}") from e
             if not turns:
                 raise ValueError(f"{path}:{number}: a conversation needs at least one turn")
-            conversations.append(Conversation(item.get("system"), turns))
+            conversations.append(Conversation(item.get("system"), turns, priority))
     if not conversations:
         raise ValueError(f"{path}: no conversations")
     return conversations
@@ -126,7 +129,7 @@ def conversations_for(s: BenchSettings) -> list[Conversation]:
     if not s.prompts:
         return builtin_conversations(s.parallel, s.turns, s.system)
     if s.system is not None:
-        return [Conversation(c.system or s.system, c.turns) for c in s.prompts]
+        return [Conversation(c.system or s.system, c.turns, c.priority) for c in s.prompts]
     return s.prompts
 
 
@@ -188,21 +191,22 @@ async def _run_lane(client, lane_index, conversations, parallel, params, progres
         messages = [{"role": "system", "content": conv.system}] if conv.system else []
         for turn, text in enumerate(conv.turns):
             messages.append({"role": "user", "content": text})
-            final = await client.complete(messages, params, conversation_id=f"bench-{conv_index}")
+            final = await client.complete(messages, params, conversation_id=f"bench-{conv_index}", priority=conv.priority)
             if final.error:
                 raise RuntimeError(f"conversation {conv_index}, turn {turn}: {final.error}")
             messages.append({"role": "assistant", "content": final.text})
-            records.append(_request_record(conv_index, turn, final))
+            records.append(_request_record(conv_index, turn, conv.priority, final))
             if progress:
                 progress(f"conversation {conv_index} turn {turn}: {final.stats.gen_tokens} tokens")
     return records
 
 
-def _request_record(conversation: int, turn: int, final: FinishEvent) -> dict:
+def _request_record(conversation: int, turn: int, priority: Priority, final: FinishEvent) -> dict:
     st = final.stats
     return {
         "conversation": conversation,
         "turn": turn,
+        "priority": priority.name.lower(),
         "prompt_tokens": st.prompt_tokens,
         "cached_tokens": st.cached_tokens,
         "evaluated_tokens": st.evaluated_tokens,
@@ -228,6 +232,7 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
     by_turn = [[r for r in records if r["turn"] == t] for t in range(n_turns)]
     itl_all = [r["itl_mean_s"] for r in records if not math.isnan(r["itl_mean_s"])]
     gaps = [gap for r in records for gap in r["itl"]]
+    high = [r["ttft_s"] for r in records if r["priority"] == "high"]
     short = [r["ttft_s"] for r in records if r["prompt_tokens"] <= SHORT_PROMPT_TOKENS]
     long = [r["ttft_s"] for r in records if r["prompt_tokens"] > SHORT_PROMPT_TOKENS]
     return {
@@ -252,6 +257,7 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "itl_p95_s": percentile(gaps, 95),
         "ttft_p95_short_s": percentile(short, 95),
         "ttft_p95_long_s": percentile(long, 95),
+        "ttft_p50_high_priority_s": percentile(high, 50),
         "avg_latency_ms": 1000 * statistics.fmean(itl_all) if itl_all else math.nan,
         "prompt_tokens": sum(r["prompt_tokens"] for r in records),
         "cached_tokens": cached,

@@ -220,3 +220,19 @@ def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_requ
     assert all(f.stats.gen_tokens == 32 for f in finals)
     assert steps[0].batch_limit == 8 and steps[-1].batch_limit == 1  # it narrowed to one stream at a time
     assert max(s.n_seqs for s in steps[-20:]) == 1  # and the last requests ran alone
+
+
+def test_bench_prompts_can_mark_conversations_high_priority(model_path, tmp_path):
+    from app.bench import BenchSettings, load_prompts, run_bench
+
+    path = tmp_path / "load.jsonl"
+    path.write_text('{"turns": ["Hi!"], "priority": "high"}\n{"turns": ["Hello!"]}\n', encoding="utf-8")
+    prompts = load_prompts(str(path))
+    assert [c.priority for c in prompts] == [Priority.HIGH, Priority.NORMAL]
+    settings = BenchSettings(model_path, parallel=2, max_tokens=4, ignore_eos=True, prompts=prompts, policy=Policy.PRIORITY, n_threads=2)
+    result = run(run_bench(settings))
+    assert sorted((r["conversation"], r["priority"]) for r in result["requests"]) == [(0, "high"), (1, "normal")]
+    assert result["policy"] == "priority" and result["ttft_p50_high_priority_s"] > 0
+    path.write_text('{"turns": ["Hi!"], "priority": "urgent"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="load.jsonl:1"):
+        load_prompts(str(path))
