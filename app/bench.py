@@ -69,7 +69,7 @@ class BenchSettings:
     system: str | None = None
     n_threads: int | None = None
     n_ctx: int | None = None  # None: enough for every conversation to keep its cells
-    n_batch: int = 512
+    n_batch: int = EngineConfig.n_batch
     prompts: list[Conversation] | None = None
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the adaptive batch keeps the latency under it

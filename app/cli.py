@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from .engine.errors import ModelLoadError
-from .engine.params import Policy, ServingMode
+from .engine.params import EngineConfig, Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=42)
     bench.add_argument("--threads", type=_positive)
     bench.add_argument("--ctx", type=_positive, help="KV cells shared by all sequences (default: enough for all)")
-    bench.add_argument("--batch", type=_positive, default=512, help="token budget of a decode step")
+    bench.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
     bench.add_argument("--no-kv-reuse", action="store_true", help="recompute every prompt from scratch")
@@ -84,7 +84,7 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--alias", help="the model name clients see (default: the file name)")
     serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
     serve.add_argument("--ctx", type=_positive, default=8192, help="KV cells shared by all sequences")
-    serve.add_argument("--batch", type=_positive, default=512, help="token budget of a decode step")
+    serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     serve.add_argument("--threads", type=_positive)
 
 

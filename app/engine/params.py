@@ -62,7 +62,9 @@ def default_threads() -> int:
 class EngineConfig:
     model_path: str
     n_ctx: int = 8192  # KV cells shared by all sequences
-    n_batch: int = 512  # token budget of one decode step
+    # token budget of one decode step: on a CPU a 512-token step freezes every stream for seconds;
+    # 128 reads prompts as fast (measured) and lets streams and first tokens through sooner
+    n_batch: int = 128
     capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
     n_threads: int = field(default_factory=default_threads)
     mode: ServingMode = ServingMode.BATCHED
