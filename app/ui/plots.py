@@ -81,6 +81,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             plot.hideAxis("bottom")  # the bottom plot's axis says it for all
         self.batch_plot.setLabel("bottom", "seconds ago")
         self._t0 = time.monotonic()
+        self._x_right = -math.inf  # the right edge of the x range, in seconds since the panel opened
         self._fed: dict[int, int] = {}  # id(curve) -> ring.pushes when it was last fed
         self._extent: dict[int, tuple[float, float]] = {}  # id(curve) -> (min, max) of what it shows
         self._y_range: dict[int, tuple[float, float]] = {}
@@ -147,8 +148,14 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._feed(self.engine_curves["limit"], self.metrics.batch_limit, now)
         for plot in (self.rate_plot, self.latency_plot, self.engine_plot, self.batch_plot):
             self._fit_y(plot)
-        right = now - self._t0
-        self.batch_plot.setXRange(right - WINDOW_S, right, padding=0)
+        self._slide_to(now - self._t0)
+
+    def _slide_to(self, right: float) -> None:
+        """Move the shared x range in whole seconds: sliding the five linked views is the dearest
+        part of a tick, and once a second looks as live as ten times."""
+        if right > self._x_right:
+            self._x_right = math.ceil(right)
+            self.batch_plot.setXRange(self._x_right - WINDOW_S, self._x_right, padding=0)
 
     def _fit_y(self, plot: pg.PlotItem) -> None:
         """Set y to a round range around the items' points, only when that range changes."""
