@@ -13,7 +13,7 @@ import time
 from contextlib import aclosing
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -38,8 +38,6 @@ from .pane_params import PaneParamsEditor
 from .settings import PaneParams
 from .transcript import Transcript
 
-FLUSH_MS = 40
-
 
 class MessageEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line."""
@@ -60,6 +58,7 @@ class ChatPane(QFrame):
     sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
+    sigBusyChanged = Signal(bool)  # a reply started (True) or ended: the window flushes streaming text
 
     def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
         super().__init__(parent)
@@ -72,7 +71,6 @@ class ChatPane(QFrame):
         self._received: list[str] = []  # the reply so far
         self._flushed = 0  # how many of those the transcript shows
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
-        self._flush_timer = QTimer(self, interval=FLUSH_MS, timeout=self._flush)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
         self.setStyleSheet(f"#chatPane {{ border: 1px solid #c8c8c8; border-top: 3px solid {colour}; }}")
@@ -259,7 +257,8 @@ class ChatPane(QFrame):
             self._remote = RemoteClient(endpoint)
         return self._remote
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Show the text received since the last flush (the window calls this for every pane at once)."""
         if self._flushed < len(self._received):
             self.transcript.append_reply("".join(self._received[self._flushed :]))
             self._flushed = len(self._received)
@@ -293,10 +292,7 @@ class ChatPane(QFrame):
         self.chat.add(NOTICE, f"not answered: {error}")
 
     def _set_busy(self, busy: bool) -> None:
-        if busy:
-            self._flush_timer.start()
-        else:
-            self._flush_timer.stop()
         self.stop_button.setEnabled(busy)
         for b in (self.send_button, self.regenerate_button):
             b.setEnabled(not busy)
+        self.sigBusyChanged.emit(busy)

@@ -39,6 +39,7 @@ from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
+FLUSH_MS = 40  # streamed text is shown in batches, 25 times a second at most
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
 
@@ -60,6 +61,9 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._closed = False
         client.add_listener(self.metrics.on_events)
+        # one timer shows every pane's new text, so streaming panes are painted in one pass
+        self._flush_timer = QTimer(self, interval=FLUSH_MS, timeout=self._flush_panes)
+        self._streaming: set[ChatPane] = set()
         self.setWindowTitle("Batch playground")
         self._build()
         self._restore(pane_count)
@@ -160,6 +164,7 @@ class MainWindow(QMainWindow):
         colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
         pane = ChatPane(chat, self.settings.pane_params(chat.chat_id), colour, self.client, self.metrics)
         pane.sigChatChanged.connect(self.store.save)
+        pane.sigBusyChanged.connect(lambda busy, pane=pane: self._on_busy_changed(pane, busy))
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
         pane.sigCloseRequested.connect(self.close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
@@ -225,6 +230,19 @@ class MainWindow(QMainWindow):
         return not any(p.is_busy for p in self.panes)
 
     # -- the 10 Hz tick ------------------------------------------------------------------------
+
+    def _flush_panes(self) -> None:
+        for pane in self._streaming:
+            pane.flush()
+
+    def _on_busy_changed(self, pane: ChatPane, busy: bool) -> None:
+        if busy:
+            self._streaming.add(pane)
+            self._flush_timer.start()
+        else:
+            self._streaming.discard(pane)
+            if not self._streaming:
+                self._flush_timer.stop()
 
     def tick(self) -> None:
         engine = self.client.engine
