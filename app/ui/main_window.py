@@ -40,6 +40,7 @@ from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown in batches, 25 times a second at most
+READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
 
@@ -67,6 +68,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("Batch playground")
         self._build()
         self._restore(pane_count)
+        self._ticks = 0
         self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
         self._timer.start()
 
@@ -251,6 +253,11 @@ class MainWindow(QMainWindow):
         self.metrics.sample(now, steps)
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
+        self._ticks += 1
+        if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
+            self._refresh_readouts(engine)
+
+    def _refresh_readouts(self, engine) -> None:
         for pane in self.panes:
             pane.refresh_readout()
         if engine is not None:
