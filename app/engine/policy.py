@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from .params import Policy
 from .sequence import Sequence, SequenceStatus
 
-
 Order = Callable[[list[Sequence], Iterable[Sequence]], list[Sequence]]
 
 # waiting prompts within this factor of the oldest waiting prompt's length are read together
