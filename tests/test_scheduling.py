@@ -118,7 +118,7 @@ class FakeClock:
 
 
 def step(n_decode: int, n_prefill: int, step_s: float) -> StepStats:
-    return StepStats(0.0, n_decode + n_prefill, n_decode, n_decode, n_prefill, step_s, step_s, 8, 512)
+    return StepStats(0.0, n_decode + n_prefill, n_decode, n_decode, n_prefill, step_s, step_s, 8)
 
 
 def feed(controller: AdaptiveBatch, clock: FakeClock, make_step, seconds: float = 0.6, rate_hz: int = 10) -> None:

@@ -33,13 +33,11 @@ class AdaptiveBatch:
         capacity: int,
         n_batch: int,
         clock: Callable[[], float] = time.monotonic,
-        update_every_s: float = UPDATE_EVERY_S,
     ):
         self.itl_target_s = itl_target_s
         self.capacity = capacity
         self.n_batch = n_batch
         self._clock = clock
-        self._update_every_s = update_every_s
         self.max_running = capacity
         self.prefill_budget = n_batch
         self._decode_only: list[StepStats] = []  # since the last update
@@ -62,7 +60,7 @@ class AdaptiveBatch:
             while self._recent_gaps - self._recent[0].n_decode >= WINDOW_GAPS:
                 self._recent_gaps -= self._recent.popleft().n_decode
         now = self._clock()
-        if now - self._last_update >= self._update_every_s:
+        if now - self._last_update >= UPDATE_EVERY_S:
             self._update(now)
 
     def _update(self, now: float) -> None:

@@ -228,7 +228,6 @@ class Engine:
             step_s=time.perf_counter() - t0,
             decode_s=t2 - t1,
             batch_limit=scheduler.batch_limit,
-            token_budget=scheduler.step_budget,
         )
         self.steps.append(step)
         if scheduler.limits is not None:

@@ -28,7 +28,6 @@ class Scheduler:
         self.max_running = max_running  # 1 when serving sequentially
         self.policy = policy
         self.limits: AdaptiveBatch | None = None  # set when the batch size adapts to a latency target
-        self.step_budget = n_batch  # tokens the last plan was allowed
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
@@ -63,10 +62,8 @@ class Scheduler:
 
     def schedule(self, _depth: int = 0) -> Plan:
         plan: Plan = []
-        self._room_for_decodes()
-        decoding = sum(1 for s in self.running if s.is_decoding)
+        decoding = self._room_for_decodes()
         budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
-        self.step_budget = budget
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
         for seq in service_order(self.policy, self.running, self.waiting):
@@ -91,13 +88,15 @@ class Scheduler:
             return self.schedule(_depth + 1)
         return plan
 
-    def _room_for_decodes(self) -> None:
+    def _room_for_decodes(self) -> int:
+        """Make sure every generating sequence has a cell for its next token; return how many there are."""
         decoding = [s for s in self.running if s.is_decoding]
         while decoding and not self.kv.make_room(len(decoding)):
             victim = preemption_victim(self.policy, self.running)
             self._preempt(victim)
             if victim in decoding:
                 decoding.remove(victim)
+        return len(decoding)
 
     def _admit(self, seq: Sequence, budget: int, reserved: int) -> tuple[int, bool]:
         """Admit a waiting sequence and plan its first chunk: (tokens planned, whether to go on admitting)."""

@@ -90,7 +90,6 @@ class StepStats:
     step_s: float  # schedule + decode + sample
     decode_s: float  # llama_decode alone
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
-    token_budget: int  # tokens the step was allowed
 
 
 @dataclass(frozen=True)

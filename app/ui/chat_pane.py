@@ -1,8 +1,8 @@
 """One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine
 or from a remote OpenAI-compatible endpoint.
 
-Streamed text is buffered and appended by a 40 ms timer, so eight streaming panes cost the GUI a
-few small updates per tick rather than one per token.
+Streamed text is buffered here and shown when the window's 40 ms timer calls `flush` on every
+streaming pane at once, so eight panes cost the GUI one paint pass a tick rather than one per token.
 """
 
 from __future__ import annotations
