@@ -39,10 +39,15 @@ class Ring:
         return self._count
 
     def view(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._count < len(self._t):
-            return self._t[: self._count], self._v[: self._count]
-        order = np.r_[self._next : len(self._t), 0 : self._next]
-        return self._t[order], self._v[order]
+        return self.last(self._count)
+
+    def last(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The newest n points (at most all of them), oldest first."""
+        n = min(n, self._count)
+        if n <= self._next:
+            return self._t[self._next - n : self._next], self._v[self._next - n : self._next]
+        wrap = n - self._next  # this many come from the end of the buffer
+        return np.r_[self._t[-wrap:], self._t[: self._next]], np.r_[self._v[-wrap:], self._v[: self._next]]
 
 
 @dataclass

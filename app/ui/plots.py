@@ -16,36 +16,93 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem
 
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
+SLIDE_MARGIN_S = 2.0  # a body holds this much left of the window, so the line enters from the edge
 ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 
 
-class LiveCurve(pg.PlotCurveItem):
-    """A curve whose bounding box is worked out once per setData, from its data and a padding of
-    a few pixels. pyqtgraph's own runs NaN-aware scans and pixel maths on every paint: measured,
-    a third of a plot tick with eighteen curves."""
+class Polyline(QGraphicsItem):
+    """A line through points in data coordinates with a cosmetic pen, and a bounding box worked out
+    once per `set_points`. pyqtgraph's curve item spends more time in Python per setData and per
+    paint (NaN-aware bounds, pixel maths, path caching) than Qt spends drawing a few hundred points."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, pen: QPen):
+        super().__init__()
+        self._pen = pen
+        self._line = QPolygonF()
         self._box = QRectF()
+        self._x = self._y = np.empty(0)
 
     def set_points(self, x: np.ndarray, y: np.ndarray, pixel: tuple[float, float]) -> None:
-        """setData, with the size of a pixel in data units (the pen must stay inside the box)."""
-        self.setData(x, y)
+        """Show (x, y); `pixel` is a pixel's size in data units (the pen must stay inside the box)."""
+        self.prepareGeometryChange()  # repaints the old box and the new one
+        self._x, self._y = x, y
         if not len(x):
-            self._box = QRectF()
+            self._line, self._box = QPolygonF(), QRectF()
             return
+        self._line = pg.functions.arrayToQPolygonF(x, y)
         px, py = 3 * abs(pixel[0]), 3 * abs(pixel[1])
         x0, x1, y0, y1 = float(x[0]), float(x[-1]), float(y.min()), float(y.max())
         self._box = QRectF(x0 - px, y0 - py, x1 - x0 + 2 * px, y1 - y0 + 2 * py)
 
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._x, self._y
+
     def boundingRect(self) -> QRectF:
         return self._box
+
+    def paint(self, painter, option, widget=None) -> None:
+        painter.setPen(self._pen)
+        painter.drawPolyline(self._line)
+
+
+class LiveSeries:
+    """One line of a live plot, drawn as two curves: the body, redrawn only when the x range slides
+    (once a second), and the tail since then, fed at every tick. Qt repaints the boxes of the items
+    that changed, so a tick repaints a sliver at the right edge instead of the whole plot."""
+
+    def __init__(self, pen):
+        self.body = Polyline(pen)
+        self.tail = Polyline(pen)
+        self.body_pushes = -1  # ring.pushes when the body was fed
+        self.tail_pushes = -1  # ring.pushes when the tail was fed
+        self.body_extent: tuple[float, float] | None = None  # (min, max) of y in the body
+        self.extent: tuple[float, float] | None = None  # (min, max) of y in body and tail
+
+    def add_to(self, plot: pg.PlotItem) -> None:
+        self.view = plot.getViewBox()
+        plot.addItem(self.body)
+        plot.addItem(self.tail)
+
+    def remove_from(self, plot: pg.PlotItem) -> None:
+        plot.removeItem(self.body)
+        plot.removeItem(self.tail)
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every point the series shows, oldest first."""
+        (bx, by), (tx, ty) = self.body.getData(), self.tail.getData()
+        if not len(tx):
+            return bx, by
+        return np.r_[bx[:-1], tx], np.r_[by[:-1], ty]  # the tail starts at the body's last point
+
+    def set_body(self, x: np.ndarray, y: np.ndarray, pushes: int, pixel) -> None:
+        self.body.set_points(x, y, pixel)
+        self.tail.set_points(x[:0], y[:0], pixel)
+        self.body_pushes = self.tail_pushes = pushes
+        self.body_extent = self.extent = (float(y.min()), float(y.max())) if len(y) else None
+
+    def set_tail(self, x: np.ndarray, y: np.ndarray, pushes: int, pixel) -> None:
+        """The points pushed since the body was fed, after the body's last point."""
+        self.tail.set_points(x, y, pixel)
+        self.tail_pushes = pushes
+        low, high = float(y.min()), float(y.max())
+        self.extent = (min(low, self.body_extent[0]), max(high, self.body_extent[1])) if self.body_extent else (low, high)
 
 
 class SecondsAgoAxis(pg.AxisItem):
@@ -105,19 +162,19 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.batch_plot.setLabel("bottom", "seconds ago")
         self._t0 = time.monotonic()
         self._x_right = -math.inf  # the right edge of the x range, in seconds since the panel opened
-        self._fed: dict[int, int] = {}  # id(curve) -> ring.pushes when it was last fed
-        self._extent: dict[int, tuple[float, float]] = {}  # id(curve) -> (min, max) of what it shows
+        self._fed: dict[tuple[str, str], int] = {}  # (point set, pane) -> ring.pushes when last taken
+        self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
         self._y_range: dict[int, tuple[float, float]] = {}
-        self.pane_curves: dict[str, dict[str, pg.PlotCurveItem]] = {}
+        self.pane_curves: dict[str, dict[str, LiveSeries]] = {}
         engine_pen = pg.mkPen(ENGINE_COLOUR, width=1)
         self.engine_curves = {
-            "rate": LiveCurve(pen=engine_pen, skipFiniteCheck=True),
-            "batch": LiveCurve(pen=engine_pen, skipFiniteCheck=True),
-            "limit": LiveCurve(pen=pg.mkPen(LIMIT_COLOUR, width=1, style=Qt.PenStyle.DashLine), skipFiniteCheck=True),
+            "rate": LiveSeries(engine_pen),
+            "batch": LiveSeries(engine_pen),
+            "limit": LiveSeries(pg.mkPen(LIMIT_COLOUR, width=1, style=Qt.PenStyle.DashLine)),
         }
-        self.engine_plot.addItem(self.engine_curves["rate"])
-        self.batch_plot.addItem(self.engine_curves["batch"])
-        self.batch_plot.addItem(self.engine_curves["limit"])
+        self.engine_curves["rate"].add_to(self.engine_plot)
+        self.engine_curves["batch"].add_to(self.batch_plot)
+        self.engine_curves["limit"].add_to(self.batch_plot)
         self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot}
         # a point per request, every pane's in one scatter item per plot (one item paints far
         # cheaper than eight), each point in its pane's colour
@@ -129,22 +186,17 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
 
     def add_pane(self, key: str, colour: str) -> None:
         pen = pg.mkPen(colour, width=1)
-        # bare curve items: a PlotDataItem carries a curve and a scatter plus per-paint bookkeeping
-        self.pane_curves[key] = {
-            "rate": LiveCurve(pen=pen, skipFiniteCheck=True),
-            "itl": LiveCurve(pen=pen, skipFiniteCheck=True),
-        }
-        for name, item in self.pane_curves[key].items():
-            self._plot_of[name].addItem(item)
+        self.pane_curves[key] = {"rate": LiveSeries(pen), "itl": LiveSeries(pen)}
+        for name, series in self.pane_curves[key].items():
+            series.add_to(self._plot_of[name])
         self._brushes[key] = pg.mkBrush(colour)
 
     def remove_pane(self, key: str) -> None:
-        for name, item in self.pane_curves.pop(key, {}).items():
-            self._plot_of[name].removeItem(item)
-            self._fed.pop(id(item), None)
-            self._extent.pop(id(item), None)
+        for name, series in self.pane_curves.pop(key, {}).items():
+            series.remove_from(self._plot_of[name])
         self._brushes.pop(key, None)
         for name, points in self._points.items():
+            self._fed.pop((name, key), None)
             if points.pop(key, None) is not None:
                 self._show_points(name)
 
@@ -153,36 +205,38 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         return self._points[name].get(key, (np.empty(0), np.empty(0)))
 
     def refresh(self, now: float) -> None:
+        # the x range moves in whole seconds: sliding the five linked views is the dearest part of
+        # a tick, and once a second looks as live as ten times. Between slides only tails are fed.
+        right = math.ceil(now - self._t0)
+        sliding = right > self._x_right
         new_points = set()
         for key, curves in self.pane_curves.items():
             m = self.metrics.panes.get(key)
             if m is None:
                 continue
-            self._feed(curves["rate"], m.tok_rate, now)
-            self._feed(curves["itl"], m.itl, now, log_y=True)
+            self._feed(curves["rate"], m.tok_rate, now, sliding)
+            self._feed(curves["itl"], m.itl, now, sliding, log_y=True)
             if self._collect("ttft", key, m.ttft, now, log_y=True):
                 new_points.add("ttft")
             if self._collect("hit", key, m.kv_hit, now):
                 new_points.add("hit")
         for name in new_points:
             self._show_points(name)
-        self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now)
-        self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now)
-        self._feed(self.engine_curves["limit"], self.metrics.batch_limit, now)
-        for plot in (self.rate_plot, self.latency_plot, self.engine_plot, self.batch_plot):
-            self._fit_y(plot)
-        self._slide_to(now - self._t0)
+        self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now, sliding)
+        self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now, sliding)
+        self._feed(self.engine_curves["limit"], self.metrics.batch_limit, now, sliding)
+        self._fit_y(self.rate_plot, [c["rate"].extent for c in self.pane_curves.values()])
+        itl = [c["itl"].extent for c in self.pane_curves.values()]
+        self._fit_y(self.latency_plot, [*itl, self._point_extent.get("ttft")])
+        self._fit_y(self.engine_plot, [self.engine_curves["rate"].extent])
+        self._fit_y(self.batch_plot, [self.engine_curves["batch"].extent, self.engine_curves["limit"].extent])
+        if sliding:
+            self._x_right = right
+            self.batch_plot.setXRange(right - WINDOW_S, right, padding=0)
 
-    def _slide_to(self, right: float) -> None:
-        """Move the shared x range in whole seconds: sliding the five linked views is the dearest
-        part of a tick, and once a second looks as live as ten times."""
-        if right > self._x_right:
-            self._x_right = math.ceil(right)
-            self.batch_plot.setXRange(self._x_right - WINDOW_S, self._x_right, padding=0)
-
-    def _fit_y(self, plot: pg.PlotItem) -> None:
+    def _fit_y(self, plot: pg.PlotItem, extents: list[tuple[float, float] | None]) -> None:
         """Set y to a round range around the items' points, only when that range changes."""
-        extents = [self._extent[id(item)] for item in plot.items if id(item) in self._extent]
+        extents = [e for e in extents if e is not None]
         if not extents:
             return
         low, high = min(e[0] for e in extents), max(e[1] for e in extents)
@@ -194,21 +248,28 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._y_range[id(plot)] = rng
             plot.setYRange(*rng, padding=0.02)
 
-    def _feed(self, item: LiveCurve, ring: Ring, now: float, log_y: bool = False) -> None:
-        """Give a curve its points of the last window (plus a margin), if it has new ones."""
-        if self._fed.get(id(item)) == ring.pushes:
+    def _feed(self, series: LiveSeries, ring: Ring, now: float, sliding: bool, log_y: bool = False) -> None:
+        """Give a series its new points: all of the last window when the range slides (or the first
+        time), else only the tail pushed since the body was fed."""
+        if ring.pushes == series.tail_pushes and not (sliding and series.tail_pushes != series.body_pushes):
             return
-        self._fed[id(item)] = ring.pushes
-        x, y = self._recent(ring, now, log_y)
-        self._note_extent(id(item), x, y, now)
-        item.set_points(x, y, item.getViewBox().viewPixelSize())
+        pixel = series.view.viewPixelSize()
+        if sliding or series.body_pushes < 0:
+            t, v = ring.view()
+            start = np.searchsorted(t, now - WINDOW_S - SLIDE_MARGIN_S)
+            series.set_body(*self._xy(t[start:], v[start:], log_y), ring.pushes, pixel)
+        else:  # with the body's last point, so the line is unbroken
+            t, v = ring.last(ring.pushes - series.body_pushes + 1)
+            series.set_tail(*self._xy(t, v, log_y), ring.pushes, pixel)
 
     def _collect(self, name: str, key: str, ring: Ring, now: float, log_y: bool = False) -> bool:
         """Take a pane's new request points; True if there were any."""
         if self._fed.get((name, key)) == ring.pushes:
             return False
         self._fed[(name, key)] = ring.pushes
-        self._points[name][key] = self._recent(ring, now, log_y)
+        t, v = ring.view()
+        start = np.searchsorted(t, now - 2 * WINDOW_S)
+        self._points[name][key] = self._xy(t[start:], v[start:], log_y)
         return True
 
     def _show_points(self, name: str) -> None:
@@ -216,25 +277,21 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         item = self.point_sets[name]
         if not points:
             item.clear()
+            self._point_extent.pop(name, None)
             return
         x = np.concatenate([xy[0] for xy in points.values()])
         y = np.concatenate([xy[1] for xy in points.values()])
         brushes = [self._brushes[key] for key, xy in points.items() for _ in range(len(xy[0]))]
-        self._note_extent(id(item), x, y, time.monotonic())
+        shown = y[x >= time.monotonic() - self._t0 - WINDOW_S]
+        if len(shown):
+            self._point_extent[name] = (float(shown.min()), float(shown.max()))
         item.setData(x=x, y=y, brush=brushes)
 
-    def _recent(self, ring: Ring, now: float, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
-        t, v = ring.view()
-        start = np.searchsorted(t, now - 2 * WINDOW_S)
-        x, y = t[start:] - self._t0, v[start:]
+    def _xy(self, t: np.ndarray, v: np.ndarray, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Plot coordinates: x in seconds since the panel opened, y a copy (the ring is reused)."""
         if log_y:  # bare items leave the log mapping of a log-mode plot to their feeder
-            y = np.log10(np.maximum(y, 1e-4))
-        return x, y
-
-    def _note_extent(self, item_id: int, x: np.ndarray, y: np.ndarray, now: float) -> None:
-        shown = y[x >= now - self._t0 - WINDOW_S]
-        if len(shown):
-            self._extent[item_id] = (float(shown.min()), float(shown.max()))
+            return t - self._t0, np.log10(np.maximum(v, 1e-4))
+        return t - self._t0, v.copy()
 
 
 def _round_up(value: float) -> float:
