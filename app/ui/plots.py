@@ -1,11 +1,11 @@
 """Live plots: per-pane tokens/s, latency and KV hit rate, and the engine's tokens/s and batch size.
 
-Curves are made once and fed with setData from the window's one 10 Hz timer. Without a GPU every
-redraw is paid in CPU taken from the engine, so a tick does as little as it can: x is time since
-the panel opened, a curve is fed only when its ring got new points, and the five plots share one
-x range that slides left (one axis of text, "seconds ago", is redrawn; the others are cached).
-With at most a few hundred points a curve, clip-to-view and downsampling would cost more than they
-save: they recompute every curve whenever the range slides.
+Curves are made once and fed from the window's one 10 Hz timer. Without a GPU every redraw is
+paid in CPU taken from the engine, so a tick does as little as it can: the x range is fixed at the
+last minute, items hold time since the panel opened and are moved left once a second, a line is
+fed only when its ring got new points, and between moves only its newest part is redrawn.
+With at most a few hundred points a line, clip-to-view and downsampling would cost more than they
+save.
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class LiveSeries:
         self.body_extent: tuple[float, float] | None = None  # (min, max) of y in the body
         self.extent: tuple[float, float] | None = None  # (min, max) of y in body and tail
 
+    def move_to(self, x: float) -> None:
+        self.body.setPos(x, 0)
+        self.tail.setPos(x, 0)
+
     def add_to(self, plot: pg.PlotItem) -> None:
         self.view = plot.getViewBox()
         plot.addItem(self.body)
@@ -105,17 +109,6 @@ class LiveSeries:
         self.extent = (min(low, self.body_extent[0]), max(high, self.body_extent[1])) if self.body_extent else (low, high)
 
 
-class SecondsAgoAxis(pg.AxisItem):
-    """Ticks every 10 s back from the right edge, labelled in seconds ago; they stay put as x slides."""
-
-    def tickValues(self, minVal, maxVal, size):
-        return [(10.0, [maxVal - k for k in range(0, int(WINDOW_S) + 1, 10)])]
-
-    def tickStrings(self, values, scale, spacing):
-        right = max(values, default=0.0)
-        return [f"{round(v - right):d}" for v in values]
-
-
 class DecadeAxis(pg.AxisItem):
     """A log axis with a tick and a label at each power of ten only: minor labels pile up."""
 
@@ -124,9 +117,7 @@ class DecadeAxis(pg.AxisItem):
 
 
 def _plot(layout: pg.GraphicsLayoutWidget, row: int, title: str, units: str = "", log_y: bool = False) -> pg.PlotItem:
-    axes = {"bottom": SecondsAgoAxis("bottom")}
-    if log_y:
-        axes["left"] = DecadeAxis("left")
+    axes = {"left": DecadeAxis("left")} if log_y else {}
     plot = layout.addPlot(row=row, col=0, title=title, axisItems=axes)
     plot.setLogMode(y=log_y)
     plot.disableAutoRange()  # the panel fits y itself from what it feeds: autorange rescans every item
@@ -160,8 +151,10 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             plot.setXLink(self.batch_plot)
             plot.hideAxis("bottom")  # the bottom plot's axis says it for all
         self.batch_plot.setLabel("bottom", "seconds ago")
+        self.batch_plot.setXRange(-WINDOW_S, 0, padding=0)
+        self.batch_plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
         self._t0 = time.monotonic()
-        self._x_right = -math.inf  # the right edge of the x range, in seconds since the panel opened
+        self._x_right = 0  # the moment at the right edge, in whole seconds since the panel opened
         self._fed: dict[tuple[str, str], int] = {}  # (point set, pane) -> ring.pushes when last taken
         self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
         self._y_range: dict[int, tuple[float, float]] = {}
@@ -189,6 +182,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.pane_curves[key] = {"rate": LiveSeries(pen), "itl": LiveSeries(pen)}
         for name, series in self.pane_curves[key].items():
             series.add_to(self._plot_of[name])
+            series.move_to(-self._x_right)
         self._brushes[key] = pg.mkBrush(colour)
 
     def remove_pane(self, key: str) -> None:
@@ -205,8 +199,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         return self._points[name].get(key, (np.empty(0), np.empty(0)))
 
     def refresh(self, now: float) -> None:
-        # the x range moves in whole seconds: sliding the five linked views is the dearest part of
-        # a tick, and once a second looks as live as ten times. Between slides only tails are fed.
+        # Time slides left in whole seconds (once a second looks as live as ten times), and by
+        # moving the items, not the x range: a range change runs pyqtgraph's linked-view and axis
+        # machinery through all five plots. Between slides only the tails are fed.
         right = math.ceil(now - self._t0)
         sliding = right > self._x_right
         new_points = set()
@@ -232,7 +227,15 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._fit_y(self.batch_plot, [self.engine_curves["batch"].extent, self.engine_curves["limit"].extent])
         if sliding:
             self._x_right = right
-            self.batch_plot.setXRange(right - WINDOW_S, right, padding=0)
+            for series in self._all_series():
+                series.move_to(-right)
+            for item in self.point_sets.values():
+                item.setPos(-right, 0)
+
+    def _all_series(self):
+        yield from self.engine_curves.values()
+        for curves in self.pane_curves.values():
+            yield from curves.values()
 
     def _fit_y(self, plot: pg.PlotItem, extents: list[tuple[float, float] | None]) -> None:
         """Set y to a round range around the items' points, only when that range changes."""
