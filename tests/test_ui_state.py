@@ -67,6 +67,9 @@ def test_ring_keeps_the_newest_points_in_order():
         ring.push(float(i), 10.0 * i)
     t, v = ring.view()
     assert list(t) == [2, 3, 4, 5] and list(v) == [20, 30, 40, 50]
+    t, v = ring.last(3)  # across the wrap of the buffer
+    assert list(t) == [3, 4, 5] and list(v) == [30, 40, 50]
+    assert list(ring.last(9)[0]) == [2, 3, 4, 5] and len(ring.last(0)[0]) == 0
 
 
 def test_metrics_from_events():

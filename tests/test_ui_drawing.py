@@ -1,0 +1,92 @@
+"""How the window draws cheaply without drawing differently: live plot lines split in a body and a
+tail, and a streamed reply split in one-line paragraphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import app.ui.transcript as transcript
+from app.ui.metrics import MetricsStore
+from app.ui.plots import WINDOW_S, PlotsPanel
+from app.ui.transcript import Transcript
+
+REPLY = (
+    "The printing press was invented by Johannes Gutenberg around 1440, and it changed how knowledge "
+    "spread across Europe. Books became cheaper, literacy rose, and ideas moved faster than ever.\n\n"
+    "1. **Movable type** made pages quick to set.\n2. Paper mills spread, so paper got cheap, and this "
+    "line is long enough to wrap more than once in a pane of this width, as replies often do."
+)
+QUESTION = [{"role": "user", "content": "Tell me about the printing press."}]
+
+
+def _stream(view: Transcript, qapp, chunk: int = 5) -> None:
+    view.begin_reply(QUESTION)
+    for i in range(0, len(REPLY), chunk):
+        view.append_reply(REPLY[i : i + chunk])
+        qapp.processEvents()
+
+
+def test_a_streamed_reply_in_one_line_paragraphs_looks_like_one_paragraph(qtbot, qapp, monkeypatch):
+    split, whole = Transcript(), Transcript()
+    for view in (split, whole):
+        qtbot.addWidget(view)
+        view.resize(380, 420)
+        view.show()
+    _stream(split, qapp)
+    with monkeypatch.context() as m:
+        m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
+        _stream(whole, qapp)
+    assert split.document().blockCount() > whole.document().blockCount() + 3  # it did split
+    assert split.grab().toImage() == whole.grab().toImage()  # and looks the same, pixel for pixel
+    finished = [*QUESTION, {"role": "assistant", "content": REPLY}]
+    for view in (split, whole):
+        view.show_messages(finished)
+    assert split.toPlainText() == whole.toPlainText()
+    assert split.grab().toImage() == whole.grab().toImage()
+
+
+@pytest.fixture
+def panel(qtbot):
+    metrics = MetricsStore()
+    metrics.add_pane("p")
+    view = PlotsPanel(metrics)
+    qtbot.addWidget(view)
+    view.resize(600, 900)
+    view.add_pane("p", "#1f77b4")
+    return view
+
+
+def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
+    ring = panel.metrics.panes["p"].tok_rate
+    series = panel.pane_curves["p"]["rate"]
+    t0 = panel._t0
+    now = t0 + 0.05
+    shown = []
+    for tick in range(95):  # 9.5 s at 10 Hz
+        now += 0.1
+        ring.push(now, float(tick))
+        body_before = series.body.getData()[0]
+        panel.refresh(now)
+        x, y = series.getData()
+        t, v = ring.view()
+        assert np.allclose(x, t - t0) and np.array_equal(y, v)  # every point, once, in order
+        slid = series.body.getData()[0] is not body_before
+        shown.append((slid, len(series.tail.getData()[0])))
+        # time runs right to left: the items sit one whole second ahead of the fixed x range
+        assert series.body.pos().x() == -np.ceil(now - t0) == series.tail.pos().x()
+    slides = [tick for tick, (slid, _) in enumerate(shown) if slid]
+    assert len(slides) == 10  # the body is rebuilt once a second ...
+    assert all(tail == 0 for slid, tail in shown if slid)
+    assert max(tail for _, tail in shown) >= 9  # ... and between, only the tail grows
+
+
+def test_old_points_leave_the_body(panel):
+    ring = panel.metrics.panes["p"].tok_rate
+    now = panel._t0
+    for _ in range(int(3 * WINDOW_S)):
+        now += 1.0
+        ring.push(now, 1.0)
+        panel.refresh(now)
+    x, _ = panel.pane_curves["p"]["rate"].getData()
+    assert x[0] >= now - panel._t0 - WINDOW_S - 3 and len(x) < 2 * WINDOW_S
