@@ -65,6 +65,8 @@ class Transcript(QTextBrowser):
         self._reply_format.setFontWeight(QFont.Weight.Normal)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._reply_start = -1  # where the streaming reply's heading begins, or -1
+        # a cursor that stays at the reply's end: moving a new one there costs a text shaping
+        self._reply_end: QTextCursor | None = None
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
@@ -73,6 +75,7 @@ class Transcript(QTextBrowser):
             cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
             cursor.removeSelectedText()
             self._reply_start = -1
+            self._reply_end = None
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
         n = len(self._shown)
         if self._shown and turns[:n] == self._shown:
@@ -89,12 +92,13 @@ class Transcript(QTextBrowser):
         cursor = self._end()
         self._reply_start = cursor.position()
         cursor.insertHtml('<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
+        self._reply_end = cursor
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
-        cursor = self._end()
+        cursor = self._reply_end or self._end()
         cursor.insertText(text, self._reply_format)
         _split_finished_lines(cursor)
         if at_bottom:  # follow the stream unless the user scrolled up to read
