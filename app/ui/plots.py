@@ -38,17 +38,19 @@ class Polyline(QGraphicsItem):
         self._line = QPolygonF()
         self._box = QRectF()
         self._x = self._y = np.empty(0)
+        self.y_extent: tuple[float, float] | None = None  # (min, max) of y, None when empty
 
     def set_points(self, x: np.ndarray, y: np.ndarray, pixel: tuple[float, float]) -> None:
         """Show (x, y); `pixel` is a pixel's size in data units (the pen must stay inside the box)."""
         self.prepareGeometryChange()  # repaints the old box and the new one
         self._x, self._y = x, y
         if not len(x):
-            self._line, self._box = QPolygonF(), QRectF()
+            self._line, self._box, self.y_extent = QPolygonF(), QRectF(), None
             return
         self._line = pg.functions.arrayToQPolygonF(x, y)
         px, py = 3 * abs(pixel[0]), 3 * abs(pixel[1])
         x0, x1, y0, y1 = float(x[0]), float(x[-1]), float(y.min()), float(y.max())
+        self.y_extent = (y0, y1)
         self._box = QRectF(x0 - px, y0 - py, x1 - x0 + 2 * px, y1 - y0 + 2 * py)
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +74,6 @@ class LiveSeries:
         self.tail = Polyline(pen)
         self.body_pushes = -1  # ring.pushes when the body was fed
         self.tail_pushes = -1  # ring.pushes when the tail was fed
-        self.body_extent: tuple[float, float] | None = None  # (min, max) of y in the body
         self.extent: tuple[float, float] | None = None  # (min, max) of y in body and tail
 
     def move_to(self, x: float) -> None:
@@ -99,14 +100,14 @@ class LiveSeries:
         self.body.set_points(x, y, pixel)
         self.tail.set_points(x[:0], y[:0], pixel)
         self.body_pushes = self.tail_pushes = pushes
-        self.body_extent = self.extent = (float(y.min()), float(y.max())) if len(y) else None
+        self.extent = self.body.y_extent
 
     def set_tail(self, x: np.ndarray, y: np.ndarray, pushes: int, pixel) -> None:
         """The points pushed since the body was fed, after the body's last point."""
         self.tail.set_points(x, y, pixel)
         self.tail_pushes = pushes
-        low, high = float(y.min()), float(y.max())
-        self.extent = (min(low, self.body_extent[0]), max(high, self.body_extent[1])) if self.body_extent else (low, high)
+        body, tail = self.body.y_extent, self.tail.y_extent
+        self.extent = (min(body[0], tail[0]), max(body[1], tail[1])) if body else tail
 
 
 class DecadeAxis(pg.AxisItem):
