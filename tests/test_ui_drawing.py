@@ -90,3 +90,23 @@ def test_old_points_leave_the_body(panel):
         panel.refresh(now)
     x, _ = panel.pane_curves["p"]["rate"].getData()
     assert x[0] >= now - panel._t0 - WINDOW_S - 3 and len(x) < 2 * WINDOW_S
+
+
+def test_request_points_stay_drawn_as_time_slides(panel, qapp):
+    pane = panel.metrics.panes["p"]
+    panel.show()  # painted from the start, as in the window
+    now = panel._t0
+    for tick in range(40):  # 4 s: the items move left once a second, before and after the points arrive
+        now += 0.1
+        pane.tok_rate.push(now, 5.0)
+        if tick == 25:
+            pane.kv_hit.push(now, 0.5)
+            pane.ttft.push(now, 0.5)
+        panel.refresh(now)
+        qapp.processEvents()
+    image = panel.grab().toImage()
+    for name in ("hit", "ttft"):
+        item = panel.point_sets[name]
+        (x,), (y,) = panel.points("p", name)
+        at = panel.mapFromScene(item.mapToScene(x, y))
+        assert image.pixelColor(at).name() == "#1f77b4", name  # the pane's colour, where the point is

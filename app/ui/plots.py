@@ -232,6 +232,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                 series.move_to(-right)
             for item in self.point_sets.values():
                 item.setPos(-right, 0)
+                item.viewTransformChanged()  # a scatter culls points by a cached view rectangle
 
     def _all_series(self):
         yield from self.engine_curves.values()
