@@ -35,6 +35,7 @@ from app.remote import RemoteClient
 from .chat_store import NOTICE, Chat, export_chat
 from .metrics import MetricsStore
 from .pane_params import PaneParamsEditor
+from .readout import Readout
 from .settings import PaneParams
 from .transcript import Transcript
 
@@ -105,10 +106,7 @@ class ChatPane(QFrame):
         swatch.setFixedSize(12, 12)
         swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
         self.name_label = QLabel()
-        self.readout = QLabel()
-        self.readout.setStyleSheet("color: #555; font-size: 11px;")
-        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # narrow panes clip it
-        self.readout.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.readout = Readout()
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
         self.settings_button.setCheckable(True)

@@ -16,10 +16,10 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QMainWindow,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -34,6 +34,7 @@ from .bench_view import BenchView
 from .engine_panel import EnginePanel
 from .metrics import MetricsStore
 from .plots import PlotsPanel
+from .readout import Readout
 from .serve_control import ServeControl
 from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 
@@ -97,7 +98,9 @@ class MainWindow(QMainWindow):
         self.plots_dock.raise_()
         self.bench_dock.hide()
         self._build_toolbar()
-        self.status_label = QLabel()
+        self.status_label = Readout(colour="#222", pixel_size=12)
+        self.status_label.setMinimumWidth(560)
+        self.status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.statusBar().addPermanentWidget(self.status_label)
 
     def _broadcast_bar(self) -> QHBoxLayout:

@@ -66,8 +66,15 @@ async def measure_window(model_path: str, n_threads: int | None) -> dict:
     window.resize(1600, 960)
     window.show()
     finals: list[FinishEvent] = []
+    all_done = asyncio.Event()  # awaited, not polled: the harness should not add GUI work
+
+    def finished(final: FinishEvent) -> None:
+        finals.append(final)
+        if len(finals) == PANES:
+            all_done.set()
+
     for pane in window.panes:
-        pane.sigReplyFinished.connect(finals.append)
+        pane.sigReplyFinished.connect(finished)
     # the sliders cannot say ignore_eos: the panes get the bench's exact params instead
     params = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=42, max_tokens=MAX_TOKENS, ignore_eos=True)
     for pane in window.panes:
@@ -79,8 +86,7 @@ async def measure_window(model_path: str, n_threads: int | None) -> dict:
     t0, gui_cpu0 = time.perf_counter(), time.thread_time()
     for i, pane in enumerate(window.panes):
         pane.send(QUESTIONS[i % len(QUESTIONS)])
-    while len(finals) < PANES:
-        await asyncio.sleep(0.05)
+    await all_done.wait()
     wall = time.perf_counter() - t0
     gui_cpu = time.thread_time() - gui_cpu0  # this is the GUI thread: qasync runs asyncio on it
     meter.stop()

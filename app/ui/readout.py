@@ -1,0 +1,41 @@
+"""A line of live figures that repaints only itself when it changes."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+
+class Readout(QWidget):
+    """One line of text, elided when narrow. A QLabel asks its parent to lay out again on every
+    change; with eight panes refreshing three times a second that was 1.5% of a core taken from the
+    engine (measured), so this one keeps a fixed height and only repaints."""
+
+    def __init__(self, colour: str = "#555", pixel_size: int = 11, align=Qt.AlignmentFlag.AlignRight, parent=None):
+        super().__init__(parent)
+        font = self.font()
+        font.setPixelSize(pixel_size)
+        self.setFont(font)
+        self._colour = QColor(colour)
+        self._align = align | Qt.AlignmentFlag.AlignVCenter
+        self._text = ""
+        self.setFixedHeight(self.fontMetrics().height() + 2)  # fixed: a change never moves the layout
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.minimumWidth(), self.height())  # constant: the layout never asks again
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self.update()
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self._colour)
+        shown = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, self.width())
+        painter.drawText(self.rect(), self._align, shown)
