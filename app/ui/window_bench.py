@@ -32,7 +32,7 @@ from .settings import AppSettings, PaneParams
 
 PANES = 8
 MAX_TOKENS = 128
-STALL_TICK_MS = 20  # fine enough for a 50 ms target; every tick is GUI time taken from the engine
+STALL_TICK_MS = 10  # a stall reads as up to one tick shorter than it was: keep the tick fine
 
 
 class StallMeter:
