@@ -74,7 +74,7 @@ def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
         slid = series.body.getData()[0] is not body_before
         shown.append((slid, len(series.tail.getData()[0])))
         # time runs right to left: the items sit one whole second ahead of the fixed x range
-        assert series.body.pos().x() == -np.ceil(now - t0) == series.tail.pos().x()
+        assert series.body.item.pos().x() == -np.ceil(now - t0) == series.tail.item.pos().x()
     slides = [tick for tick, (slid, _) in enumerate(shown) if slid]
     assert len(slides) == 10  # the body is rebuilt once a second ...
     assert all(tail == 0 for slid, tail in shown if slid)

@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QPen, QPolygonF
-from PySide6.QtWidgets import QGraphicsItem
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem
 
 from .metrics import MetricsStore, Ring
 
@@ -27,41 +27,37 @@ ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 
 
-class Polyline(QGraphicsItem):
-    """A line through points in data coordinates with a cosmetic pen, and a bounding box worked out
-    once per `set_points`. pyqtgraph's curve item spends more time in Python per setData and per
-    paint (NaN-aware bounds, pixel maths, path caching) than Qt spends drawing a few hundred points."""
+class Line:
+    """A line through points, drawn by a plain QGraphicsPathItem, so that its bounding box and its
+    painting stay in C++. Qt asks every Python-made item (pyqtgraph's curves, or a subclass of our
+    own) for its box and its paint on each repaint: with 38 lines that was most of a plot tick."""
 
     def __init__(self, pen: QPen):
-        super().__init__()
-        self._pen = pen
-        self._line = QPolygonF()
-        self._box = QRectF()
-        self._x = self._y = np.empty(0)
+        self.item = QGraphicsPathItem()
+        self.item.setPen(pen)
+        self.x = self.y = np.empty(0)
         self.y_extent: tuple[float, float] | None = None  # (min, max) of y, None when empty
 
-    def set_points(self, x: np.ndarray, y: np.ndarray, pixel: tuple[float, float]) -> None:
-        """Show (x, y); `pixel` is a pixel's size in data units (the pen must stay inside the box)."""
-        self.prepareGeometryChange()  # repaints the old box and the new one
-        self._x, self._y = x, y
-        if not len(x):
-            self._line, self._box, self.y_extent = QPolygonF(), QRectF(), None
-            return
-        self._line = pg.functions.arrayToQPolygonF(x, y)
-        px, py = 3 * abs(pixel[0]), 3 * abs(pixel[1])
-        x0, x1, y0, y1 = float(x[0]), float(x[-1]), float(y.min()), float(y.max())
-        self.y_extent = (y0, y1)
-        self._box = QRectF(x0 - px, y0 - py, x1 - x0 + 2 * px, y1 - y0 + 2 * py)
+    def set_points(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = x, y
+        path = QPainterPath()
+        if len(x):
+            path.addPolygon(pg.functions.arrayToQPolygonF(x, y))
+            self.y_extent = (float(y.min()), float(y.max()))
+        else:
+            self.y_extent = None
+        self.item.setPath(path)  # repaints the old box and the new one
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._x, self._y
+        return self.x, self.y
 
-    def boundingRect(self) -> QRectF:
-        return self._box
 
-    def paint(self, painter, option, widget=None) -> None:
-        painter.setPen(self._pen)
-        painter.drawPolyline(self._line)
+def line_pen(colour: str, style=Qt.PenStyle.SolidLine) -> QPen:
+    """A one-pixel line at any zoom. Width 0 (not a cosmetic width of 1) also makes the path item's
+    box the points' bounds: with a width it strokes the whole path to find its box."""
+    pen = QPen(QColor(colour), 0, style)
+    pen.setCosmetic(True)
+    return pen
 
 
 class LiveSeries:
@@ -69,25 +65,24 @@ class LiveSeries:
     (once a second), and the tail since then, fed at every tick. Qt repaints the boxes of the items
     that changed, so a tick repaints a sliver at the right edge instead of the whole plot."""
 
-    def __init__(self, pen):
-        self.body = Polyline(pen)
-        self.tail = Polyline(pen)
+    def __init__(self, pen: QPen):
+        self.body = Line(pen)
+        self.tail = Line(pen)
         self.body_pushes = -1  # ring.pushes when the body was fed
         self.tail_pushes = -1  # ring.pushes when the tail was fed
         self.extent: tuple[float, float] | None = None  # (min, max) of y in body and tail
 
     def move_to(self, x: float) -> None:
-        self.body.setPos(x, 0)
-        self.tail.setPos(x, 0)
+        self.body.item.setPos(x, 0)
+        self.tail.item.setPos(x, 0)
 
     def add_to(self, plot: pg.PlotItem) -> None:
-        self.view = plot.getViewBox()
-        plot.addItem(self.body)
-        plot.addItem(self.tail)
+        plot.addItem(self.body.item)
+        plot.addItem(self.tail.item)
 
     def remove_from(self, plot: pg.PlotItem) -> None:
-        plot.removeItem(self.body)
-        plot.removeItem(self.tail)
+        plot.removeItem(self.body.item)
+        plot.removeItem(self.tail.item)
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
         """Every point the series shows, oldest first."""
@@ -96,15 +91,15 @@ class LiveSeries:
             return bx, by
         return np.r_[bx[:-1], tx], np.r_[by[:-1], ty]  # the tail starts at the body's last point
 
-    def set_body(self, x: np.ndarray, y: np.ndarray, pushes: int, pixel) -> None:
-        self.body.set_points(x, y, pixel)
-        self.tail.set_points(x[:0], y[:0], pixel)
+    def set_body(self, x: np.ndarray, y: np.ndarray, pushes: int) -> None:
+        self.body.set_points(x, y)
+        self.tail.set_points(x[:0], y[:0])
         self.body_pushes = self.tail_pushes = pushes
         self.extent = self.body.y_extent
 
-    def set_tail(self, x: np.ndarray, y: np.ndarray, pushes: int, pixel) -> None:
+    def set_tail(self, x: np.ndarray, y: np.ndarray, pushes: int) -> None:
         """The points pushed since the body was fed, after the body's last point."""
-        self.tail.set_points(x, y, pixel)
+        self.tail.set_points(x, y)
         self.tail_pushes = pushes
         body, tail = self.body.y_extent, self.tail.y_extent
         self.extent = (min(body[0], tail[0]), max(body[1], tail[1])) if body else tail
@@ -160,11 +155,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
         self._y_range: dict[int, tuple[float, float]] = {}
         self.pane_curves: dict[str, dict[str, LiveSeries]] = {}
-        engine_pen = pg.mkPen(ENGINE_COLOUR, width=1)
+        engine_pen = line_pen(ENGINE_COLOUR)
         self.engine_curves = {
             "rate": LiveSeries(engine_pen),
             "batch": LiveSeries(engine_pen),
-            "limit": LiveSeries(pg.mkPen(LIMIT_COLOUR, width=1, style=Qt.PenStyle.DashLine)),
+            "limit": LiveSeries(line_pen(LIMIT_COLOUR, Qt.PenStyle.DashLine)),
         }
         self.engine_curves["rate"].add_to(self.engine_plot)
         self.engine_curves["batch"].add_to(self.batch_plot)
@@ -179,7 +174,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._brushes: dict[str, object] = {}
 
     def add_pane(self, key: str, colour: str) -> None:
-        pen = pg.mkPen(colour, width=1)
+        pen = line_pen(colour)
         self.pane_curves[key] = {"rate": LiveSeries(pen), "itl": LiveSeries(pen)}
         for name, series in self.pane_curves[key].items():
             series.add_to(self._plot_of[name])
@@ -258,14 +253,13 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         time), else only the tail pushed since the body was fed."""
         if ring.pushes == series.tail_pushes and not (sliding and series.tail_pushes != series.body_pushes):
             return
-        pixel = series.view.viewPixelSize()
         if sliding or series.body_pushes < 0:
             t, v = ring.view()
             start = np.searchsorted(t, now - WINDOW_S - SLIDE_MARGIN_S)
-            series.set_body(*self._xy(t[start:], v[start:], log_y), ring.pushes, pixel)
+            series.set_body(*self._xy(t[start:], v[start:], log_y), ring.pushes)
         else:  # with the body's last point, so the line is unbroken
             t, v = ring.last(ring.pushes - series.body_pushes + 1)
-            series.set_tail(*self._xy(t, v, log_y), ring.pushes, pixel)
+            series.set_tail(*self._xy(t, v, log_y), ring.pushes)
 
     def _collect(self, name: str, key: str, ring: Ring, now: float, log_y: bool = False) -> bool:
         """Take a pane's new request points; True if there were any."""
