@@ -103,7 +103,10 @@ def bench_settings(model_path: str, n_threads: int | None) -> BenchSettings:
 
 
 async def measure_headless(model_path: str, n_threads: int | None) -> dict:
+    meter = StallMeter()  # the measuring costs CPU too: both sides pay it, so the cost is the window's
+    meter.start()
     run = await run_bench(bench_settings(model_path, n_threads))
+    meter.stop()
     return {"tok_s": run["agg_tok_s"], "wall_s": run["wall_s"]}
 
 
