@@ -46,6 +46,32 @@ def test_a_streamed_reply_in_one_line_paragraphs_looks_like_one_paragraph(qtbot,
     assert split.grab().toImage() == whole.grab().toImage()
 
 
+def test_a_reply_resized_while_it_streams_wraps_to_the_new_width(qtbot, qapp, monkeypatch):
+    split, whole = Transcript(), Transcript()
+    for view in (split, whole):
+        qtbot.addWidget(view)
+        view.resize(380, 420)
+        view.show()
+
+    def stream(view: Transcript) -> None:
+        view.begin_reply(QUESTION)
+        half = len(REPLY) // 2
+        for i in range(0, half, 5):
+            view.append_reply(REPLY[i : min(i + 5, half)])
+            qapp.processEvents()
+        view.resize(290, 420)  # a pane added beside it, say
+        qapp.processEvents()
+        for i in range(half, len(REPLY), 5):
+            view.append_reply(REPLY[i : i + 5])
+            qapp.processEvents()
+
+    stream(split)
+    with monkeypatch.context() as m:
+        m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
+        stream(whole)
+    assert split.grab().toImage() == whole.grab().toImage()
+
+
 @pytest.fixture
 def panel(qtbot):
     metrics = MetricsStore()

@@ -67,13 +67,12 @@ class Transcript(QTextBrowser):
         self._reply_start = -1  # where the streaming reply's heading begins, or -1
         # a cursor that stays at the reply's end: moving a new one there costs a text shaping
         self._reply_end: QTextCursor | None = None
+        self._streamed: list[str] = []  # the reply's text so far, to lay it out again on a resize
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
         if self._reply_start >= 0:  # the streamed reply gives way to its rendered form
-            cursor = self._end()
-            cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
-            cursor.removeSelectedText()
+            self._remove_reply()
             self._reply_start = -1
             self._reply_end = None
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
@@ -89,20 +88,40 @@ class Transcript(QTextBrowser):
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
         """Show the chat plus an empty assistant turn that streamed text is appended to."""
         self.show_messages(messages)
-        cursor = self._end()
-        self._reply_start = cursor.position()
-        cursor.insertHtml('<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
-        self._reply_end = cursor
+        self._reply_start = self._end().position()
+        self._streamed = []
+        self._open_reply()
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
+        self._streamed.append(text)
         cursor = self._reply_end or self._end()
         cursor.insertText(text, self._reply_format)
         _split_finished_lines(cursor)
         if at_bottom:  # follow the stream unless the user scrolled up to read
             self._scroll_to_end()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if self._reply_end is not None and event.size().width() != event.oldSize().width():
+            # the streamed lines were split where the old width wrapped them: lay them out anew
+            self._remove_reply()
+            self._open_reply()
+            self._reply_end.insertText("".join(self._streamed), self._reply_format)
+            _split_finished_lines(self._reply_end)
+
+    def _open_reply(self) -> None:
+        """The streamed reply's heading, at `_reply_start`, and a cursor after it for the text."""
+        cursor = self._end()
+        cursor.insertHtml('<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
+        self._reply_end = cursor
+
+    def _remove_reply(self) -> None:
+        cursor = self._end()
+        cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
 
     def _end(self) -> QTextCursor:
         cursor = QTextCursor(self.document())
