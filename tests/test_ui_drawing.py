@@ -72,6 +72,37 @@ def test_a_reply_resized_while_it_streams_wraps_to_the_new_width(qtbot, qapp, mo
     assert split.grab().toImage() == whole.grab().toImage()
 
 
+def test_two_overflowing_replies_each_show_once_and_as_one_paragraph_would(qtbot, qapp, monkeypatch):
+    """Short panes: the scroll bar appears mid-reply, which narrows the text (a resize mid-insert)."""
+    split, whole = Transcript(), Transcript()
+    for view in (split, whole):
+        qtbot.addWidget(view)
+        view.resize(380, 160)
+        view.show()
+    second = [*QUESTION, {"role": "assistant", "content": REPLY}, {"role": "user", "content": "And then?"}]
+
+    def chat(view: Transcript) -> None:
+        for asked in (QUESTION, second):
+            view.begin_reply(asked)
+            for i in range(0, len(REPLY), 5):
+                view.append_reply(REPLY[i : i + 5])
+                qapp.processEvents()
+            if asked is second:
+                return  # the second reply still streaming
+            view.show_messages([*asked, {"role": "assistant", "content": REPLY}])
+
+    chat(split)
+    with monkeypatch.context() as m:
+        m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
+        chat(whole)
+    assert split.verticalScrollBar().isVisible()
+    assert split.grab().toImage() == whole.grab().toImage()
+    finished = [*second, {"role": "assistant", "content": REPLY}]
+    split.show_messages(finished)
+    text = split.toPlainText()  # each reply once: the streamed copy gave way to the rendered one
+    assert text.count("Assistant") == 2 and text.count("invented by Johannes Gutenberg") == 2
+
+
 @pytest.fixture
 def panel(qtbot):
     metrics = MetricsStore()

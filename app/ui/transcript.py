@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
@@ -68,6 +69,11 @@ class Transcript(QTextBrowser):
         # a cursor that stays at the reply's end: moving a new one there costs a text shaping
         self._reply_end: QTextCursor | None = None
         self._streamed: list[str] = []  # the reply's text so far, to lay it out again on a resize
+        self._reply_width = 0  # the width its lines were split at
+        # Qt hands the scroll area its viewport's resizes, also when the scroll bar comes and goes
+        # in the middle of an insert: the new layout waits for the event loop
+        self._relayout = QTimer(self, interval=0, timeout=self._relayout_reply)
+        self._relayout.setSingleShot(True)
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
@@ -90,6 +96,7 @@ class Transcript(QTextBrowser):
         self.show_messages(messages)
         self._reply_start = self._end().position()
         self._streamed = []
+        self._reply_width = self.viewport().width()
         self._open_reply()
         self._scroll_to_end()
 
@@ -105,12 +112,19 @@ class Transcript(QTextBrowser):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self._reply_end is not None and event.size().width() != event.oldSize().width():
-            # the streamed lines were split where the old width wrapped them: lay them out anew
-            self._remove_reply()
-            self._open_reply()
-            self._reply_end.insertText("".join(self._streamed), self._reply_format)
-            _split_finished_lines(self._reply_end)
+        if self._reply_end is not None:
+            self._relayout.start()
+
+    def _relayout_reply(self) -> None:
+        """The streamed lines were split where the old width wrapped them: lay them out anew."""
+        width = self.viewport().width()
+        if self._reply_end is None or width == self._reply_width:
+            return
+        self._reply_width = width
+        self._remove_reply()
+        self._open_reply()
+        self._reply_end.insertText("".join(self._streamed), self._reply_format)
+        _split_finished_lines(self._reply_end)
 
     def _open_reply(self) -> None:
         """The streamed reply's heading, at `_reply_start`, and a cursor after it for the text."""
