@@ -20,23 +20,30 @@ REPLY = (
 QUESTION = [{"role": "user", "content": "Tell me about the printing press."}]
 
 
-def _stream(view: Transcript, qapp, chunk: int = 5) -> None:
-    view.begin_reply(QUESTION)
-    for i in range(0, len(REPLY), chunk):
-        view.append_reply(REPLY[i : i + chunk])
+def _stream(view: Transcript, qapp, text: str = REPLY, asked=QUESTION) -> None:
+    view.begin_reply(asked)
+    for i in range(0, len(text), 5):
+        view.append_reply(text[i : i + 5])
         qapp.processEvents()
 
 
-def test_a_streamed_reply_in_one_line_paragraphs_looks_like_one_paragraph(qtbot, qapp, monkeypatch):
+def _split_and_whole(qtbot, monkeypatch, size: tuple[int, int], play) -> tuple[Transcript, Transcript]:
+    """Two transcripts of `size` that `play(view)` drives alike: the first splits streamed lines
+    into paragraphs, as the window does; the second keeps the reply one paragraph."""
     split, whole = Transcript(), Transcript()
     for view in (split, whole):
         qtbot.addWidget(view)
-        view.resize(380, 420)
+        view.resize(*size)
         view.show()
-    _stream(split, qapp)
+    play(split)
     with monkeypatch.context() as m:
         m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
-        _stream(whole, qapp)
+        play(whole)
+    return split, whole
+
+
+def test_a_streamed_reply_in_one_line_paragraphs_looks_like_one_paragraph(qtbot, qapp, monkeypatch):
+    split, whole = _split_and_whole(qtbot, monkeypatch, (380, 420), lambda view: _stream(view, qapp))
     assert split.document().blockCount() > whole.document().blockCount() + 3  # it did split
     assert split.grab().toImage() == whole.grab().toImage()  # and looks the same, pixel for pixel
     finished = [*QUESTION, {"role": "assistant", "content": REPLY}]
@@ -47,58 +54,33 @@ def test_a_streamed_reply_in_one_line_paragraphs_looks_like_one_paragraph(qtbot,
 
 
 def test_a_reply_resized_while_it_streams_wraps_to_the_new_width(qtbot, qapp, monkeypatch):
-    split, whole = Transcript(), Transcript()
-    for view in (split, whole):
-        qtbot.addWidget(view)
-        view.resize(380, 420)
-        view.show()
+    half = len(REPLY) // 2
 
-    def stream(view: Transcript) -> None:
-        view.begin_reply(QUESTION)
-        half = len(REPLY) // 2
-        for i in range(0, half, 5):
-            view.append_reply(REPLY[i : min(i + 5, half)])
-            qapp.processEvents()
+    def play(view: Transcript) -> None:
+        _stream(view, qapp, REPLY[:half])
         view.resize(290, 420)  # a pane added beside it, say
         qapp.processEvents()
         for i in range(half, len(REPLY), 5):
             view.append_reply(REPLY[i : i + 5])
             qapp.processEvents()
 
-    stream(split)
-    with monkeypatch.context() as m:
-        m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
-        stream(whole)
+    split, whole = _split_and_whole(qtbot, monkeypatch, (380, 420), play)
     assert split.grab().toImage() == whole.grab().toImage()
 
 
 def test_two_overflowing_replies_each_show_once_and_as_one_paragraph_would(qtbot, qapp, monkeypatch):
     """Short panes: the scroll bar appears mid-reply, which narrows the text (a resize mid-insert)."""
-    split, whole = Transcript(), Transcript()
-    for view in (split, whole):
-        qtbot.addWidget(view)
-        view.resize(380, 160)
-        view.show()
     second = [*QUESTION, {"role": "assistant", "content": REPLY}, {"role": "user", "content": "And then?"}]
 
-    def chat(view: Transcript) -> None:
-        for asked in (QUESTION, second):
-            view.begin_reply(asked)
-            for i in range(0, len(REPLY), 5):
-                view.append_reply(REPLY[i : i + 5])
-                qapp.processEvents()
-            if asked is second:
-                return  # the second reply still streaming
-            view.show_messages([*asked, {"role": "assistant", "content": REPLY}])
+    def play(view: Transcript) -> None:
+        _stream(view, qapp)
+        view.show_messages(second[:2])
+        _stream(view, qapp, asked=second)  # the second reply still streaming
 
-    chat(split)
-    with monkeypatch.context() as m:
-        m.setattr(transcript, "_split_finished_lines", lambda cursor: None)
-        chat(whole)
+    split, whole = _split_and_whole(qtbot, monkeypatch, (380, 160), play)
     assert split.verticalScrollBar().isVisible()
     assert split.grab().toImage() == whole.grab().toImage()
-    finished = [*second, {"role": "assistant", "content": REPLY}]
-    split.show_messages(finished)
+    split.show_messages([*second, {"role": "assistant", "content": REPLY}])
     text = split.toPlainText()  # each reply once: the streamed copy gave way to the rendered one
     assert text.count("Assistant") == 2 and text.count("invented by Johannes Gutenberg") == 2
 
