@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
-SLIDE_MARGIN_S = 2.0  # a body holds this much left of the window, so the line enters from the edge
+SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
 ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 
@@ -255,9 +255,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if ring.pushes == series.tail_pushes and not (sliding and series.tail_pushes != series.body_pushes):
             return
         if sliding or series.body_pushes < 0:
-            t, v = ring.view()
-            start = np.searchsorted(t, now - WINDOW_S - SLIDE_MARGIN_S)
-            series.set_body(*self._xy(t[start:], v[start:], log_y), ring.pushes)
+            series.set_body(*self._shown(ring, now, log_y), ring.pushes)
         else:  # with the body's last point, so the line is unbroken
             t, v = ring.last(ring.pushes - series.body_pushes + 1)
             series.set_tail(*self._xy(t, v, log_y), ring.pushes)
@@ -267,9 +265,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if self._fed.get((name, key)) == ring.pushes:
             return False
         self._fed[(name, key)] = ring.pushes
-        t, v = ring.view()
-        start = np.searchsorted(t, now - 2 * WINDOW_S)
-        self._points[name][key] = self._xy(t[start:], v[start:], log_y)
+        self._points[name][key] = self._shown(ring, now, log_y)
         return True
 
     def _show_points(self, name: str) -> None:
@@ -286,6 +282,12 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if len(shown):
             self._point_extent[name] = (float(shown.min()), float(shown.max()))
         item.setData(x=x, y=y, brush=brushes)
+
+    def _shown(self, ring: Ring, now: float, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The ring's points of the last window and a margin, in plot coordinates."""
+        t, v = ring.view()
+        start = np.searchsorted(t, now - WINDOW_S - SLIDE_MARGIN_S)
+        return self._xy(t[start:], v[start:], log_y)
 
     def _xy(self, t: np.ndarray, v: np.ndarray, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
         """Plot coordinates: x in seconds since the panel opened, y a copy (the ring is reused)."""

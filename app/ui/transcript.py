@@ -65,8 +65,9 @@ class Transcript(QTextBrowser):
         self._reply_format = QTextCharFormat()
         self._reply_format.setFontWeight(QFont.Weight.Normal)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
-        self._reply_start = -1  # where the streaming reply's heading begins, or -1
-        # a cursor that stays at the reply's end: moving a new one there costs a text shaping
+        self._reply_start = 0  # where the streaming reply's heading begins
+        # a cursor that stays at the reply's end while one streams: moving a new one there costs a
+        # text shaping
         self._reply_end: QTextCursor | None = None
         self._streamed: list[str] = []  # the reply's text so far, to lay it out again on a resize
         self._reply_width = 0  # the width its lines were split at
@@ -77,9 +78,8 @@ class Transcript(QTextBrowser):
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
-        if self._reply_start >= 0:  # the streamed reply gives way to its rendered form
+        if self._reply_end is not None:  # the streamed reply gives way to its rendered form
             self._remove_reply()
-            self._reply_start = -1
             self._reply_end = None
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
         n = len(self._shown)
