@@ -1,8 +1,9 @@
 """One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine
 or from a remote OpenAI-compatible endpoint.
 
-Streamed text is buffered here and shown when the window's 40 ms timer calls `flush` on every
-streaming pane at once, so eight panes cost the GUI one paint pass a tick rather than one per token.
+Streamed text is buffered here and shown when the window calls `flush` on every pane at once (soon
+after text arrives, 25 times a second at most), so eight panes cost the GUI one paint pass rather
+than one per token.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class ChatPane(QFrame):
     sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
-    sigBusyChanged = Signal(bool)  # a reply started (True) or ended: the window flushes streaming text
+    sigTextReceived = Signal()  # streamed text waits to be shown: the window flushes the panes soon
 
     def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
         super().__init__(parent)
@@ -239,6 +240,8 @@ class ChatPane(QFrame):
                     if source is not self.client:  # the engine's listener feeds the plots only its own events
                         self.metrics.on_events([event])
                     if isinstance(event, TokenEvent):
+                        if self._flushed == len(self._received):  # the first text since the last flush
+                            self.sigTextReceived.emit()
                         self._received.append(event.text)
                     else:
                         final = event
@@ -293,4 +296,3 @@ class ChatPane(QFrame):
         self.stop_button.setEnabled(busy)
         for b in (self.send_button, self.regenerate_button):
             b.setEnabled(not busy)
-        self.sigBusyChanged.emit(busy)

@@ -10,7 +10,7 @@ import asyncio
 import math
 import time
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -40,7 +40,7 @@ from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
-FLUSH_MS = 40  # streamed text is shown in batches, 25 times a second at most
+FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
@@ -63,9 +63,13 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._closed = False
         client.add_listener(self.metrics.on_events)
-        # one timer shows every pane's new text, so streaming panes are painted in one pass
-        self._flush_timer = QTimer(self, interval=FLUSH_MS, timeout=self._flush_panes)
-        self._streaming: set[ChatPane] = set()
+        # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
+        # when text arrives, not on a clock of its own: the engine's steps (a token for every pane)
+        # are further apart than FLUSH_MS, so text is shown at once and the GUI thread wakes no more
+        # often than the engine makes it.
+        self._flush_timer = QTimer(self, singleShot=True, timeout=self._flush_panes)
+        self._since_flush = QElapsedTimer()
+        self._since_flush.start()
         self.setWindowTitle("Batch playground")
         self._build()
         self._restore(pane_count)
@@ -169,7 +173,7 @@ class MainWindow(QMainWindow):
         colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
         pane = ChatPane(chat, self.settings.pane_params(chat.chat_id), colour, self.client, self.metrics)
         pane.sigChatChanged.connect(self.store.save)
-        pane.sigBusyChanged.connect(lambda busy, pane=pane: self._on_busy_changed(pane, busy))
+        pane.sigTextReceived.connect(self._request_flush)
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
         pane.sigCloseRequested.connect(self.close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
@@ -236,18 +240,15 @@ class MainWindow(QMainWindow):
 
     # -- the 10 Hz tick ------------------------------------------------------------------------
 
-    def _flush_panes(self) -> None:
-        for pane in self._streaming:
-            pane.flush()
+    def _request_flush(self) -> None:
+        # a 0 ms timer fires after the wake-ups already queued: the other panes' tokens of this step
+        if not self._flush_timer.isActive():
+            self._flush_timer.start(max(0, FLUSH_MS - self._since_flush.elapsed()))
 
-    def _on_busy_changed(self, pane: ChatPane, busy: bool) -> None:
-        if busy:
-            self._streaming.add(pane)
-            self._flush_timer.start()
-        else:
-            self._streaming.discard(pane)
-            if not self._streaming:
-                self._flush_timer.stop()
+    def _flush_panes(self) -> None:
+        self._since_flush.restart()
+        for pane in self.panes:
+            pane.flush()
 
     def tick(self) -> None:
         engine = self.client.engine
