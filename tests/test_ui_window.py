@@ -67,6 +67,28 @@ def test_stop_cancels_the_reply(run_window):
     run_window(scenario, panes=1)
 
 
+def test_minimized_window_draws_nothing_and_catches_up_when_restored(run_window):
+    async def scenario(window):
+        pane = window.panes[0]
+        await start_long_reply(window, pane, "Write a long story about a dragon and a knight.")
+        await asyncio.sleep(0.25)  # a flush and a plot tick
+        window.setWindowState(Qt.WindowState.WindowMinimized)
+        text, tokens = pane.transcript.toPlainText(), window.metrics.panes[pane.key].gen_tokens
+        rate_x = window.plots.pane_curves[pane.key]["rate"].getData()[0].copy()
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= tokens + 10, what="tokens while minimized")
+        await asyncio.sleep(0.25)
+        assert pane.is_busy  # the engine kept going
+        assert pane.transcript.toPlainText() == text
+        assert list(window.plots.pane_curves[pane.key]["rate"].getData()[0]) == list(rate_x)
+        window.setWindowState(Qt.WindowState.WindowNoState)
+        assert len(pane.transcript.toPlainText()) > len(text)  # at once, not at the next tick
+        assert len(window.plots.pane_curves[pane.key]["rate"].getData()[0]) > len(rate_x)
+        pane.stop()
+        await until(lambda: not pane.is_busy, what="the stop")
+
+    run_window(scenario, panes=1)
+
+
 def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
     async def scenario(window):
         set_params(window, QUICK)

@@ -1,7 +1,9 @@
 """The main window: a grid of chat panes, a broadcast bar, the plots and the engine panel in docks.
 
 It owns the panes' life (add, close, restore) and what is saved as things change; one 10 Hz timer
-samples the metrics, moves the plots and refreshes every pane's readout.
+samples the metrics, moves the plots and refreshes every pane's readout. While the window is
+minimized nothing is drawn (the metrics are still sampled and the text kept): the engine gets the
+CPU, and restoring the window catches up at once.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import math
 import time
 
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer, Signal
+from PySide6.QtCore import QElapsedTimer, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -71,9 +73,9 @@ class MainWindow(QMainWindow):
         self._since_flush = QElapsedTimer()
         self._since_flush.start()
         self.setWindowTitle("Batch playground")
+        self._ticks = 0
         self._build()
         self._restore(pane_count)
-        self._ticks = 0
         self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
         self._timer.start()
 
@@ -246,6 +248,8 @@ class MainWindow(QMainWindow):
             self._flush_timer.start(max(0, FLUSH_MS - self._since_flush.elapsed()))
 
     def _flush_panes(self) -> None:
+        if self.isMinimized():
+            return  # the text waits in the panes until the window is restored
         self._since_flush.restart()
         for pane in self.panes:
             pane.flush()
@@ -255,6 +259,8 @@ class MainWindow(QMainWindow):
         steps = _recent_steps(engine)
         now = time.monotonic()
         self.metrics.sample(now, steps)
+        if self.isMinimized():
+            return
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
         self._ticks += 1
@@ -270,6 +276,12 @@ class MainWindow(QMainWindow):
                 f"{self.client.config.mode.value} · running {s.running} · waiting {s.waiting} · "
                 f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions} · steps {s.steps}"
             )
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.WindowStateChange and not self.isMinimized():
+            self._flush_panes()  # restored: show what came while it was minimized
+            self.tick()
 
     # -- engine reloads ------------------------------------------------------------------------
 
