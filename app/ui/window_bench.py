@@ -216,7 +216,8 @@ async def interleaved(model: str, args) -> int:
         print(f"shown {run['shown_tok_s']:.1f} tok/s, minimized {run['minimized_tok_s']:.1f} tok/s (medians of the phases); "
               f"the window costs {statistics.median(run['costs']):.1f}% (median of {len(run['costs'])} shown phases against "
               f"their neighbours); GUI thread busy {100 * run['gui_shown']:.0f}% of a core shown, "
-              f"{100 * run['gui_minimized']:.0f}% minimized; longest stall {run['stall_ms']:.0f} ms", flush=True)
+              f"{100 * run['gui_minimized']:.0f}% minimized; longest stall {run['stall_ms']:.0f} ms (restoring the window "
+              "included)", flush=True)
     if args.repeats > 1:
         print(f"over {args.repeats} runs: the window costs {statistics.median(costs):.1f}% (median of {len(costs)} shown phases), "
               f"longest stall {max(stalls):.0f} ms")
