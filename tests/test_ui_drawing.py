@@ -96,6 +96,17 @@ def panel(qtbot):
     return view
 
 
+def _drawn(series) -> np.ndarray:
+    """The points a series' path items draw, in order (each piece and the tail start on the point
+    before them)."""
+    points = []
+    for item in series.items:
+        path = item.path()
+        run = [(path.elementAt(i).x, path.elementAt(i).y) for i in range(path.elementCount())]
+        points += run[1:] if points else run
+    return np.array(points).reshape(-1, 2)
+
+
 def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
     ring = panel.metrics.panes["p"].tok_rate
     series = panel.pane_curves["p"]["rate"]
@@ -107,17 +118,17 @@ def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
         ring.push(now, float(tick))
         body_before = series.body.getData()[0]
         panel.refresh(now)
-        x, y = series.getData()
-        t, v = ring.view()
-        assert np.allclose(x, t - t0) and np.array_equal(y, v)  # every point, once, in order
+        drawn, t, v = _drawn(series), *ring.view()
+        assert np.allclose(drawn[:, 0], t - t0) and np.array_equal(drawn[:, 1], v)  # every point, once, in order
         slid = series.body.getData()[0] is not body_before
         shown.append((slid, len(series.tail.getData()[0])))
         # time runs right to left: the items sit one whole second ahead of the fixed x range
-        assert series.body.item.pos().x() == -np.ceil(now - t0) == series.tail.item.pos().x()
+        assert {item.pos().x() for item in series.items} == {-np.ceil(now - t0)}
     slides = [tick for tick, (slid, _) in enumerate(shown) if slid]
     assert len(slides) == 10  # the body is rebuilt once a second ...
     assert all(tail == 0 for slid, tail in shown if slid)
     assert max(tail for _, tail in shown) >= 9  # ... and between, only the tail grows
+    assert all(not item.path().isEmpty() for item in series.body.items)  # in pieces: a tick strokes the last
 
 
 def test_old_points_leave_the_body(panel):

@@ -22,32 +22,40 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
+BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
 ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 
 
 class Line:
-    """A line through points, drawn by a plain QGraphicsPathItem, so that its bounding box and its
+    """A line through points, drawn by plain QGraphicsPathItems, so that their bounding boxes and their
     painting stay in C++. Qt calls back every Python-made item (pyqtgraph's curves, or a subclass of
     our own) for its box and its paint on each repaint: with 38 lines, measured, a quarter of a
-    plot tick."""
+    plot tick.
 
-    def __init__(self, pen: QPen):
-        self.item = QGraphicsPathItem()
-        self.item.setPen(pen)
+    A long line is cut in `pieces` runs of points, one item each: a repaint at the plot's right edge
+    then strokes only the last run, not the whole minute (stroking was 40% of a tick's paint)."""
+
+    def __init__(self, pen: QPen, pieces: int = 1):
+        self.items = [QGraphicsPathItem() for _ in range(pieces)]
+        for item in self.items:
+            item.setPen(pen)
         self.x = self.y = np.empty(0)
         self.y_extent: tuple[float, float] | None = None  # (min, max) of y, None when empty
 
     def set_points(self, x: np.ndarray, y: np.ndarray) -> None:
         self.x, self.y = x, y
-        path = QPainterPath()
-        if len(x):
-            path.addPolygon(pg.functions.arrayToQPolygonF(x, y))
-            self.y_extent = (float(y.min()), float(y.max()))
-        else:
-            self.y_extent = None
-        self.item.setPath(path)  # repaints the old box and the new one
+        self.y_extent = (float(y.min()), float(y.max())) if len(x) else None
+        # each run ends on the next one's first point, so the line is unbroken
+        last = len(x) - 1
+        pieces = len(self.items) if last > 0 else 1  # a lone point needs one item
+        for i, item in enumerate(self.items):
+            start, end = i * last // pieces, (i + 1) * last // pieces
+            path = QPainterPath()
+            if i < pieces and len(x):
+                path.addPolygon(pg.functions.arrayToQPolygonF(x[start : end + 1], y[start : end + 1]))
+            item.setPath(path)  # repaints the old box and the new one
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
         return self.x, self.y
@@ -67,23 +75,27 @@ class LiveSeries:
     that changed, so a tick repaints a sliver at the right edge instead of the whole plot."""
 
     def __init__(self, pen: QPen):
-        self.body = Line(pen)
+        self.body = Line(pen, BODY_PIECES)
         self.tail = Line(pen)
         self.body_pushes = -1  # ring.pushes when the body was fed
         self.tail_pushes = -1  # ring.pushes when the tail was fed
         self.extent: tuple[float, float] | None = None  # (min, max) of y in body and tail
 
+    @property
+    def items(self) -> list[QGraphicsPathItem]:
+        return self.body.items + self.tail.items
+
     def move_to(self, x: float) -> None:
-        self.body.item.setPos(x, 0)
-        self.tail.item.setPos(x, 0)
+        for item in self.items:
+            item.setPos(x, 0)
 
     def add_to(self, plot: pg.PlotItem) -> None:
-        plot.addItem(self.body.item)
-        plot.addItem(self.tail.item)
+        for item in self.items:
+            plot.addItem(item)
 
     def remove_from(self, plot: pg.PlotItem) -> None:
-        plot.removeItem(self.body.item)
-        plot.removeItem(self.tail.item)
+        for item in self.items:
+            plot.removeItem(item)
 
     def getData(self) -> tuple[np.ndarray, np.ndarray]:
         """Every point the series shows, oldest first."""
