@@ -7,7 +7,7 @@ both figures come from one run; --repeats N alternates the two N times and repor
 machine's own speed drifts by tens of percent between runs.
 
 That drift is as large as the cost being measured, so --interleave measures the cost a second way:
-one long stream (512 tokens a pane), the window shown and minimized in turns of two seconds, each
+one long stream (256 tokens a pane), the window shown and minimized in turns of 1.5 s, each
 shown phase against the minimized ones beside it.
 """
 
@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times; print medians")
     parser.add_argument("--interleave", action="store_true",
                         help="one long stream per run, the window shown and minimized in turns; compare the phases")
-    parser.add_argument("--interleave-tokens", type=int, default=512, help="tokens per pane in an interleaved run")
-    parser.add_argument("--phase", type=float, default=2.0, help="seconds per interleaved phase")
+    parser.add_argument("--interleave-tokens", type=int, default=256, help="tokens per pane in an interleaved run")
+    parser.add_argument("--phase", type=float, default=1.5, help="seconds per interleaved phase")
     args = parser.parse_args(argv)
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
