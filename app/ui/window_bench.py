@@ -31,6 +31,7 @@ from app.engine.events import FinishEvent
 from app.engine.params import SamplingParams
 
 from .chat_store import ChatStore
+from .main import freeze_startup_objects
 from .main_window import MainWindow
 from .settings import AppSettings, PaneParams
 
@@ -86,6 +87,7 @@ class BenchWindow:
         await warm_up(client)
         bench = cls(client, max_tokens)
         bench.window.show()
+        freeze_startup_objects()  # as the app does once its window is up
         await asyncio.sleep(0.3)  # let the window paint once before the clock starts
         return bench
 
