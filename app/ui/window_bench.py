@@ -155,6 +155,9 @@ async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens
         for i in range(1, len(phases) - 1)
         if phases[i][0]
     ]
+    if not costs:
+        raise ValueError(f"the stream ended before a shown phase had minimized ones on both sides: "
+                         f"give it more tokens than {max_tokens} a pane, or shorter phases than {phase_s} s")
     gui = {flag: [p[3] / (p[2] - p[1]) for p in phases if p[0] == flag] for flag in (True, False)}
     return {
         "costs": costs,
@@ -212,7 +215,11 @@ async def main_async(args) -> int:
 async def interleaved(model: str, args) -> int:
     costs, stalls = [], []
     for _ in range(args.repeats):
-        run = await measure_interleaved(model, args.threads, args.interleave_tokens, args.phase)
+        try:
+            run = await measure_interleaved(model, args.threads, args.interleave_tokens, args.phase)
+        except ValueError as e:
+            print(f"window-bench: {e}", file=sys.stderr)
+            return 2
         costs += run["costs"]
         stalls.append(run["stall_ms"])
         print(f"shown {run['shown_tok_s']:.1f} tok/s, minimized {run['minimized_tok_s']:.1f} tok/s (medians of the phases); "
