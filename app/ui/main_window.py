@@ -240,7 +240,7 @@ class MainWindow(QMainWindow):
     def is_idle(self) -> bool:
         return not any(p.is_busy for p in self.panes)
 
-    # -- the 10 Hz tick ------------------------------------------------------------------------
+    # -- streamed text and the 10 Hz tick ------------------------------------------------------
 
     def _request_flush(self) -> None:
         # a 0 ms timer fires after the wake-ups already queued: the other panes' tokens of this step
