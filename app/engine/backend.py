@@ -145,7 +145,10 @@ class LlamaBackend:
 
     def _load_model(self, path: str):
         params = ll.llama_model_default_params()
-        params.use_mmap = True
+        # AMX weight packing crashes llama_decode (ggml_backend_amx_mul_mat, llama.cpp issue 20824;
+        # seen here with SmolLM2 Q4_1 on a Sapphire Rapids CPU): where the build has AMX, load the
+        # weights without extra buffer types
+        params.use_extra_bufts = not _build_has_amx()
         _log_tail.clear()
         model = ll.llama_model_load_from_file(path.encode(), params)
         if not model:
@@ -285,6 +288,10 @@ class LlamaBackend:
 
     def clear_memory(self) -> None:
         ll.llama_memory_clear(self.memory, True)
+
+
+def _build_has_amx() -> bool:
+    return "AMX_INT8 = 1" in ll.llama_print_system_info().decode("utf-8", errors="replace")
 
 
 def _last_error() -> str:
