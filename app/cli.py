@@ -86,6 +86,9 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--ctx", type=_positive, default=8192, help="KV cells shared by all sequences")
     serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     serve.add_argument("--threads", type=_positive)
+    serve.add_argument(
+        "--max-queue", type=_positive, help="requests in flight at once, running and waiting; more get 503 (default: 4 x --parallel)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +164,7 @@ def _serve(args) -> int:
     config = EngineConfig(model_path=model, n_ctx=args.ctx, n_batch=max(args.batch, args.parallel), capacity=args.parallel)
     if args.threads:
         config = config.with_(n_threads=args.threads)
-    return asyncio.run(serve(config, args.host, args.port, args.api_key, args.alias))
+    return asyncio.run(serve(config, args.host, args.port, args.api_key, args.alias, args.max_queue))
 
 
 def _print_perf_lines(run: dict) -> None:

@@ -11,11 +11,13 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from .engine.engine_thread import EngineThread
-from .engine.events import Event, FinishEvent
+from .engine.errors import EngineError
+from .engine.events import Event, FinishEvent, refused
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
 
 Listener = Callable[[list[Event]], None]
+FailureListener = Callable[[str], None]  # the reason the engine thread ended
 
 _ids = itertools.count(1)
 
@@ -31,13 +33,14 @@ class EngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, asyncio.Queue] = {}
         self._listeners: list[Listener] = []
+        self._failure_listeners: list[FailureListener] = []
 
     # -- life ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Load the model (off the event loop); raises ModelLoadError with the reason."""
         self._loop = asyncio.get_running_loop()
-        thread = EngineThread(self.config, self._on_events)
+        thread = EngineThread(self.config, self._on_events, self._on_engine_exit)
         load = self._loop.run_in_executor(None, thread.start)
         try:
             await asyncio.shield(load)
@@ -49,6 +52,7 @@ class EngineClient:
 
     async def reload(self, config: EngineConfig):
         """Swap to a new configuration or model; the old one stays if the new one fails to load."""
+        self._check_running()
         info = await asyncio.wrap_future(self._thread.reload(config))
         self.config = config
         return info
@@ -58,9 +62,23 @@ class EngineClient:
             await self._loop.run_in_executor(None, self._thread.stop)
             self._thread = None
 
+    async def restart(self) -> None:
+        """A fresh engine thread on the same configuration, after the last one ended (or to reset it)."""
+        await self.close()
+        await self.start()
+
     @property
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine thread ended on its own, or None while it runs (or was closed on purpose)."""
+        return self._thread.failure if self._thread is not None else None
+
+    def _check_running(self) -> None:
+        if not self.is_running:
+            raise EngineError(self.failure or "the engine is not running")
 
     @property
     def engine(self):
@@ -74,6 +92,10 @@ class EngineClient:
     def remove_listener(self, listener: Listener) -> None:
         if listener in self._listeners:
             self._listeners.remove(listener)
+
+    def add_failure_listener(self, listener: FailureListener) -> None:
+        """Call `listener(reason)` on the event loop if the engine thread ever ends on its own."""
+        self._failure_listeners.append(listener)
 
     # -- requests --------------------------------------------------------------------------
 
@@ -91,8 +113,9 @@ class EngineClient:
         """Stream one reply: TokenEvents, then exactly one FinishEvent.
 
         Leaving the loop early (break, an exception, the task cancelled) cancels the request, so
-        its sequence never lingers in the engine.
+        its sequence never lingers in the engine. Raises EngineError if the engine is not running.
         """
+        self._check_running()
         request = Request(
             request_id=request_id or new_request_id(),
             params=params or SamplingParams(),
@@ -143,6 +166,7 @@ class EngineClient:
 
     async def call(self, fn):
         """Run fn(engine) on the engine thread and await its result."""
+        self._check_running()
         return await asyncio.wrap_future(self._thread.call(fn))
 
     # -- events from the engine thread --------------------------------------------------------
@@ -162,3 +186,16 @@ class EngineClient:
                 queue.put_nowait(event)
         for listener in self._listeners:
             listener(events)
+
+    def _on_engine_exit(self, reason: str) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._engine_died, reason)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting
+
+    def _engine_died(self, reason: str) -> None:
+        """End every open stream at once with the reason, then tell the listeners (the window's banner)."""
+        for request_id, queue in list(self._streams.items()):
+            queue.put_nowait(refused(request_id, reason))
+        for listener in self._failure_listeners:
+            listener(reason)

@@ -10,11 +10,10 @@ from collections.abc import Callable
 from .adaptive import AdaptiveBatch
 from .backend import LlamaBackend
 from .chat_template import ChatTemplate
-from .errors import RequestError
 from .events import Event, FinishEvent, FinishReason, TokenEvent
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
-from .prompt import PromptBuilder
+from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Request, Sequence
 from .stats import EngineSnapshot, RequestStats, StepStats
@@ -23,6 +22,7 @@ Sink = Callable[[list[Event]], None]
 
 STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
 EARLY_CANCELS_KEPT = 256
+CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
 
 
 class Engine:
@@ -44,7 +44,8 @@ class Engine:
         self._generated = 0
         self._n_steps = 0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
-        self._conversations: dict[str | None, list[int]] = {}  # id -> [cached, evaluated] tokens
+        # id -> [cached, evaluated] tokens, the most recently active last; the oldest go beyond a bound
+        self._conversations: OrderedDict[str | None, list[int]] = OrderedDict()
         self.snapshot = self._snapshot()
 
     @property
@@ -74,22 +75,26 @@ class Engine:
 
     # -- requests in and out ---------------------------------------------------------------
 
-    def submit(self, request: Request, t_submit: float) -> None:
+    def prepare(self, request: Request) -> Prompt:
+        """The request's prompt tokens; safe on another thread (reads the template and tokenizer only)."""
+        return self.prompts.prepare(request)
+
+    def submit(self, request: Request, t_submit: float, prompt: Prompt | None = None) -> None:
+        """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""
         stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
         if self._early_cancels.pop(request.request_id, False):
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats)])
             return
-        try:
-            tokens, notice = self.prompts.build(request)
-        except RequestError as e:
-            self._emit([self._failed(request.request_id, stats, str(e))])
+        prompt = prompt or self.prepare(request)
+        if prompt.error is not None:
+            self._emit([self._failed(request.request_id, stats, prompt.error)])
             return
-        stats.prompt_tokens = len(tokens)
+        stats.prompt_tokens = len(prompt.tokens)
         self._arrivals += 1
-        seq = Sequence(request, tokens, stats, self._arrivals)
-        seq.notice = notice
+        seq = Sequence(request, prompt.tokens, stats, self._arrivals)
+        seq.notice = prompt.notice
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
-        seq.sampler = self.backend.new_sampler(request.params, seed, tokens)
+        seq.sampler = self.backend.new_sampler(request.params, seed, prompt.tokens)
         self.scheduler.add(seq)
 
     def cancel(self, request_id: str) -> None:
@@ -197,6 +202,9 @@ class Engine:
 
     def _add_to_conversation(self, stats: RequestStats) -> None:
         totals = self._conversations.setdefault(stats.conversation_id, [0, 0])
+        self._conversations.move_to_end(stats.conversation_id)
+        while len(self._conversations) > CONVERSATIONS_KEPT:
+            self._conversations.popitem(last=False)
         totals[0] += stats.cached_tokens
         totals[1] += stats.evaluated_tokens
         stats.conversation_cached_tokens, stats.conversation_evaluated_tokens = totals

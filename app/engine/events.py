@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import Enum
 
@@ -40,3 +41,10 @@ class FinishEvent:
 
 
 Event = TokenEvent | FinishEvent
+
+
+def refused(request_id: str, error: str, conversation_id: str | None = None, t_submit: float | None = None) -> FinishEvent:
+    """The final event of a request that no engine step served (refused, or its engine is gone)."""
+    now = time.monotonic()
+    stats = RequestStats(request_id, conversation_id, t_submit=now if t_submit is None else t_submit, t_finish=now)
+    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error)

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .chat_template import ChatTemplate, Message
 from .errors import RequestError
 from .params import OverflowPolicy
 from .sequence import Request
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request's prompt, built before it reaches the engine thread: tokens, or why there are none."""
+
+    tokens: list[int]
+    notice: str | None = None  # e.g. old turns were dropped to fit
+    error: str | None = None  # set: the request cannot be served
 
 
 class PromptBuilder:
@@ -23,10 +33,20 @@ class PromptBuilder:
         self.n_ctx = n_ctx
         self.policy = policy
 
+    def prepare(self, request: Request) -> Prompt:
+        """build() that never raises: a request it cannot read gets a Prompt with the reason."""
+        try:
+            tokens, notice = self.build(request)
+        except RequestError as e:
+            return Prompt([], error=str(e))
+        except Exception as e:  # a request must never take an engine thread down with it
+            return Prompt([], error=f"internal error while reading the request: {e!r}")
+        return Prompt(tokens, notice)
+
     def build(self, request: Request) -> tuple[list[int], str | None]:
         """Return the prompt's tokens and, if turns were dropped to fit, a notice saying so."""
         if request.messages is None:
-            tokens = self._tokenize(request.prompt or "")
+            tokens = self._encode(request.prompt or "")
             self._check_fits(len(tokens))
             return tokens, None
         messages = list(request.messages)
@@ -39,7 +59,13 @@ class PromptBuilder:
     def _render(self, messages: list[Message]) -> list[int]:
         if not messages:
             raise RequestError("the conversation is empty")
-        return self._tokenize(self._template.render(messages))
+        return self._encode(self._template.render(messages))
+
+    def _encode(self, text: str) -> list[int]:
+        try:
+            return self._tokenize(text)
+        except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 for it, so no tokens either
+            raise RequestError(f"the text holds a character UTF-8 cannot encode ({e.reason}) at position {e.start}") from None
 
     def _fits(self, n_prompt: int, request: Request) -> bool:
         # leave room for a reply of a sensible size, not only for the first token

@@ -33,9 +33,11 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    if request.app[SERVER].client.is_running:
+    client = request.app[SERVER].client
+    if client.is_running:
         return web.json_response({"status": "ok"})
-    return web.json_response({"status": "error", "error": "the engine is not running"}, status=503)
+    reason = client.failure or "the engine is not running"
+    return web.json_response({"status": "error", "error": reason}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -50,6 +52,11 @@ async def metrics(request: web.Request) -> web.Response:
 async def _complete(request: web.Request, parse) -> web.StreamResponse:
     server = request.app[SERVER]
     job: Job = parse(parse_json(await request.read()), server.client.engine.n_ctx)
+    with server.admit():
+        return await _serve(request, server, job)
+
+
+async def _serve(request: web.Request, server, job: Job) -> web.StreamResponse:
     shape = Shape(job.is_chat, server.model_name)
     # leaving early (a client gone, an error) closes the stream, and that cancels the request
     async with aclosing(server.submit(job)) as stream:

@@ -15,6 +15,8 @@ from app.engine.params import SamplingParams
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
 MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256  # a stop string is matched against the tail of the reply at every token
+MAX_MESSAGES = 1024  # rendering the chat template costs time in proportion to the messages
 MAX_INT = 2**31 - 1
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -48,6 +50,8 @@ def parse_json(raw: bytes) -> dict:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
@@ -57,6 +61,8 @@ def parse_chat(body: dict, n_ctx: int) -> Job:
     raw = _get(body, "messages", list, None)
     if not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
+    if len(raw) > MAX_MESSAGES:
+        raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
     _check_size(sum(len(m["content"]) for m in messages), n_ctx, "messages")
     return Job(sampling(body), messages=messages, conversation_id=_conversation_of(messages), **_streaming(body))
@@ -68,6 +74,7 @@ def parse_completion(body: dict, n_ctx: int) -> Job:
         prompt = prompt[0]  # a batch of one
     if not isinstance(prompt, str):
         raise BadRequest("'prompt' must be a string (or a list holding one string)", "prompt")
+    _check_text(prompt, "prompt")
     _check_size(len(prompt), n_ctx, "prompt")
     return Job(sampling(body), prompt=prompt, **_streaming(body))
 
@@ -109,10 +116,11 @@ def _message(item, index: int) -> dict[str, str]:
     where = f"messages[{index}]"
     if not isinstance(item, dict):
         raise BadRequest(f"{where} must be an object with 'role' and 'content'", where)
-    role = ROLES.get(item.get("role"))
+    given = item.get("role")
+    role = ROLES.get(given) if isinstance(given, str) else None
     if role is None:
-        raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {item.get('role')!r}", where)
-    return {"role": role, "content": _content(item.get("content"), where)}
+        raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {_show(given)}", f"{where}.role")
+    return {"role": role, "content": _check_text(_content(item.get("content"), where), f"{where}.content")}
 
 
 def _content(content, where: str) -> str:
@@ -137,6 +145,15 @@ def _conversation_of(messages) -> str:
     return f"api-{digest[:16]}"
 
 
+def _check_text(text: str, where: str) -> str:
+    """Text the tokenizer can read: it must encode as UTF-8 (JSON lets a lone surrogate through)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadRequest(f"{where} holds a character that is not valid Unicode ({e.reason}) at position {e.start}", where) from None
+    return text
+
+
 def _check_size(n_chars: int, n_ctx: int, param: str) -> None:
     if n_chars > n_ctx * MAX_CHARS_PER_TOKEN:
         raise BadRequest(f"the prompt has {n_chars} characters, far more than the context of {n_ctx} tokens holds", param)
@@ -151,6 +168,10 @@ def _stop(body: dict) -> tuple[str, ...]:
         raise BadRequest("'stop' must be a non-empty string or a list of them", "stop")
     if len(stops) > MAX_STOP_STRINGS:
         raise BadRequest(f"at most {MAX_STOP_STRINGS} stop strings", "stop")
+    for i, s in enumerate(stops):
+        if len(s) > MAX_STOP_CHARS:
+            raise BadRequest(f"a stop string holds at most {MAX_STOP_CHARS} characters; stop[{i}] has {len(s)}", "stop")
+        _check_text(s, f"stop[{i}]")
     return tuple(stops)
 
 
@@ -187,14 +208,21 @@ def _get(body: dict, name: str, kind: type, default):
     if value is None:
         return default
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        value = float(value) if abs(value) < 2**1000 else math.inf  # beyond a float: out of every range
     if kind is int and isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise BadRequest(f"'{name}' must be {_TYPE_NAMES[kind]}; got {json.dumps(value)[:40]}", name)
+        raise BadRequest(f"'{name}' must be {_TYPE_NAMES[kind]}; got {_show(value)}", name)
     if kind is float and not math.isfinite(value):
         raise BadRequest(f"'{name}' must be a finite number", name)
     return value
 
 
 _TYPE_NAMES = {float: "a number", int: "an integer", bool: "a boolean", list: "a list", dict: "an object", str: "a string"}
+
+
+def _show(value) -> str:
+    """A short view of what was sent, for an error message (whatever its size or depth)."""
+    if isinstance(value, (dict, list)):
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"
+    return json.dumps(value[:40] if isinstance(value, str) else value)[:40]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 import sys
 
@@ -12,17 +13,25 @@ from app.engine.params import EngineConfig
 from .server import ApiServer
 
 
-async def serve(config: EngineConfig, host: str, port: int, api_key: str | None, alias: str | None) -> int:
+async def serve(
+    config: EngineConfig, host: str, port: int, api_key: str | None, alias: str | None, max_queue: int | None = None
+) -> int:
+    if not api_key and not is_loopback(host):
+        print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError: the command line prints it
-    server = ApiServer(client, api_key, alias)
+    server = ApiServer(client, api_key, alias, max_queue=max_queue)
     try:
         try:
             url = await server.start(host, port)
         except OSError as e:
             print(f"error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 2
-        print(f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {config.n_ctx} KV cells)", flush=True)
+        print(
+            f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {config.n_ctx} KV cells, "
+            f"{server.max_queue} requests in flight at most)",
+            flush=True,
+        )
         await _until_signal()
     finally:
         await server.stop()
@@ -36,3 +45,13 @@ async def _until_signal() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (only this machine can connect)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from app.client import EngineClient, new_request_id
+from app.engine.errors import EngineError
 from app.engine.events import Event
 
 from . import handlers
@@ -19,12 +20,23 @@ from .shaping import error_body
 
 MAX_BODY_BYTES = 64 * 2**20  # larger bodies get a 413; a long prompt under this gets a clear 400
 PUBLIC_PATHS = {"/health"}  # answered without the API key, as llama-server does
+QUEUE_PER_SLOT = 4  # default admission bound: this many requests in flight per parallel sequence
+RETRY_AFTER_S = 1  # what a refused client is told to wait before trying again
 Observer = Callable[[str, float], None]  # (request id, submit time): the window's plots
 
 
 class ApiServer:
-    def __init__(self, client: EngineClient, api_key: str | None = None, alias: str | None = None, on_request: Observer | None = None):
+    def __init__(
+        self,
+        client: EngineClient,
+        api_key: str | None = None,
+        alias: str | None = None,
+        on_request: Observer | None = None,
+        max_queue: int | None = None,
+    ):
         self.client = client
+        self._max_queue = max_queue
+        self.in_flight = 0  # requests admitted and not yet answered
         self.api_key = api_key or None
         self.alias = alias
         self.on_request = on_request
@@ -36,6 +48,11 @@ class ApiServer:
     @property
     def model_name(self) -> str:
         return self.alias or os.path.basename(self.client.config.model_path)
+
+    @property
+    def max_queue(self) -> int:
+        """Requests admitted at once (running and waiting); more get a 503 with Retry-After."""
+        return self._max_queue or QUEUE_PER_SLOT * self.client.config.capacity
 
     @property
     def is_serving(self) -> bool:
@@ -63,6 +80,12 @@ class ApiServer:
             self.client.remove_listener(self.totals.on_events)
             await runner.cleanup()
 
+    def admit(self) -> "Admission":
+        """A place in the queue for one request (`with server.admit():`), or Busy when it is full."""
+        if self.in_flight >= self.max_queue:
+            raise Busy()
+        return Admission(self)
+
     def submit(self, job: Job) -> AsyncIterator[Event]:
         request_id = new_request_id()
         if self.on_request is not None:
@@ -85,11 +108,16 @@ class ApiServer:
     @web.middleware
     async def _auth(self, request: web.Request, handler):
         if self.api_key and request.path not in PUBLIC_PATHS:
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            if not self._key_matches(request.headers.get("Authorization", "")):
                 body = error_body("invalid or missing API key", "authentication_error", code="invalid_api_key")
                 return web.json_response(body, status=401)
         return await handler(request)
+
+    def _key_matches(self, header: str) -> bool:
+        scheme, _, given = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not given.isascii():  # a key is ASCII; anything else is no key
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.api_key.encode())
 
     @web.middleware
     async def _errors(self, request: web.Request, handler):
@@ -97,7 +125,28 @@ class ApiServer:
             return await handler(request)
         except BadRequest as e:
             return web.json_response(error_body(str(e), param=e.param), status=400)
+        except Busy:
+            body = error_body(f"the server is busy: {self.max_queue} requests are in flight; try again shortly", "unavailable_error")
+            return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        except EngineError as e:  # the engine thread ended: the request cannot be served until a restart
+            return web.json_response(error_body(str(e), "unavailable_error"), status=503)
         except web.HTTPException as e:  # 404, 405, 413: the same JSON shape as every other error
             if e.status < 400:
                 raise
             return web.json_response(error_body(f"{e.reason}: {request.method} {request.path}", code=e.status), status=e.status)
+
+
+class Busy(Exception):
+    """Every place in the admission queue is taken: HTTP 503 with Retry-After."""
+
+
+class Admission:
+    def __init__(self, server: ApiServer):
+        self._server = server
+        server.in_flight += 1
+
+    def __enter__(self) -> "Admission":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.in_flight -= 1
