@@ -77,6 +77,9 @@ class Engine:
 
     def prepare(self, request: Request) -> Prompt:
         """The request's prompt tokens; safe on another thread (reads the template and tokenizer only)."""
+        problem = request.params.problem()
+        if problem is not None:
+            return Prompt([], error=problem)
         return self.prompts.prepare(request)
 
     def submit(self, request: Request, t_submit: float, prompt: Prompt | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
@@ -49,6 +50,24 @@ class SamplingParams:
 
     def with_(self, **changes) -> "SamplingParams":
         return replace(self, **changes)
+
+    def problem(self) -> str | None:
+        """What is out of range (llama.cpp's samplers would misbehave or abort on it), or None."""
+        numbers = {"temperature": (self.temperature, 0.0, 1e6), "top_p": (self.top_p, 0.0, 1.0), "min_p": (self.min_p, 0.0, 1.0),
+                   "repeat_penalty": (self.repeat_penalty, 0.0, 1e6)}
+        for name, (value, lo, hi) in numbers.items():
+            if not isinstance(value, (int, float)) or not (math.isfinite(value) and lo <= value <= hi):
+                return f"{name} must be a number between {lo:g} and {hi:g}; got {value!r}"
+        integers = {"top_k": (self.top_k, 0, 2**31 - 1), "repeat_last_n": (self.repeat_last_n, 0, 65536),
+                    "max_tokens": (self.max_tokens, 1, 2**63 - 1)}
+        for name, (value, lo, hi) in integers.items():
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                return f"{name} must be a whole number between {lo} and {hi}; got {value!r}"
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            return f"seed must be a whole number of at least 0, or unset; got {self.seed!r}"
+        if not all(isinstance(s, str) and s for s in self.stop):
+            return "every stop string must be a non-empty string"
+        return None
 
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)

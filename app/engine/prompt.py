@@ -54,7 +54,7 @@ class PromptBuilder:
         if self.policy is OverflowPolicy.STOP or self._fits(len(tokens), request):
             self._check_fits(len(tokens))
             return tokens, None
-        return self._drop_oldest_turns(messages, request)
+        return self._drop_oldest_turns(messages, request, len(tokens))
 
     def _render(self, messages: list[Message]) -> list[int]:
         if not messages:
@@ -79,19 +79,63 @@ class PromptBuilder:
                 "shorten it, clear the chat or load the engine with a larger context"
             )
 
-    def _drop_oldest_turns(self, messages: list[Message], request: Request):
+    def _drop_oldest_turns(self, messages: list[Message], request: Request, n_whole: int):
+        """Keep the system prompt and the longest run of latest turns that fits.
+
+        Each try renders the whole chat, so tries are few: the first guess comes from the
+        messages' own token counts, then a galloping search over turn boundaries confirms it.
+        """
         head = [m for m in messages[:1] if m.get("role") == "system"]
         body = messages[len(head) :]
-        dropped = 0
-        while len(body) > 1:
-            body.pop(0)
-            dropped += 1
-            while len(body) > 1 and body[0].get("role") != "user":
-                body.pop(0)  # a turn starts with the user
-                dropped += 1
-            tokens = self._render(head + body)
-            if self._fits(len(tokens), request):
-                return tokens, f"dropped the {dropped} oldest messages to fit the context of {self.n_ctx} tokens"
-        tokens = self._render(head + body)
+        # where a kept run may start: at a user message (a turn), or the last message alone
+        cuts = sorted({i for i, m in enumerate(body) if i > 0 and m.get("role") == "user"} | {len(body) - 1})
+        tried: dict[int, list[int]] = {}
+
+        def fits(k: int) -> bool:
+            tried[k] = self._render(head + body[cuts[k] :])
+            return self._fits(len(tried[k]), request)
+
+        k = _first_fitting(len(cuts), fits, self._guess(head, body, cuts, request, n_whole))
+        if k < len(cuts):  # fits(k) was tried and held
+            return tried[k], f"dropped the {cuts[k]} oldest messages to fit the context of {self.n_ctx} tokens"
+        tokens = tried[len(cuts) - 1]  # the search tried the last cut before giving up
         self._check_fits(len(tokens))
-        return tokens, f"dropped the {dropped} oldest messages; the last message alone nearly fills the context"
+        return tokens, f"dropped the {cuts[-1]} oldest messages; the last message alone nearly fills the context"
+
+    def _guess(self, head: list[Message], body: list[Message], cuts: list[int], request: Request, whole: int) -> int:
+        """The first cut whose estimated prompt fits: content tokens plus an even share of the template's."""
+        sizes = [len(self._encode(m.get("content", ""))) for m in head + body]
+        glue = max(0.0, (whole - sum(sizes)) / len(sizes))  # template tokens per message
+        kept = float(whole)
+        start = 0
+        for k, cut in enumerate(cuts):
+            kept -= sum(sizes[len(head) + start : len(head) + cut]) + glue * (cut - start)
+            start = cut
+            if self._fits(int(kept), request):
+                return k
+        return len(cuts) - 1
+
+
+def _first_fitting(n: int, fits: Callable[[int], bool], guess: int) -> int:
+    """The smallest k < n with fits(k), fits being monotone (True from some k on); n if none.
+
+    Gallops from `guess` to bracket the answer, then bisects: a few calls when the guess is near.
+    """
+    step = 1
+    if fits(guess):
+        hi, lo = guess, guess - 1  # fits(hi); lo does not fit or is -1
+        while lo >= 0 and fits(lo):
+            hi, lo, step = lo, lo - step, step * 2
+        lo = max(lo, -1)
+    else:
+        lo, hi = guess, guess + 1  # fits(lo) is False
+        while hi < n and not fits(hi):
+            lo, hi, step = hi, hi + step, step * 2
+        hi = min(hi, n)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

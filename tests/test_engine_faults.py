@@ -1,0 +1,212 @@
+"""The engine never dies of one request: every fault ends its own request (or call) with the reason,
+and if the engine thread ends anyway every waiting stream is told at once."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.engine import engine as engine_module
+from app.engine.errors import EngineError
+from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.params import GREEDY, SamplingParams
+from helpers import Started, collect, run, user
+
+QUICK = GREEDY.with_(max_tokens=4)
+
+
+async def _stream_tokens(stream, log: list[float]) -> FinishEvent:
+    """Consume a stream, noting when each token arrived."""
+    async for event in stream:
+        if isinstance(event, TokenEvent) and event.n_tokens:
+            log.append(time.monotonic())
+        if isinstance(event, FinishEvent):
+            return event
+    raise AssertionError("no final event")
+
+
+@pytest.mark.parametrize("where", ["content", "prompt"])
+def test_text_utf8_cannot_encode_fails_only_its_own_request(config, where):
+    async def main():
+        async with Started(config) as client:
+            long = asyncio.ensure_future(collect(client.generate(user("Count to twenty."), GREEDY.with_(max_tokens=48, ignore_eos=True))))
+            if where == "content":
+                bad = await client.complete(user("\ud800 x"), QUICK)
+            else:
+                bad = await client.complete(params=QUICK, prompt="a lone \udfff surrogate")
+            _, other = await long
+            after = await client.complete(user("Hi"), QUICK)
+            return bad, other, after, client.is_running
+
+    bad, other, after, alive = run(main())
+    assert bad.reason is FinishReason.ERROR and "UTF-8 cannot encode" in bad.error
+    assert other.reason is FinishReason.LENGTH and other.stats.gen_tokens == 48
+    assert after.ok and alive
+
+
+def test_a_failing_call_or_reload_settles_its_future_and_the_engine_goes_on(config):
+    async def main():
+        async with Started(config) as client:
+            with pytest.raises(ZeroDivisionError):
+                await client.call(lambda engine: 1 / 0)
+            with pytest.raises(TypeError):  # not one of the load errors: it used to end the thread
+                await client.reload(config.with_(capacity="eight"))
+            return await client.complete(user("Hi"), QUICK), client.is_running
+
+    final, alive = run(main())
+    assert final.ok and alive
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        QUICK.with_(temperature=math.nan),
+        QUICK.with_(top_p=2.0),
+        QUICK.with_(top_k=-3),
+        QUICK.with_(repeat_last_n=-1),
+        QUICK.with_(max_tokens=0),
+        QUICK.with_(seed=-7),
+        QUICK.with_(stop=("",)),
+    ],
+)
+def test_sampling_values_out_of_range_are_refused_with_the_reason(config, params):
+    async def main():
+        async with Started(config) as client:
+            return await client.complete(user("Hi"), params), await client.complete(user("Hi"), QUICK)
+
+    refused, fine = run(main())
+    assert refused.reason is FinishReason.ERROR and "must be" in refused.error
+    assert fine.ok
+
+
+def test_a_dead_engine_ends_every_stream_at_once_and_says_why_then_restarts(config):
+    reasons: list[str] = []
+
+    async def main():
+        async with Started(config) as client:
+            client.add_failure_listener(reasons.append)
+            streams = [
+                asyncio.ensure_future(collect(client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=4000, ignore_eos=True))))
+                for i in range(3)
+            ]
+            await asyncio.sleep(1.0)  # they stream
+            client._thread.call(lambda engine: (_ for _ in ()).throw(SystemExit("injected fault")))
+            t0 = time.monotonic()
+            finals = [f for _, f in await asyncio.gather(*streams)]
+            ended_in = time.monotonic() - t0
+            alive = client.is_running
+            with pytest.raises(EngineError, match="injected fault"):
+                await client.complete(user("Hi"), QUICK)
+            with pytest.raises(EngineError):
+                await client.call(lambda engine: None)
+            failure = client.failure
+            await client.restart()
+            return finals, ended_in, alive, failure, await client.complete(user("Hi"), QUICK)
+
+    finals, ended_in, alive, failure, after = run(main())
+    assert all(f.reason is FinishReason.ERROR and "injected fault" in f.error for f in finals)
+    assert all(f.stats.gen_tokens < 4000 for f in finals)
+    assert ended_in < 10  # far from the 4000 tokens they asked for
+    assert not alive and "injected fault" in failure and reasons == [failure]
+    assert after.ok
+
+
+def test_a_huge_chat_is_read_without_stalling_the_running_streams(config):
+    """8,000 messages take seconds to render and tokenize: a stream already running goes on meanwhile."""
+    huge = [{"role": "user" if i % 2 == 0 else "assistant", "content": ""} for i in range(8_000)]
+    arrivals: list[float] = []
+
+    async def main():
+        async with Started(config) as client:
+            running = asyncio.ensure_future(
+                _stream_tokens(client.generate(user("Count slowly."), GREEDY.with_(max_tokens=100_000, ignore_eos=True)), arrivals)
+            )
+            while len(arrivals) < 3:
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            big = await client.complete(huge, QUICK)
+            t1 = time.monotonic()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            return big, t0, t1
+
+    big, t0, t1 = run(main())
+    during = [t for t in arrivals if t0 <= t <= t1]
+    gaps = [b - a for a, b in zip(during, during[1:])]
+    print(f"huge chat read in {t1 - t0:.1f} s; {len(during)} tokens streamed meanwhile; longest gap {max(gaps, default=0):.3f} s")
+    assert big.reason is FinishReason.ERROR and "context holds" in big.error
+    assert t1 - t0 > 0.5, "the chat was read too fast for this test to show anything"
+    assert len(during) >= 5 and max(gaps) < (t1 - t0) / 2
+
+
+def test_per_conversation_totals_are_bounded(config, monkeypatch):
+    monkeypatch.setattr(engine_module, "CONVERSATIONS_KEPT", 3)
+
+    async def main():
+        async with Started(config) as client:
+            for i in range(6):
+                await client.complete(user("Hi"), GREEDY.with_(max_tokens=1), conversation_id=f"c{i}")
+            return await client.call(lambda engine: list(engine._conversations))
+
+    assert run(main()) == ["c3", "c4", "c5"]
+
+
+# -- any request -------------------------------------------------------------------------------
+
+_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)  # surrogates included
+_message = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool", ""]), "content": _text})
+_params = st.builds(
+    SamplingParams,
+    temperature=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(0.0)),
+    top_k=st.integers(-5, 100),
+    top_p=st.floats(-1, 2),
+    min_p=st.floats(-1, 2),
+    repeat_penalty=st.floats(-1, 3),
+    repeat_last_n=st.integers(-2, 100),
+    seed=st.one_of(st.none(), st.integers(-(2**40), 2**40)),
+    max_tokens=st.integers(-1, 3),
+    stop=st.lists(_text, max_size=3).map(tuple),
+    ignore_eos=st.booleans(),
+)
+_request = st.tuples(st.lists(_message, max_size=6), _params, st.booleans())
+
+
+@pytest.fixture(scope="module")
+def shared_engine(model_path):
+    """One engine for every generated example: it must survive all of them."""
+    from app.client import EngineClient
+    from app.engine.params import EngineConfig
+
+    loop = asyncio.new_event_loop()
+    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2))
+    loop.run_until_complete(client.start())
+    yield loop, client
+    loop.run_until_complete(client.close())
+    loop.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(requests=st.lists(_request, min_size=1, max_size=4))
+def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shared_engine, requests):
+    loop, client = shared_engine
+
+    async def one(messages, params, cancel_early):
+        finals = 0
+        async for event in client.generate(messages, params):
+            finals += isinstance(event, FinishEvent)
+            assert finals <= 1
+            if cancel_early:
+                client.cancel(event.request_id)
+        return finals
+
+    async def main():
+        counts = await asyncio.wait_for(asyncio.gather(*(one(*r) for r in requests)), 60)
+        return counts, client.is_running
+
+    counts, alive = loop.run_until_complete(main())
+    assert counts == [1] * len(requests) and alive
