@@ -10,6 +10,7 @@ import pytest
 
 from app.engine.events import FinishEvent, FinishReason
 from helpers import run
+from app.server.protocol import MAX_MESSAGES, MAX_STOP_CHARS
 from serving import Serving, chat, engine_is_idle
 
 BAD_BODIES = {
@@ -98,3 +99,111 @@ def test_a_client_that_leaves_frees_its_sequence(config, stream):
     assert [f.reason for f in finals] == [FinishReason.CANCELLED]
     assert finals[0].stats.gen_tokens < 2000
     assert snapshot.running == snapshot.waiting == 0
+
+
+def test_the_lone_surrogate_request_gets_a_400_naming_the_field_and_the_engine_goes_on(config):
+    """The request that used to end the engine thread for good."""
+    bodies = {
+        "messages[0].content": b'{"messages":[{"role":"user","content":"\\ud800 x"}],"max_tokens":4}',
+        "messages[1].content": b'{"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"\\udfff"}]}]}',
+        "stop[0]": b'{"messages":[{"role":"user","content":"hi"}],"stop":["\\ud83d"]}',
+        "messages[0].role": b'{"messages":[{"role":"\\ud800","content":"hi"}]}',
+    }
+
+    async def main():
+        async with Serving(config) as (client, _server, url), aiohttp.ClientSession() as http:
+            answers = {}
+            for field, body in bodies.items():
+                async with http.post(f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as r:
+                    answers[field] = r.status, await r.json()
+            async with http.post(f"{url}/v1/completions", data=b'{"prompt":"\\ud800","max_tokens":2}') as r:
+                answers["prompt"] = r.status, await r.json()
+            async with http.get(f"{url}/health") as r:
+                health = r.status
+            async with http.post(f"{url}/v1/chat/completions", json=chat("Hi", max_tokens=4)) as r:
+                good = r.status
+            return answers, health, good, client.is_running
+
+    answers, health, good, alive = run(main())
+    for field, (status, body) in answers.items():
+        assert status == 400 and body["error"]["param"] == field, (field, body)
+    assert health == 200 and good == 200 and alive
+
+
+def test_caps_on_messages_and_stop_strings_are_400s_with_the_limit(config):
+    many = {"messages": [{"role": "user", "content": ""}] * (MAX_MESSAGES + 1), "max_tokens": 2}
+    long_stop = chat("hi", stop=["x" * (MAX_STOP_CHARS + 1)])
+
+    async def main():
+        async with Serving(config) as (_client, _server, url), aiohttp.ClientSession() as http:
+            out = []
+            for body in (many, long_stop):
+                async with http.post(f"{url}/v1/chat/completions", json=body) as r:
+                    out.append((r.status, (await r.json())["error"]["message"]))
+            return out
+
+    (s1, m1), (s2, m2) = run(main())
+    assert s1 == 400 and f"at most {MAX_MESSAGES} messages" in m1
+    assert s2 == 400 and f"at most {MAX_STOP_CHARS} characters" in m2
+
+
+def test_beyond_the_queue_bound_requests_get_503_with_retry_after(config):
+    async def main():
+        async with Serving(config) as (_client, server, url), aiohttp.ClientSession() as http:
+            server._max_queue = 2
+            long = chat("Tell me a story.", max_tokens=300, ignore_eos=True, stream=True)
+            held = [await http.post(f"{url}/v1/chat/completions", json=long) for _ in range(2)]
+            async with http.post(f"{url}/v1/chat/completions", json=chat("Hi", max_tokens=2)) as r:
+                refused = r.status, r.headers.get("Retry-After"), await r.json()
+            for response in held:
+                response.close()  # the clients leave: their places free up
+            await asyncio.sleep(0.3)
+            async with http.post(f"{url}/v1/chat/completions", json=chat("Hi", max_tokens=2)) as r:
+                after = r.status
+            return refused, after, server.in_flight
+
+    (status, retry_after, body), after, in_flight = run(main())
+    assert status == 503 and retry_after == "1" and "2 requests are in flight" in body["error"]["message"]
+    assert after == 200 and in_flight == 0
+
+
+def test_a_dead_engine_is_reported_by_health_and_requests_get_503(config):
+    async def main():
+        async with Serving(config) as (client, _server, url), aiohttp.ClientSession() as http:
+            stream = await http.post(f"{url}/v1/chat/completions", json=chat("Story", max_tokens=4000, ignore_eos=True, stream=True))
+            await stream.content.readline()
+            client._thread.call(lambda engine: (_ for _ in ()).throw(SystemExit("injected fault")))
+            rest = await asyncio.wait_for(stream.read(), 10)  # the open stream ends at once, with the reason
+            async with http.get(f"{url}/health") as r:
+                health = r.status, await r.json()
+            async with http.post(f"{url}/v1/chat/completions", json=chat("Hi")) as r:
+                refused = r.status, await r.json()
+            await client.restart()
+            async with http.get(f"{url}/health") as r:
+                healed = r.status
+            return rest, health, refused, healed
+
+    rest, (health_status, health), (status, body), healed = run(main())
+    assert b"injected fault" in rest
+    assert health_status == 503 and "injected fault" in health["error"]
+    assert status == 503 and "injected fault" in body["error"]["message"]
+    assert healed == 200
+
+
+def test_the_api_key_scheme_is_case_insensitive_and_odd_headers_get_401(config):
+    async def main():
+        async with Serving(config, api_key="sesame") as (_client, _server, url), aiohttp.ClientSession() as http:
+            out = {}
+            for name, header in {"lower": "bearer sesame", "upper": "BEARER sesame", "non-ascii": "Bearer sésame",
+                                 "no scheme": "sesame", "bytes": "Bearer \udcff"}.items():
+                try:
+                    async with http.get(f"{url}/v1/models", headers={"Authorization": header}) as r:
+                        out[name] = r.status
+                except UnicodeEncodeError:  # the client itself refuses to send it
+                    out[name] = None
+            return out
+
+    out = run(main())
+    assert out["lower"] == out["upper"] == 200
+    assert out["non-ascii"] == out["no scheme"] == 401
+    assert out["bytes"] in (401, None)
