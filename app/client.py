@@ -195,7 +195,6 @@ class EngineClient:
 
     def _engine_died(self, reason: str) -> None:
         """End every open stream at once with the reason, then tell the listeners (the window's banner)."""
-        for request_id, queue in list(self._streams.items()):
-            queue.put_nowait(refused(request_id, reason))
+        self._dispatch([refused(request_id, reason) for request_id in self._streams])
         for listener in self._failure_listeners:
             listener(reason)

@@ -74,6 +74,9 @@ class _Tracked:
     base_context: int  # tokens in context before this reply (for the live readout)
 
 
+TRACKED_KEPT = 4096  # far more requests than can be in flight at once
+
+
 class MetricsStore:
     def __init__(self):
         self.panes: dict[str, PaneMetrics] = {}
@@ -91,10 +94,12 @@ class MetricsStore:
         self._requests = {rid: tr for rid, tr in self._requests.items() if tr.pane != key}
 
     def track(self, request_id: str, pane: str, t_submit: float) -> None:
-        """Attribute a request's events to a pane."""
+        """Attribute a request's events to a pane (until its final event; the oldest go beyond a bound)."""
         metrics = self.add_pane(pane)
         metrics.gen_tokens = 0
         self._requests[request_id] = _Tracked(pane, t_submit, metrics.context_tokens)
+        while len(self._requests) > TRACKED_KEPT:  # a request that never reached the engine has no final event
+            del self._requests[next(iter(self._requests))]
 
     # -- events (on the event loop, for every engine step) ---------------------------------------
 
