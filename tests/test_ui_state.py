@@ -6,12 +6,13 @@ import json
 import math
 
 import numpy as np
+import pytest
 from PySide6.QtCore import QSettings
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
-from app.ui.chat_store import NOTICE, Chat, ChatStore, export_chat, to_markdown
+from app.ui.chat_store import CORRUPT, CUT_BY_EXIT, NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat, export_chat, to_markdown
 from app.ui.metrics import MetricsStore, Ring
 from app.ui.settings import AppSettings, PaneParams
 from app.ui.transcript import chat_html
@@ -38,14 +39,67 @@ def test_drop_last_reply_keeps_the_last_user_turn():
     assert [m["content"] for m in chat.messages] == ["a", "b", "c"]
 
 
-def test_chat_store_round_trip_and_unreadable_files(tmp_path):
+def test_chat_store_round_trip(tmp_path):
     store = ChatStore(tmp_path)
     chat = Chat.new("Pane 2")
     chat.add("user", "héllo")
+    chat.add_cut_reply("half a", "cut short: boom")
+    chat.model = "model.gguf"
     store.save(chat)
     assert store.load(chat.chat_id) == chat
-    store.path("broken").write_text("{not json")
-    assert store.load("broken") is None and store.load("missing") is None
+    assert store.load("missing") is None
+    assert [p.name for p in store.folder.iterdir()] == [f"{chat.chat_id}.json"]  # no temp file left
+
+
+def test_unreadable_chat_files_are_kept_aside_never_overwritten(tmp_path):
+    store = ChatStore(tmp_path)
+    store.folder.mkdir(parents=True)
+    reasons = []
+    for text in ("{not json", '{"messages": []}'):  # within one second, the second name gets a number
+        store.path("broken").write_text(text)
+        with pytest.raises(UnreadableChat) as caught:
+            store.load("broken")
+        assert caught.value.kept_as.read_text() == text
+        reasons.append(caught.value.reason)
+    kept = sorted(p.name for p in store.folder.iterdir())
+    assert len(kept) == 2 and all(n.startswith("broken" + CORRUPT) and n.endswith(".json") for n in kept)
+    assert reasons[0] == "not valid JSON at line 1, column 2" and "chat_id" in reasons[1]
+    assert store.chats() == ([], [])  # files set aside are not listed again
+
+
+def test_older_chat_files_load_with_defaults(tmp_path):
+    store = ChatStore(tmp_path)
+    store.folder.mkdir(parents=True)
+    store.path("old").write_text(json.dumps({"chat_id": "old", "name": "Pane 1", "messages": [{"role": "user", "content": "q"}]}))
+    chat = store.load("old")
+    assert (chat.model, chat.turns, chat.messages) == ("", 1, [{"role": "user", "content": "q"}])
+    assert chat.updated == store.path("old").stat().st_mtime  # the file's date stands in
+
+
+def test_a_reply_saved_while_streaming_comes_back_cut_with_a_notice(tmp_path):
+    store = ChatStore(tmp_path)
+    chat = Chat.new("Pane 1")
+    chat.add("user", "Tell me a story")
+    chat.streaming = "Once upon"
+    store.save(chat)
+    saved = json.loads(store.path(chat.chat_id).read_text())
+    assert saved["messages"][-1] == {"role": "assistant", "content": "Once upon", "streaming": True}
+    again = store.load(chat.chat_id)
+    assert again.messages[1:] == [{"role": "assistant", "content": "Once upon", "cut": True}, {"role": NOTICE, "content": CUT_BY_EXIT}]
+    assert again.streaming is None
+    assert again.for_model("")[-1] == {"role": "assistant", "content": "Once upon"}
+
+
+def test_pending_saves_wait_while_the_folder_cannot_be_written(tmp_path):
+    store = ChatStore(tmp_path)
+    saves = PendingSaves(store)
+    tmp_path.joinpath("chats").write_text("a file where the folder should be")
+    chat = Chat.new("Pane 1")
+    saves.save(chat)
+    assert isinstance(saves.failure, OSError) and saves.is_waiting
+    tmp_path.joinpath("chats").unlink()
+    saves.retry()
+    assert saves.failure is None and not saves.is_waiting and store.load(chat.chat_id) == chat
 
 
 def test_export_markdown_and_json(tmp_path):

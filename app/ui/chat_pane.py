@@ -3,7 +3,7 @@ or from a remote OpenAI-compatible endpoint.
 
 Streamed text is buffered here and shown when the window calls `flush` on every pane at once (soon
 after text arrives, 25 times a second at most), so eight panes cost the GUI one paint pass rather
-than one per token.
+than one per token. A streaming reply is saved every two seconds, so a kill loses only its last ones.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import asyncio
 import math
 import time
 from contextlib import aclosing
+from pathlib import Path
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
-    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -29,16 +29,20 @@ from PySide6.QtWidgets import (
 )
 
 from app.client import EngineClient, new_request_id
-from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.errors import EngineError
+from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import SamplingParams
 from app.remote import RemoteClient
 
-from .chat_store import NOTICE, Chat, export_chat
+from .chat_store import NOTICE, Chat
+from .dialogs import export_with_dialog
 from .metrics import MetricsStore
 from .pane_params import PaneParamsEditor
 from .readout import Readout
 from .settings import PaneParams
 from .transcript import Transcript
+
+CHECKPOINT_MS = 2000  # a streaming reply is saved this often: a kill or a power cut loses at most this much
 
 
 class MessageEdit(QPlainTextEdit):
@@ -73,6 +77,7 @@ class ChatPane(QFrame):
         self._received: list[str] = []  # the reply so far
         self._flushed = 0  # how many of those the transcript shows
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
+        self._checkpoint_timer = QTimer(self, interval=CHECKPOINT_MS, timeout=self._checkpoint)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
         self.setStyleSheet(f"#chatPane {{ border: 1px solid #c8c8c8; border-top: 3px solid {colour}; }}")
@@ -143,6 +148,11 @@ class ChatPane(QFrame):
         self._show_name(params)
         self.sigParamsChanged.emit(self)
 
+    def rename(self, name: str) -> None:
+        self.chat.rename(name)
+        self._show_name(self.params)
+        self.sigChatChanged.emit(self.chat)
+
     def _show_name(self, params: PaneParams) -> None:
         """The pane's name, and the host it chats with when that is not the local engine."""
         endpoint = params.endpoint()
@@ -194,7 +204,7 @@ class ChatPane(QFrame):
 
     async def _clear(self) -> None:
         await self.shutdown()  # a running reply ends first, so it cannot land in the cleared chat
-        self.chat.messages.clear()
+        self.chat.clear()
         self.metrics.panes[self.key].context_tokens = 0
         self.transcript.show_messages([])
         self.sigChatChanged.emit(self.chat)
@@ -213,13 +223,12 @@ class ChatPane(QFrame):
             self.input.clear()
 
     def _on_export(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export chat", f"{self.chat.name}.md", "Markdown (*.md);;JSON (*.json)")
-        if path:
-            export_chat(self.chat, path)
+        export_with_dialog(self, self.chat)
 
     # -- one reply -----------------------------------------------------------------------------
 
     def _start_reply(self) -> None:
+        self.chat.model = _model_name(self.client, self.params)
         self.sigChatChanged.emit(self.chat)
         request_id = self._request_id = new_request_id()
         self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
@@ -230,6 +239,7 @@ class ChatPane(QFrame):
         self.transcript.begin_reply(self.chat.messages)
         self._set_busy(True)
         final: FinishEvent | None = None
+        self._checkpoint_timer.start()
         try:
             params = self.sampling_override or self.params.sampling()
             source = self._source = self._source_for(self.params)
@@ -245,6 +255,8 @@ class ChatPane(QFrame):
                         self._received.append(event.text)
                     else:
                         final = event
+        except EngineError as e:  # the engine is not running: the window's banner offers a restart
+            final = refused(request_id, str(e))
         finally:
             self._end_reply(final)
 
@@ -264,12 +276,25 @@ class ChatPane(QFrame):
             self.transcript.append_reply("".join(self._received[self._flushed :]))
             self._flushed = len(self._received)
 
+    def _checkpoint(self) -> None:
+        """Save the reply so far with the chat (marked as streaming in its file)."""
+        streamed = "".join(self._received)
+        if streamed != (self.chat.streaming or ""):
+            self.chat.streaming = streamed
+            self.sigChatChanged.emit(self.chat)
+
     def _end_reply(self, final: FinishEvent | None) -> None:
+        self._checkpoint_timer.stop()
+        self.chat.streaming = None
         streamed = "".join(self._received)
         self._received, self._flushed = [], 0
         self._set_busy(False)
         if final is not None and final.reason is FinishReason.ERROR:
-            self._drop_failed_turn(final.error or "the engine could not answer")
+            error = final.error or "the engine could not answer"
+            if streamed.strip():  # what was streamed stays, marked as cut
+                self.chat.add_cut_reply(streamed, f"cut short: {error}")
+            else:
+                self._drop_failed_turn(error)
         else:
             text = final.text if final is not None else streamed
             if text.strip():
@@ -296,3 +321,11 @@ class ChatPane(QFrame):
         self.stop_button.setEnabled(busy)
         for b in (self.send_button, self.regenerate_button):
             b.setEnabled(not busy)
+
+
+def _model_name(client: EngineClient, params: PaneParams) -> str:
+    """What the chat list shows as the chat's model: the model file, or the remote model or host."""
+    endpoint = params.endpoint()
+    if endpoint is None:
+        return Path(client.config.model_path).name
+    return endpoint.model or urlsplit(endpoint.api_url).netloc or endpoint.api_url

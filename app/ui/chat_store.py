@@ -1,25 +1,38 @@
-"""Chats as plain data, saved one JSON file each as they change; export to Markdown or JSON."""
+"""Chats as plain data, saved one JSON file each as they change (durably: a kill or a power cut leaves
+the old file or the new one, never half of one); export to Markdown or JSON."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 NOTICE = "notice"  # a line for the user (an error, a cut-short reply); never sent to the model
+CUT_BY_EXIT = "cut short: the app stopped while this reply was streaming"
+CORRUPT = ".corrupt-"  # in the name of a file moved aside because it could not be read
 
 
 @dataclass
 class Chat:
     chat_id: str
     name: str
-    messages: list[dict[str, str]] = field(default_factory=list)  # {"role": ..., "content": ...}
+    # {"role": ..., "content": ...}; a reply cut short (stopped by an error or a kill) also has "cut": True
+    messages: list[dict] = field(default_factory=list)
+    model: str = ""  # the model (file name) of the last reply
+    updated: float = 0.0  # when the chat last changed, seconds since the epoch
+    streaming: str | None = None  # the reply in progress, saved with the chat so a kill loses only its last seconds
 
     @classmethod
     def new(cls, name: str) -> "Chat":
-        return cls(uuid.uuid4().hex, name)
+        return cls(uuid.uuid4().hex, name, updated=time.time())
+
+    @property
+    def turns(self) -> int:
+        return sum(m["role"] == "user" for m in self.messages)
 
     def for_model(self, system_prompt: str) -> list[dict[str, str]]:
         """What the engine gets: the system prompt first if set, then the turns (no notices)."""
@@ -28,26 +41,66 @@ class Chat:
 
     def add(self, role: str, content: str) -> None:
         self.messages.append({"role": role, "content": content})
+        self.touch()
+
+    def add_cut_reply(self, text: str, why: str) -> None:
+        """A reply that ended before its end (an error, a kill): its text, marked cut, then why."""
+        self.messages.append({"role": "assistant", "content": text, "cut": True})
+        self.add(NOTICE, why)
 
     def drop_last_reply(self) -> str | None:
         """Remove everything after the last user message; return that message (Regenerate)."""
         for i in range(len(self.messages) - 1, -1, -1):
             if self.messages[i]["role"] == "user":
                 del self.messages[i + 1 :]
+                self.touch()
                 return self.messages[i]["content"]
         return None
 
+    def clear(self) -> None:
+        self.messages.clear()
+        self.touch()
+
+    def rename(self, name: str) -> None:
+        self.name = name
+        self.touch()
+
+    def touch(self) -> None:
+        self.updated = time.time()
+
     def to_json(self) -> dict:
-        return {"chat_id": self.chat_id, "name": self.name, "messages": self.messages}
+        messages = list(self.messages)
+        if self.streaming is not None:
+            messages.append({"role": "assistant", "content": self.streaming, "streaming": True})
+        return {"chat_id": self.chat_id, "name": self.name, "model": self.model, "updated": self.updated, "messages": messages}
 
     @classmethod
     def from_json(cls, data: dict) -> "Chat":
-        messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data.get("messages", [])]
-        return cls(str(data["chat_id"]), str(data.get("name", "Chat")), messages)
+        """Fields added later have defaults, so older files load; a reply saved while it streamed
+        (the app was killed) comes back as a cut reply with a notice."""
+        chat = cls(str(data["chat_id"]), str(data.get("name", "Chat")), model=str(data.get("model", "")))
+        for m in data.get("messages", []):
+            role, content = str(m["role"]), str(m["content"])
+            if m.get("streaming"):
+                chat.add_cut_reply(content, CUT_BY_EXIT)
+            elif m.get("cut"):
+                chat.messages.append({"role": role, "content": content, "cut": True})
+            else:
+                chat.messages.append({"role": role, "content": content})
+        chat.updated = float(data.get("updated", 0.0))
+        return chat
+
+
+class UnreadableChat(Exception):
+    """A chat file that could not be read; it was moved aside (never overwritten) to `kept_as`."""
+
+    def __init__(self, chat_id: str, kept_as: Path, reason: str):
+        super().__init__(f"The chat file {chat_id}.json could not be read ({reason}); it was kept as {kept_as.name}.")
+        self.chat_id, self.kept_as, self.reason = chat_id, kept_as, reason
 
 
 class ChatStore:
-    """One `<chat_id>.json` per chat in `folder`; writes go through a temp file so a kill leaves no half file."""
+    """One `<chat_id>.json` per chat in `folder`/chats. Saves raise OSError (the window tells the user)."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder) / "chats"
@@ -56,17 +109,120 @@ class ChatStore:
         return self.folder / f"{chat_id}.json"
 
     def save(self, chat: Chat) -> None:
+        """Write a temp file, fsync it, rename it over the old one, fsync the folder (the rename itself)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.path(chat.chat_id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(chat.to_json(), ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp, self.path(chat.chat_id))
+        final = self.path(chat.chat_id)
+        tmp = final.with_name(final.name + ".tmp")
+        data = json.dumps(chat.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_folder(self.folder)
 
     def load(self, chat_id: str) -> Chat | None:
-        """The saved chat, or None when it is missing or unreadable (a fresh chat replaces it)."""
-        try:
-            return Chat.from_json(json.loads(self.path(chat_id).read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
+        """The saved chat, or None when there is none; raises UnreadableChat after moving a bad file aside."""
+        path = self.path(chat_id)
+        if not path.exists():
             return None
+        return self._read(path)
+
+    def chats(self) -> tuple[list[Chat], list[UnreadableChat]]:
+        """Every saved chat, and the files that could not be read (moved aside)."""
+        chats, unreadable = [], []
+        for path in sorted(self.folder.glob("*.json")):
+            if CORRUPT in path.name:
+                continue
+            try:
+                chats.append(self._read(path))
+            except UnreadableChat as e:
+                unreadable.append(e)
+        return chats, unreadable
+
+    def delete(self, chat_id: str) -> None:
+        self.path(chat_id).unlink(missing_ok=True)
+        _fsync_folder(self.folder)
+
+    def _read(self, path: Path) -> Chat:
+        try:
+            chat = Chat.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except OSError as e:
+            raise UnreadableChat(path.stem, self._set_aside(path), e.strerror or str(e)) from e
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UnreadableChat(path.stem, self._set_aside(path), _reason(e)) from e
+        chat.chat_id = path.stem  # the file is the chat, whatever a copied file says inside
+        chat.updated = chat.updated or path.stat().st_mtime  # older files have no date of their own
+        return chat
+
+    def _set_aside(self, path: Path) -> Path:
+        """Rename `path` to `<id>.corrupt-<time>.json` (a name already taken gets a number); where it
+        cannot be renamed it stays as it is. Either way the window gives the fresh chat a new id."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for n in itertools.count(1):
+            kept = path.with_name(f"{path.stem}{CORRUPT}{stamp}{'' if n == 1 else f'-{n}'}.json")
+            if not kept.exists():  # the data folder's lock keeps other writers out between check and rename
+                break
+        try:
+            os.replace(path, kept)
+        except OSError:
+            return path
+        return kept
+
+
+class PendingSaves:
+    """Saves that never raise: a chat that could not be written (disk full, a read-only folder) waits
+    here and is written with the next save or `retry`. `failure` is the last error while any wait."""
+
+    def __init__(self, store: ChatStore):
+        self.store = store
+        self._waiting: dict[str, Chat] = {}
+        self.failure: OSError | None = None
+
+    def save(self, chat: Chat) -> None:
+        self._waiting[chat.chat_id] = chat
+        self.retry()
+
+    def retry(self) -> None:
+        for chat_id, chat in list(self._waiting.items()):
+            try:
+                self.store.save(chat)
+            except OSError as e:
+                self.failure = e
+                return
+            del self._waiting[chat_id]
+        self.failure = None
+
+    def forget(self, chat_id: str) -> None:
+        """A deleted chat is not written again."""
+        self._waiting.pop(chat_id, None)
+
+    @property
+    def is_waiting(self) -> bool:
+        return bool(self._waiting)
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"not valid JSON at line {error.lineno}, column {error.colno}"
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return f"not a chat file: {type(error).__name__} {error}"
+
+
+def _fsync_folder(folder: Path) -> None:
+    """A rename or a removal is durable once its folder is synced (POSIX; Windows cannot open folders)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def to_markdown(chat: Chat) -> str:
@@ -78,7 +234,7 @@ def to_markdown(chat: Chat) -> str:
 
 
 def export_chat(chat: Chat, path: str) -> None:
-    """Markdown for .md files, JSON otherwise."""
+    """Markdown for .md files, JSON otherwise; raises OSError when the file cannot be written."""
     if path.lower().endswith((".md", ".markdown")):
         text = to_markdown(chat)
     else:
