@@ -49,7 +49,8 @@ async def open_window(model_path: str, home, panes: int | None = 2, capacity: in
 
 
 async def close_window(window: MainWindow) -> None:
-    if window.client.is_running:
+    """Close the window as its close button does (also when its engine has stopped)."""
+    if not window.is_closed:
         closed = asyncio.Event()
         window.sigClosed.connect(closed.set)
         window.close()

@@ -212,18 +212,25 @@ class EnginePanel(QWidget):
     @asyncSlot()
     async def _on_mode(self) -> None:
         mode = ServingMode.BATCHED if self.batched.isChecked() else ServingMode.SEQUENTIAL
-        await self.client.set_mode(mode)
-        self.sigLiveChanged.emit(self.client.config)
+        await self._live(self.client.set_mode(mode))
 
     @asyncSlot()
     async def _on_policy(self) -> None:
-        await self.client.set_policy(Policy(self.policy.currentData()))
-        self.sigLiveChanged.emit(self.client.config)
+        await self._live(self.client.set_policy(Policy(self.policy.currentData())))
 
     @asyncSlot()
     async def _on_adaptive(self) -> None:
         self._show_itl_target()
-        await self.client.set_itl_target(self.itl_target.value() if self.adaptive.isChecked() else None)
+        await self._live(self.client.set_itl_target(self.itl_target.value() if self.adaptive.isChecked() else None))
+
+    async def _live(self, change) -> None:
+        """Apply a change without a reload; with the engine stopped, say so and show what still holds."""
+        try:
+            await change
+        except EngineError as e:
+            self.show_config(self.client.config)
+            self.status.setText(f'<span style="color:#b00020;">Not applied, the engine has stopped: {e}</span>')
+            return
         self.sigLiveChanged.emit(self.client.config)
 
     def _show_itl_target(self) -> None:

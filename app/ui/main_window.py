@@ -1,9 +1,10 @@
-"""The main window: a grid of chat panes, a broadcast bar, the plots and the engine panel in docks.
+"""The main window: a grid of chat panes, a broadcast bar, the chat list, the plots and the engine
+panel in docks, and a banner when the engine has stopped.
 
-It owns the panes' life (add, close, restore) and what is saved as things change; one 10 Hz timer
-samples the metrics, moves the plots and refreshes every pane's readout. While the window is
-minimized nothing is drawn (the metrics are still sampled and the text kept): the engine gets the
-CPU, and restoring the window catches up at once.
+It owns the panes' life (add, close, restore, open a saved chat) and what is saved as things change;
+one 10 Hz timer samples the metrics, moves the plots and refreshes every pane's readout. While the
+window is minimized nothing is drawn (the metrics are still sampled and the text kept): the engine
+gets the CPU, and restoring the window catches up at once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QGridLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QMainWindow,
     QPushButton,
@@ -28,11 +30,15 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.client import EngineClient
+from app.engine.errors import EngineError
 from app.server.server import ApiServer
 
-from .chat_pane import ChatPane
-from .chat_store import Chat, ChatStore
 from .bench_view import BenchView
+from .chat_list import ChatList, ChatRow
+from .chat_pane import ChatPane
+from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
+from .dialogs import export_with_dialog
+from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .metrics import MetricsStore
 from .plots import PlotsPanel
@@ -44,6 +50,7 @@ PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf"
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
+SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
 
@@ -59,12 +66,14 @@ class MainWindow(QMainWindow):
     def __init__(self, client: EngineClient, store: ChatStore, settings: AppSettings, pane_count: int | None = None):
         super().__init__()
         self.client, self.store, self.settings = client, store, settings
+        self.saves = PendingSaves(store)
         self.metrics = MetricsStore()
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []
         self._closing = False
         self._closed = False
         client.add_listener(self.metrics.on_events)
+        client.add_failure_listener(self._on_engine_failed)
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
         # when text arrives, not on a clock of its own: the engine's steps (a token for every pane)
         # are further apart than FLUSH_MS, so text is shown at once and the GUI thread wakes no more
@@ -76,6 +85,9 @@ class MainWindow(QMainWindow):
         self._ticks = 0
         self._build()
         self._restore(pane_count)
+        self._list_saved_chats()
+        if client.failure:
+            self._on_engine_failed(client.failure)
         self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
         self._timer.start()
 
@@ -85,11 +97,21 @@ class MainWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 6)
+        self.banner = EngineBanner()
+        self.banner.sigRestart.connect(self.restart_engine)
+        layout.addWidget(self.banner)
         layout.addLayout(self._broadcast_bar())
         self.grid = QGridLayout()
         self.grid.setSpacing(6)
         layout.addLayout(self.grid, 1)
         self.setCentralWidget(central)
+        self.chat_list = ChatList()
+        self.chat_list.sigOpen.connect(self.open_chat)
+        self.chat_list.sigRename.connect(self.rename_chat)
+        self.chat_list.sigDelete.connect(self.delete_chat)
+        self.chat_list.sigExport.connect(self.export_chat)
+        self.chats_dock = self._dock("Chats", self.chat_list, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.chats_dock.hide()
         self.plots = PlotsPanel(self.metrics)
         self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
         self.plots.setMinimumWidth(320)
@@ -107,6 +129,10 @@ class MainWindow(QMainWindow):
         self.status_label = Readout(colour="#222", pixel_size=12)
         self.status_label.setMinimumWidth(560)
         self.status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.save_warning = QLabel()
+        self.save_warning.setStyleSheet("color: white; background: #b00020; padding: 1px 6px;")
+        self.save_warning.hide()
+        self.statusBar().addPermanentWidget(self.save_warning)
         self.statusBar().addPermanentWidget(self.status_label)
 
     def _broadcast_bar(self) -> QHBoxLayout:
@@ -132,6 +158,7 @@ class MainWindow(QMainWindow):
         bar.addAction(self.add_action)
         bar.addAction(QAction("Remove last pane", self, triggered=self._on_remove_last))
         bar.addSeparator()
+        bar.addAction(self.chats_dock.toggleViewAction())
         bar.addAction(self.engine_dock.toggleViewAction())
         bar.addAction(self.plots_dock.toggleViewAction())
         bar.addAction(self.bench_dock.toggleViewAction())
@@ -161,41 +188,60 @@ class MainWindow(QMainWindow):
         ids = self.settings.pane_ids
         count = min(pane_count or len(ids) or DEFAULT_PANES, self.capacity)
         for chat_id in ids[:count]:
-            self.add_pane(self.store.load(chat_id) or Chat(chat_id, self._free_name()))
+            self.add_pane(self._restored_chat(chat_id))
         while len(self.panes) < count:
             self.add_pane()
         geometry = self.settings.geometry
         if geometry.isEmpty() or not self.restoreGeometry(geometry):
             self.resize(1600, 960)
 
-    def add_pane(self, chat: Chat | None = None) -> ChatPane | None:
+    def _restored_chat(self, chat_id: str) -> Chat:
+        """The saved chat of a pane; a file that cannot be read is kept aside and the pane gets a new
+        chat (a new id, so that file is never overwritten), with its sliders and a notice."""
+        try:
+            return self.store.load(chat_id) or Chat(chat_id, self._free_name())
+        except UnreadableChat as e:
+            chat = Chat.new(self._free_name())
+            chat.add(NOTICE, f"The saved chat could not be read ({e.reason}); its file was kept as {e.kept_as.name}. This is a new chat.")
+            self.settings.set_pane_params(chat.chat_id, self.settings.pane_params(chat_id))
+            return chat
+
+    def add_pane(self, chat: Chat | None = None, index: int | None = None) -> ChatPane | None:
         if len(self.panes) >= self.capacity:
             return None
         chat = chat if isinstance(chat, Chat) else Chat.new(self._free_name())
         colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
         pane = ChatPane(chat, self.settings.pane_params(chat.chat_id), colour, self.client, self.metrics)
-        pane.sigChatChanged.connect(self.store.save)
+        pane.sigChatChanged.connect(self._save)
         pane.sigTextReceived.connect(self._request_flush)
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
         pane.sigCloseRequested.connect(self.close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
-        self.panes.append(pane)
+        self.panes.insert(len(self.panes) if index is None else index, pane)
         self.plots.add_pane(pane.key, colour)
-        self.store.save(chat)
+        self._save(chat)
         self._relayout()
         return pane
 
     @asyncSlot(object)
     async def close_pane(self, pane: ChatPane) -> None:
-        """Stop the pane's reply (the engine lets it go), then remove the pane."""
-        if pane not in self.panes:
-            return
+        """Stop the pane's reply, then remove the pane; its chat stays in the chat list."""
+        if pane in self.panes:
+            await self._remove_pane(pane)
+            self._relayout()
+
+    async def _remove_pane(self, pane: ChatPane) -> None:
+        """Remove the pane once the engine has let its reply go. A chat with no messages has nothing to
+        reopen, so its file goes; any other stays saved and listed."""
         self.panes.remove(pane)
         await pane.shutdown()
         self.plots.remove_pane(pane.key)
         self.metrics.remove_pane(pane.key)
         pane.deleteLater()
-        self._relayout()
+        if pane.chat.messages:
+            self.chat_list.update_row(ChatRow.of(pane.chat, is_open=False))
+        else:
+            self._forget_chat(pane.key)
 
     def _on_remove_last(self) -> None:
         if len(self.panes) > 1:
@@ -205,6 +251,9 @@ class MainWindow(QMainWindow):
         for pane in self.panes:
             if pane is not source:
                 pane.params_editor.set_params(source.params)
+
+    def _pane_of(self, chat_id: str) -> ChatPane | None:
+        return next((p for p in self.panes if p.key == chat_id), None)
 
     def _free_name(self) -> str:
         used = {p.chat.name for p in self.panes}
@@ -221,6 +270,106 @@ class MainWindow(QMainWindow):
         self.add_action.setEnabled(len(self.panes) < self.capacity)
         self.engine_panel.set_min_capacity(len(self.panes))
         self.settings.pane_ids = [p.key for p in self.panes]
+
+    # -- saving --------------------------------------------------------------------------------
+
+    def _save(self, chat: Chat) -> None:
+        self.saves.save(chat)
+        self._show_save_state()
+        self.chat_list.update_row(ChatRow.of(chat, is_open=self._pane_of(chat.chat_id) is not None))
+
+    def _show_save_state(self) -> None:
+        """A failing save is told once, in the status bar, until a save works again."""
+        error = self.saves.failure
+        if error is None:
+            self.save_warning.hide()
+        elif self.save_warning.isHidden():
+            self.save_warning.setText(f"Chats cannot be saved: {error.strerror or error}. They are kept and saved when possible.")
+            self.save_warning.setToolTip(f"{self.store.folder}\n{error}")
+            self.save_warning.show()
+
+    # -- the chat list -------------------------------------------------------------------------
+
+    def _list_saved_chats(self) -> None:
+        chats, unreadable = self.store.chats()
+        rows = {c.chat_id: ChatRow.of(c, is_open=False) for c in chats}
+        rows.update({p.key: ChatRow.of(p.chat, is_open=True) for p in self.panes})  # newer than their files
+        self.chat_list.show_rows(list(rows.values()))
+        if unreadable:
+            kept = ", ".join(e.kept_as.name for e in unreadable)
+            message = f"{len(unreadable)} chat file(s) could not be read and were kept aside: {kept}"
+            self.chat_list.say(message)
+            self.statusBar().showMessage(message, 20000)
+
+    @asyncSlot(str)
+    async def open_chat(self, chat_id: str) -> None:
+        """Show a saved chat in a free pane (idle and empty), else in a new pane if the capacity allows."""
+        if (pane := self._pane_of(chat_id)) is not None:
+            pane.input.setFocus()
+            self.chat_list.say(f"“{pane.chat.name}” is already open.")
+            return
+        chat = self._load_listed(chat_id)
+        if chat is None:
+            return
+        free = next((p for p in self.panes if not p.is_busy and not p.chat.messages), None)
+        if free is not None:
+            index = self.panes.index(free)
+            await self._remove_pane(free)
+            self.add_pane(chat, index)
+        elif self.add_pane(chat) is None:
+            self.chat_list.say(f"No free pane: close a pane, clear one, or raise the parallel capacity ({self.capacity}) in the Engine panel.")
+            return
+        self.chat_list.say(f"Opened “{chat.name}”.")
+
+    def rename_chat(self, chat_id: str, name: str) -> None:
+        if (pane := self._pane_of(chat_id)) is not None:
+            pane.rename(name)  # the pane saves it
+        elif (chat := self._load_listed(chat_id)) is not None:
+            chat.rename(name)
+            self._save(chat)
+
+    @asyncSlot(str)
+    async def delete_chat(self, chat_id: str) -> None:
+        """Delete a chat (the user confirmed); a pane that showed it gets a new empty chat."""
+        row = self.chat_list.row(chat_id)
+        if (pane := self._pane_of(chat_id)) is not None:
+            index = self.panes.index(pane)
+            await self._remove_pane(pane)
+            self.add_pane(None, index)
+        if self._forget_chat(chat_id) and row is not None:
+            self.chat_list.say(f"Deleted “{row.name}”.")
+
+    def export_chat(self, chat_id: str) -> None:
+        pane = self._pane_of(chat_id)
+        chat = pane.chat if pane is not None else self._load_listed(chat_id)
+        if chat is not None:
+            export_with_dialog(self.chat_list, chat)
+
+    def _load_listed(self, chat_id: str) -> Chat | None:
+        """A listed chat from its file; one that is gone or unreadable leaves the list, saying why."""
+        try:
+            chat = self.store.load(chat_id)
+        except UnreadableChat as e:
+            self.chat_list.say(str(e))
+            chat = None
+        else:
+            if chat is None:
+                self.chat_list.say("That chat is no longer on disk.")
+        if chat is None:
+            self.chat_list.remove_row(chat_id)
+        return chat
+
+    def _forget_chat(self, chat_id: str) -> bool:
+        """Remove a chat's file, its settings and its row; False (and why) if the file stays."""
+        self.saves.forget(chat_id)
+        try:
+            self.store.delete(chat_id)
+        except OSError as e:
+            self.chat_list.say(f"The chat could not be deleted: {e.strerror or e}")
+            return False
+        self.settings.remove_pane_params(chat_id)
+        self.chat_list.remove_row(chat_id)
+        return True
 
     # -- broadcast and stop --------------------------------------------------------------------
 
@@ -259,11 +408,14 @@ class MainWindow(QMainWindow):
         steps = _recent_steps(engine)
         now = time.monotonic()
         self.metrics.sample(now, steps)
+        self._ticks += 1
+        if self._ticks % SAVE_RETRY_TICKS == 0 and self.saves.is_waiting:
+            self.saves.retry()
+            self._show_save_state()
         if self.isMinimized():
             return
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
-        self._ticks += 1
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
             self._refresh_readouts(engine)
 
@@ -283,11 +435,29 @@ class MainWindow(QMainWindow):
             self._flush_panes()  # restored: show what came while it was minimized
             self.tick()
 
-    # -- engine reloads ------------------------------------------------------------------------
+    # -- engine reloads and restarts -----------------------------------------------------------
 
     def _on_config_applied(self, config) -> None:
         self.settings.set_engine_config(config)
         self._relayout()
+
+    def _on_engine_failed(self, reason: str) -> None:
+        """The engine thread ended on its own; every stream has already ended with the reason."""
+        self.banner.show_failure(reason)
+
+    @asyncSlot()
+    async def restart_engine(self) -> None:
+        """A fresh engine on the same configuration; the panes keep their chats (their next turn
+        reads the whole chat again, as the old engine's cache is gone)."""
+        self.banner.show_restarting()
+        try:
+            await self.client.restart()
+        except (EngineError, OSError, ValueError) as e:
+            self.banner.show_restart_failed(str(e))
+            return
+        self.banner.hide()
+        self.engine_panel.show_model_facts()
+        self.statusBar().showMessage("The engine was restarted.", 10000)
 
     # -- closing -------------------------------------------------------------------------------
 
@@ -300,8 +470,13 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         await self.serve_control.stop()
         await asyncio.gather(*(pane.shutdown() for pane in self.panes))
+        self.saves.retry()  # a chat a failing disk kept waiting gets a last chance
         self.client.remove_listener(self.metrics.on_events)
-        await self.client.close()
+        await self.client.close()  # also when the engine has stopped on its own
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # the first close only starts the async shutdown; its end closes the window for real

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -80,6 +81,7 @@ class AppSettings:
 
     def __init__(self, qsettings: QSettings):
         self.q = qsettings
+        _owner_only(qsettings)
 
     def _get(self, key: str, default, kind):
         return self.q.value(key, default, type=kind)
@@ -140,6 +142,10 @@ class AppSettings:
             self.q.setValue(key, _stored(key, value))
         self.q.endGroup()
 
+    def remove_pane_params(self, chat_id: str) -> None:
+        """A deleted chat's sliders go with it."""
+        self.q.remove(f"pane-{chat_id}")
+
     # -- engine --------------------------------------------------------------------------------
 
     def engine_config(self, default_model: str) -> EngineConfig:
@@ -172,6 +178,23 @@ class AppSettings:
 
     def sync(self) -> None:
         self.q.sync()
+        _owner_only(self.q)
+
+
+def _owner_only(q: QSettings) -> None:
+    """Only the user may read the settings file: it holds API keys.
+
+    An ini file (the native store too, on Unix but macOS) is created with mode 0600 before Qt first
+    writes it, and Qt's atomic rewrites keep the mode of the file they replace; one that exists is
+    chmodded. Windows keeps native settings in the user's own registry hive, which has no file mode.
+    """
+    path = Path(q.fileName())
+    is_ini = q.format() == QSettings.Format.IniFormat or sys.platform not in ("darwin", "win32")
+    if is_ini and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+    if path.is_file():
+        path.chmod(0o600)
 
 
 def _stored(name: str, value):

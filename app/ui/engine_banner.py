@@ -1,0 +1,40 @@
+"""The banner across the top of the window when the engine has stopped: why, and a Restart button."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
+
+
+class EngineBanner(QFrame):
+    sigRestart = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("engineBanner")
+        self.setStyleSheet("#engineBanner { background: #fdecea; border: 1px solid #e3a09a; border-radius: 3px; }")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 4, 4)
+        self.label = QLabel(wordWrap=True)
+        self.restart_button = QPushButton("Restart engine", clicked=self.sigRestart.emit)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.restart_button)
+        self.hide()
+
+    def show_failure(self, reason: str) -> None:
+        self._say(f"<b>The engine stopped:</b> {html.escape(reason)}. Your chats are kept; a reply that was "
+                  "streaming keeps its text.")
+
+    def show_restarting(self) -> None:
+        self.label.setText("Restarting the engine…")
+        self.restart_button.setEnabled(False)
+
+    def show_restart_failed(self, reason: str) -> None:
+        self._say(f"<b>The engine could not be restarted:</b> {html.escape(reason)}")
+
+    def _say(self, text: str) -> None:
+        self.label.setText(text)
+        self.restart_button.setEnabled(True)
+        self.show()
