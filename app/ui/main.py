@@ -1,4 +1,5 @@
-"""Start the window on the qasync loop: load the engine, restore the panes, run the scripted demo if asked.
+"""Start the window on the qasync loop: lock the data folder, load the engine, restore the panes, run
+the scripted demo if asked.
 
 `run_app(args)` is what `python -m app` calls; args has .model, .panes, .prompt, .screenshot and
 .exit_when_done (and optionally .screenshot_after_tokens, from `python -m app.ui.demo`).
@@ -9,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+from pathlib import Path
 
 import qasync
+from PySide6.QtCore import QLockFile
 from PySide6.QtWidgets import QApplication
 
 from app.client import EngineClient
@@ -18,9 +21,11 @@ from app.default_model import default_model_path
 
 from .chat_store import ChatStore
 from .main_window import MainWindow
-from .settings import APPLICATION, ORGANISATION, AppSettings, data_dir, open_qsettings
+from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
 
 POLL_S = 0.1
+LOCK_FILE = "batch-playground.lock"
+EXIT_LOCKED = 3  # another window has the data folder
 
 
 def run_app(args) -> int:
@@ -28,10 +33,41 @@ def run_app(args) -> int:
     app.setOrganizationName(ORGANISATION)
     app.setApplicationName(APPLICATION)
     app.setQuitOnLastWindowClosed(False)  # the window's async close decides when we are done
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    with loop:
-        return loop.run_until_complete(_main(args))
+    lock = lock_data_folder(data_dir())
+    if lock is None:
+        return EXIT_LOCKED
+    try:
+        loop = qasync.QEventLoop(app)
+        asyncio.set_event_loop(loop)
+        with loop:
+            return loop.run_until_complete(_main(args))
+    finally:
+        lock.unlock()
+
+
+def lock_data_folder(folder: Path) -> QLockFile | None:
+    """One window per data folder, or two would overwrite each other's chats. None (and a message on
+    stderr) when the folder is taken. The lock is held as long as the window runs, so it never goes
+    stale with age (stale time 0); the lock of a killed process is taken over, as its process is gone."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot create the data folder {folder}: {e.strerror or e}", file=sys.stderr)
+        return None
+    lock = QLockFile(str(folder / LOCK_FILE))
+    lock.setStaleLockTime(0)
+    if lock.tryLock(0):
+        return lock
+    if lock.error() == QLockFile.LockError.LockFailedError:
+        pid, host, _ = lock.getLockInfo()
+        print(
+            f"error: another Batch playground window (process {pid} on {host}) is using the data folder {folder}.\n"
+            f"Close that window first, or set {HOME_ENV} to another folder to run a second one.",
+            file=sys.stderr,
+        )
+    else:
+        print(f"error: cannot create the lock file {folder / LOCK_FILE} (is the folder writable?)", file=sys.stderr)
+    return None
 
 
 async def _main(args) -> int:
