@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY
-from app.remote import Endpoint, RemoteClient
+from app.engine.stats import RequestStats
+from app.remote import CONVERSATIONS_KEPT, Endpoint, RemoteClient, RemoteError, _read_line, _Reply
 from app.server.spawn import free_port
 from helpers import collect, run, user
 from serving import Serving, engine_is_idle
@@ -132,3 +141,252 @@ def test_an_http_error_carries_the_server_message(config):
     final = run(main())
     assert final.reason is FinishReason.ERROR
     assert "answered 401: invalid or missing API key" in final.error
+
+
+# -- endpoints that misbehave: each reply ends with ERROR and the reason, the next one works ----------
+
+
+def _streaming(*lines: bytes, repeat: bool = False, pause_s: float = 0.0, content_type: str = "text/event-stream"):
+    """A handler that sends `lines` (over and over with `repeat`), `pause_s` apart, until the client hangs up."""
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"Content-Type": content_type})
+        await response.prepare(request)
+        try:
+            while True:
+                for line in lines:
+                    await response.write(line)
+                    await asyncio.sleep(pause_s)
+                if not repeat:
+                    return response
+        except ConnectionError:  # the client gave up on us, as it should
+            return response
+
+    return handler
+
+
+def _chunk(value) -> bytes:
+    return b"data: " + json.dumps(value).encode() + b"\n\n"
+
+
+def _delta(content) -> bytes:
+    return _chunk({"choices": [{"delta": {"content": content}}]})
+
+
+_fine = _streaming(_delta("Hello"), _chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]}), b"data: [DONE]\n\n")
+
+
+async def _reply(remote: RemoteClient, params=GREEDY) -> FinishEvent:
+    """The final event of one reply, checking that it is the one FinishEvent and comes last."""
+    events = [e async for e in remote.generate(user("Hi"), params, conversation_id="c")]
+    assert all(isinstance(e, TokenEvent) for e in events[:-1]) and isinstance(events[-1], FinishEvent)
+    return events[-1]
+
+
+def answer(handler, params=GREEDY, **limits) -> tuple[FinishEvent, float]:
+    """The final event of a reply from a server that answers with `handler`, and how long it took; the
+    next reply from the same RemoteClient, which the server answers properly, must be fine."""
+    calls = []
+
+    async def first_faulty(request):
+        calls.append(request)
+        return await (handler if len(calls) == 1 else _fine)(request)
+
+    async def main():
+        runner, url = await _faulty_server(first_faulty)
+        remote = RemoteClient(Endpoint(url, **limits))
+        try:
+            t0 = time.monotonic()
+            bad = await _reply(remote, params)
+            took_s = time.monotonic() - t0
+            good = await _reply(remote)
+            assert not remote._open  # nothing of the first request is kept
+            return bad, took_s, good
+        finally:
+            await remote.close()
+            await runner.cleanup()
+
+    first, took_s, good = run(main())
+    assert good.ok and good.text == "Hello", good
+    return first, took_s
+
+
+def failed(handler, params=GREEDY, **limits) -> tuple[FinishEvent, float]:
+    final, took_s = answer(handler, params, **limits)
+    assert final.reason is FinishReason.ERROR, final
+    return final, took_s
+
+
+@pytest.mark.parametrize(
+    "chunk, fault",
+    [
+        ({"choices": [{"delta": {"content": 5}}]}, "'content' as a number, not a string"),
+        ({"choices": [{"delta": {"content": ["Hel"]}}]}, "'content' as an array, not a string"),
+        ({"choices": [{"delta": "Hel"}]}, "'delta' as a string, not an object"),
+        ({"choices": {"0": {"delta": {}}}}, "'choices' as an object, not an array"),
+        ({"choices": ["Hel"]}, "a choice as a string, not an object"),
+        ({"choices": [], "usage": [1, 2]}, "'usage' as an array, not an object"),
+        ({"choices": [], "timings": "fast"}, "'timings' as a string, not an object"),
+        ({"choices": [{"delta": {}, "finish_reason": 1}]}, "'finish_reason' as a number, not a string"),
+        ({"usage": {}}, "a chunk without choices"),
+        ([1, 2], "a chunk as an array, not an object"),
+        ({"error": {"message": "out of memory"}}, "the endpoint failed: out of memory"),
+    ],
+)
+def test_a_chunk_of_the_wrong_shape_is_named(chunk, fault):
+    bad, _ = failed(_streaming(_delta("Hel"), _chunk(chunk)))
+    assert fault in bad.error and bad.text == "Hel"
+
+
+def test_a_line_over_the_limit_is_named():
+    bad, _ = failed(_streaming(_delta("x" * 5000)), max_line_bytes=1000)
+    assert bad.error == "the endpoint sent a line longer than 1,000 bytes"
+
+
+def test_bytes_dripping_without_a_line_end_stall():
+    bad, took_s = failed(_streaming(b"d", repeat=True, pause_s=0.1), timeout_s=0.5)
+    assert "no complete line from http://127.0.0.1:" in bad.error and bad.error.endswith("within 0.5 s")
+    assert took_s < 5
+
+
+def test_a_stream_that_never_ends_meets_the_deadline():
+    # a line every 0.1 s keeps a per-line timeout happy forever: only the total deadline stops it
+    bad, took_s = failed(_streaming(b"\n", repeat=True, pause_s=0.1), timeout_s=1, deadline_s=2)
+    assert bad.error.endswith("took longer than the reply deadline of 2 s")
+    assert 2 <= took_s < 6
+
+
+def test_a_slow_whole_reply_meets_the_deadline():
+    bad, took_s = failed(_streaming(b" ", repeat=True, pause_s=0.1, content_type="application/json"), timeout_s=1, deadline_s=2)
+    assert bad.error.endswith("took longer than the reply deadline of 2 s") and took_s < 6
+
+
+def test_gigabytes_meet_the_byte_cap():
+    big = _delta("x" * 60_000)
+    streamed, _ = failed(_streaming(big, repeat=True), max_bytes=2**20)
+    assert streamed.error == "the reply passed its cap of 1 MiB" and 0 < len(streamed.text) <= 2**20
+    whole, _ = failed(_streaming(b"[" + b"0," * 30_000, repeat=True, content_type="application/json"), max_bytes=2**20)
+    assert whole.error == "the reply passed its cap of 1 MiB"
+
+
+def test_a_huge_error_page_is_cut_to_its_start():
+    async def huge_error(request):
+        return web.Response(status=502, text="Bad gateway " + "x" * 10_000_000)
+
+    bad, _ = failed(huge_error)
+    assert "answered 502: Bad gateway xxx" in bad.error and len(bad.error) < 300
+
+
+def test_endless_pieces_meet_the_piece_cap():
+    bad, _ = failed(_streaming(_delta("ab"), repeat=True), GREEDY.with_(max_tokens=8))
+    assert bad.error == "the endpoint sent more than 48 pieces of text for a reply of at most 8 tokens"
+    assert bad.text == "ab" * 48
+
+
+def test_usage_counts_that_are_not_counts_are_ignored():
+    usage = {"prompt_tokens": -3, "completion_tokens": "7", "prompt_tokens_details": {"cached_tokens": True}}
+    end = _chunk({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": usage, "timings": {"cache_n": 1.5, "prompt_n": -1}})
+    final, _ = answer(_streaming(_delta("Hel"), _delta("lo"), end, b"data: [DONE]\n\n"))
+    st = final.stats
+    assert final.reason is FinishReason.STOP and final.text == "Hello"
+    assert st.prompt_tokens == 0 and st.gen_tokens == 2 and math.isnan(st.kv_hit_rate)
+
+
+def test_lone_surrogates_become_replacement_characters():
+    end = _chunk({"choices": [{"delta": {"content": "b\udfff"}, "finish_reason": "stop"}]})
+    final, _ = answer(_streaming(_delta("\ud800a"), end, b"data: [DONE]\n\n"))
+    assert final.text == "\ufffdab\ufffd"
+
+
+# -- any JSON as a chunk: the reply still ends with exactly one FinishEvent ---------------------------
+
+OPENAI_KEYS = ["choices", "delta", "content", "finish_reason", "usage", "timings", "error", "message", "prompt_tokens", "cached_tokens"]
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.sampled_from(OPENAI_KEYS), st.text(max_size=4)), inner, max_size=4)),
+    max_leaves=20,
+)
+counts = st.one_of(st.integers(-5, 10**6), json_values)
+choice = st.fixed_dictionaries(
+    {},
+    optional={
+        "delta": st.one_of(st.fixed_dictionaries({}, optional={"content": st.one_of(st.text(max_size=8), json_values)}), json_values),
+        "finish_reason": st.one_of(st.sampled_from(["stop", "length", "tool_calls"]), json_values),
+    },
+)
+usage = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt_tokens": counts,
+        "completion_tokens": counts,
+        "prompt_tokens_details": st.one_of(st.fixed_dictionaries({"cached_tokens": counts}), json_values),
+    },
+)
+# anything at all, and chunks shaped like OpenAI's with any of their fields replaced by anything
+chunks = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "choices": st.one_of(st.lists(st.one_of(choice, json_values), max_size=3), json_values),
+            "usage": st.one_of(usage, json_values),
+            "timings": st.one_of(st.fixed_dictionaries({"cache_n": counts, "prompt_n": counts}), json_values),
+            "error": json_values,
+        },
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(chunks, min_size=1, max_size=4))
+def test_any_chunk_ends_in_a_final_event_through_the_parser(stream):
+    """The parsing `generate` runs on each line, fed directly: only a RemoteError (which names the fault)
+    may come out, and the final event's counts are counts."""
+    remote = RemoteClient(Endpoint("http://127.0.0.1:1/v1"))
+    reply = _Reply(RequestStats("r", "c"))
+    error = None
+    try:
+        for chunk in stream:
+            reply.pieces += _read_line("data: " + json.dumps(chunk), reply)
+    except RemoteError as e:
+        error = str(e)
+    final = remote._final(reply, error)
+    assert final.reason is (FinishReason.ERROR if error else reply.reason or FinishReason.STOP)
+    st_ = final.stats
+    for count in (st_.prompt_tokens, st_.gen_tokens, st_.cached_tokens, st_.evaluated_tokens, st_.conversation_cached_tokens):
+        assert type(count) is int and count >= 0
+    final.text.encode("utf-8")  # the chat can be saved
+
+
+@settings(max_examples=8, deadline=None, database=None)
+@given(st.lists(chunks, max_size=3))
+def test_any_chunk_ends_in_a_final_event_over_http(stream):
+    answer(_streaming(*map(_chunk, stream), b"data: [DONE]\n\n"))
+
+
+@pytest.mark.parametrize("url", ["http://[", "host:8080", "ftp://example.test/v1", ""])
+def test_an_endpoint_that_is_not_a_url_says_so(url):
+    async def main():
+        remote = RemoteClient(Endpoint(url))
+        try:
+            return await _reply(remote)
+        finally:
+            await remote.close()
+
+    final = run(main())
+    assert final.reason is FinishReason.ERROR and final.error.startswith("the endpoint is not a valid http(s) URL: ")
+
+
+def test_the_client_keeps_the_totals_of_recent_conversations_only():
+    remote = RemoteClient(Endpoint("http://127.0.0.1:1/v1"))
+    for i in range(CONVERSATIONS_KEPT + 50):
+        remote._final(_Reply(RequestStats(f"r{i}", "first" if i % 100 == 0 else f"c{i}")), None)
+    remote.cancel("r1")  # over: nothing to stop, nothing kept
+    assert len(remote._conversations) == CONVERSATIONS_KEPT and not remote._open
+    assert "first" in remote._conversations and "c1" not in remote._conversations  # used lately, kept
+
+
+def test_the_remote_client_does_not_load_the_local_engine():
+    code = "import sys, app.remote; print('llama_cpp' in sys.modules or 'app.client' in sys.modules)"
+    root = Path(__file__).parents[1]
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout.strip() == "False"
