@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import stat
 
 import aiohttp
 import pytest
 
 from app.server.spawn import free_port, running, serve_command
 from app.ui.main_window import API_KEY
+from app.ui.pane_params import PaneParamsEditor
 from app.ui.settings import AppSettings, PaneParams, open_qsettings
 
 from ui_fixtures import QUICK, set_params, start_long_reply, until
@@ -93,3 +95,42 @@ def test_a_pane_endpoint_is_saved_with_its_settings(home, qapp):
     assert AppSettings(open_qsettings()).pane_params("p1") == params
     assert params.endpoint().api_url == "http://example.test:8000/v1"
     assert PaneParams().endpoint() is None
+
+
+def test_the_settings_file_is_readable_by_its_owner_only(home, qapp):
+    ini = home / "settings.ini"
+    ini.write_text("[General]\n")
+    ini.chmod(0o644)  # as an older version left it
+    settings = AppSettings(open_qsettings())
+    assert stat.S_IMODE(ini.stat().st_mode) == 0o600
+    ini.unlink()  # a first run: Qt must not write the key into a file others can read
+    settings = AppSettings(open_qsettings())
+    settings.set_pane_params("p1", PaneParams(remote_url="https://example.test/v1", remote_api_key="secret"))
+    settings.sync()
+    assert "secret" in ini.read_text() and stat.S_IMODE(ini.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "url, key, warned_host",
+    [
+        ("http://example.test:8000/v1", "secret", "example.test"),
+        ("http://10.0.0.7:8080", "secret", "10.0.0.7"),
+        ("https://example.test/v1", "secret", None),
+        ("http://localhost:8080/v1", "secret", None),
+        ("http://127.0.0.2:8080", "secret", None),
+        ("http://[::1]:8080", "secret", None),
+        ("http://example.test:8000/v1", "", None),
+    ],
+)
+def test_a_key_sent_over_plain_http_is_warned_of(qtbot, url, key, warned_host):
+    editor = PaneParamsEditor(PaneParams())
+    qtbot.addWidget(editor)
+    editor.show()
+    qtbot.keyClicks(editor.endpoint_edits["remote_api_key"], key)
+    assert editor.key_warning.isHidden()
+    qtbot.keyClicks(editor.endpoint_edits["remote_url"], url)
+    assert editor.key_warning.isVisible() is (warned_host is not None)
+    if warned_host:
+        assert editor.key_warning.text() == f"The API key is sent unencrypted over http to {warned_host}."
+        editor.endpoint_edits["remote_api_key"].clear()  # no key, nothing to warn of
+        assert editor.key_warning.isHidden()

@@ -8,6 +8,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QIntValidator
 from PySide6.QtWidgets import QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QSlider, QWidget
 
+from app.remote import Endpoint
+
 from .settings import PaneParams
 
 
@@ -104,7 +106,20 @@ class PaneParamsEditor(QWidget):
         for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
             edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
             form.addRow(label, edit)
+        self.key_warning = QLabel(wordWrap=True)
+        self.key_warning.setStyleSheet("color: #c0392b;")
+        self.key_warning.hide()
+        form.addRow("", self.key_warning)
+        for name in ("remote_url", "remote_api_key"):
+            edits[name].textChanged.connect(self._show_key_warning)  # as typed, before the edit is applied
         return edits
+
+    def _show_key_warning(self) -> None:
+        """Warn while the key would travel readable by anyone on the way: plain http, not to this machine."""
+        url, key = (self.endpoint_edits[name].text().strip() for name in ("remote_url", "remote_api_key"))
+        host = Endpoint(url, api_key=key).cleartext_host
+        self.key_warning.setText(f"The API key is sent unencrypted over http to {host}." if host else "")
+        self.key_warning.setVisible(host is not None)
 
     def _slider_row(self, spec: SliderSpec) -> QWidget:
         slider = QSlider(Qt.Orientation.Horizontal)
