@@ -9,7 +9,6 @@ reason, and the client goes on serving the next one.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
 import reprlib
@@ -28,6 +27,7 @@ from aiohttp.http_exceptions import LineTooLong
 from .engine.events import Event, FinishEvent, FinishReason, TokenEvent
 from .engine.params import SamplingParams
 from .engine.stats import RequestStats
+from .loopback import is_loopback
 
 REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 PIECES_PER_TOKEN = 4  # a server streams about one piece a token; four times max_tokens is runaway
@@ -68,18 +68,9 @@ class Endpoint:
             host = parts.hostname
         except ValueError:  # not a URL yet: nothing is sent
             return None
-        if not self.api_key or parts.scheme.lower() != "http" or not host or _is_loopback(host):
+        if not self.api_key or parts.scheme.lower() != "http" or not host or is_loopback(host):
             return None
         return host
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1
-    except ValueError:
-        return False
 
 
 @dataclass

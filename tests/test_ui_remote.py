@@ -87,6 +87,24 @@ def test_serve_switch_shares_the_engine_and_plots_api_requests(run_window):
     run_window(scenario, panes=1)
 
 
+def test_serving_beyond_loopback_without_a_key_says_so(run_window):
+    async def scenario(window):
+        control, shown = window.serve_control, {}
+        for address, key in (("0.0.0.0", ""), ("0.0.0.0", "sesame"), ("127.0.0.1", "")):
+            control.address_edit.setText(f"{address}:{free_port()}")
+            control.key_edit.setText(key)
+            control.toggle.setChecked(True)
+            await until(lambda: window.api_server.is_serving, what="the server")
+            shown[(address, key)] = control.status.text()
+            control.toggle.setChecked(False)
+            await until(lambda: not window.api_server.is_serving, what="the server to stop")
+        return shown
+
+    shown = run_window(scenario, panes=1)
+    assert "anyone who reaches it" in shown[("0.0.0.0", "")]
+    assert "anyone" not in shown[("0.0.0.0", "sesame")] and "anyone" not in shown[("127.0.0.1", "")]
+
+
 def test_a_pane_endpoint_is_saved_with_its_settings(home, qapp):
     settings = AppSettings(open_qsettings())
     params = PaneParams(remote_url="http://example.test:8000/v1", remote_model="m", remote_api_key="secret")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import signal
 import sys
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
+from app.loopback import is_loopback
 
 from .server import ApiServer
 
@@ -46,12 +46,3 @@ async def _until_signal() -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
 
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (only this machine can connect)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

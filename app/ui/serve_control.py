@@ -6,6 +6,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QLineEdit, QWidget
 from qasync import asyncSlot
 
+from app.loopback import is_loopback
 from app.server.server import ApiServer
 
 
@@ -54,7 +55,9 @@ class ServeControl(QWidget):
             self.status.setText(f"not serving: {getattr(e, 'strerror', None) or e}")
             self._show(False)
             return False
-        self.status.setText(f"{url}/v1")
+        open_to_all = "" if self.server.api_key or is_loopback(host) else " · no API key: anyone who reaches it can use it"
+        self.status.setText(f"{url}/v1{open_to_all}")
+        self.status.setToolTip(open_to_all.removeprefix(" · "))
         self._show(True)
         self.sigServing.emit(True)
         return True
