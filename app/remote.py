@@ -84,6 +84,7 @@ class _Reply:
     timings: dict | None = None
     response: aiohttp.ClientResponse | None = None
     cancelled: bool = False
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set by cancel(): ends any wait at once
 
 
 class RemoteClient:
@@ -121,6 +122,7 @@ class RemoteClient:
         if reply is None:
             return  # already over
         reply.cancelled = True
+        reply.stopped.set()  # Stop before the server answers ends the reply now, not at a timeout
         if reply.response is not None:
             reply.response.close()
 
@@ -132,7 +134,7 @@ class RemoteClient:
     # -- the request ---------------------------------------------------------------------------
 
     async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[str]:
-        budget = _Budget(self.endpoint, params.max_tokens)
+        budget = _Budget(self.endpoint, params.max_tokens, reply.stopped)
         where = self.endpoint.api_url
         async with await budget.wait(self._post(self._body(messages, params)), f"no answer from {where}") as response:
             reply.response = response
@@ -229,8 +231,9 @@ class RemoteClient:
 class _Budget:
     """What one reply may still take: time to its deadline, time without progress, bytes and pieces."""
 
-    def __init__(self, endpoint: Endpoint, max_tokens: int):
+    def __init__(self, endpoint: Endpoint, max_tokens: int, stopped: asyncio.Event):
         self.endpoint = endpoint
+        self.stopped = stopped
         self.ends_at = time.monotonic() + endpoint.deadline_s
         self.bytes_left = endpoint.max_bytes
         self.max_tokens = max_tokens
@@ -238,14 +241,23 @@ class _Budget:
         self.pieces = 0
 
     async def wait(self, awaitable: Awaitable[T], stalled: str) -> T:
-        """`awaitable`'s result; a RemoteError when the deadline passes, or `stalled` after timeout_s."""
+        """`awaitable`'s result; a RemoteError when the deadline passes, `stalled` after timeout_s, or Stop."""
         left = self.ends_at - time.monotonic()
+        work = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self.stopped.wait())
         try:
-            return await asyncio.wait_for(awaitable, min(left, self.endpoint.timeout_s))
-        except TimeoutError:
-            if left <= self.endpoint.timeout_s:
-                raise RemoteError(f"{self.endpoint.api_url} took longer than the reply deadline of {self.endpoint.deadline_s:g} s") from None
-            raise RemoteError(f"{stalled} within {self.endpoint.timeout_s:g} s") from None
+            done, _ = await asyncio.wait((work, stop), timeout=min(left, self.endpoint.timeout_s), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not work.done():
+                work.cancel()  # also when this task itself is cancelled: nothing is left behind
+        if work in done:
+            return work.result()
+        if self.stopped.is_set():
+            raise RemoteError("stopped")  # the reply ends as cancelled
+        if left <= self.endpoint.timeout_s:
+            raise RemoteError(f"{self.endpoint.api_url} took longer than the reply deadline of {self.endpoint.deadline_s:g} s")
+        raise RemoteError(f"{stalled} within {self.endpoint.timeout_s:g} s")
 
     def spend_bytes(self, n: int) -> None:
         self.bytes_left -= n

@@ -123,6 +123,27 @@ def test_a_slow_endpoint_times_out():
     assert final.reason is FinishReason.ERROR and "no answer from" in final.error and "within 0.5 s" in final.error
 
 
+def test_stop_before_the_server_answers_ends_the_reply_at_once():
+    async def main():
+        runner, url = await _faulty_server(_never_answers)
+        remote = RemoteClient(Endpoint(url, timeout_s=60))
+        try:
+            stream = remote.generate(user("Hi"), GREEDY, request_id="r1")
+            pending = asyncio.ensure_future(collect(stream))
+            await asyncio.sleep(0.3)  # the request is sent; no headers will come
+            t0 = time.monotonic()
+            remote.cancel("r1")
+            _, final = await asyncio.wait_for(pending, 5)
+            return final, time.monotonic() - t0, dict(remote._open)
+        finally:
+            await remote.close()
+            await runner.cleanup()
+
+    final, took, still_open = run(main())
+    assert final.reason is FinishReason.CANCELLED and final.error is None
+    assert took < 1.0 and not still_open
+
+
 def test_garbage_is_named():
     assert "not an OpenAI stream: '<html>" in remote_error(_html).error
     broken = remote_error(_broken_chunk)
