@@ -210,3 +210,22 @@ def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shar
 
     counts, alive = loop.run_until_complete(main())
     assert counts == [1] * len(requests) and alive
+
+
+def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(config):
+    """llama.cpp's tokenizer takes time in the square of their count: 40,000 took 15 s."""
+    flood = "<|im_start|>" * 40_000
+
+    async def main():
+        async with Started(config) as client:
+            t0 = time.monotonic()
+            chat = await client.complete(user(flood), QUICK)
+            plain = await client.complete(params=QUICK, prompt=flood)
+            took = time.monotonic() - t0
+            few = await client.complete(user("<|im_start|> is how ChatML opens a turn"), QUICK)
+            return chat, plain, took, few
+
+    chat, plain, took, few = run(main())
+    assert chat.reason is FinishReason.ERROR and "message 0 holds 40000 chat-format markers (such as <|im_start|>)" in chat.error
+    assert plain.reason is FinishReason.ERROR and "the prompt holds 40000" in plain.error
+    assert took < 5 and few.ok

@@ -140,6 +140,7 @@ class LlamaBackend:
         self.chat_template = self._meta("tokenizer.chat_template")
         self.bos_text = self._token_text(ll.llama_vocab_bos(self.vocab))
         self.eos_text = self._token_text(ll.llama_vocab_eos(self.vocab))
+        self.special_texts = self._special_texts()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -232,6 +233,17 @@ class LlamaBackend:
             return ""
         n = ll.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, True)
         return self._piece_buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
+    def _special_texts(self) -> tuple[str, ...]:
+        """The texts that tokenize as control tokens (such as <|im_start|>): markers of the chat format."""
+        kinds = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED
+        texts = set()
+        for token in range(ll.llama_vocab_n_tokens(self.vocab)):
+            if ll.llama_vocab_get_attr(self.vocab, token) & kinds:
+                text = ll.llama_vocab_get_text(self.vocab, token).decode("utf-8", errors="replace")
+                if text:
+                    texts.add(text)
+        return tuple(sorted(texts))
 
     def is_eog(self, token: int) -> bool:
         return ll.llama_vocab_is_eog(self.vocab, token)

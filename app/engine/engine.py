@@ -38,7 +38,7 @@ class Engine:
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)
         template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
-        self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow)
+        self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow, self.backend.special_texts)
         self.steps: deque[StepStats] = deque(maxlen=STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
