@@ -229,3 +229,15 @@ def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(config):
     assert chat.reason is FinishReason.ERROR and "message 0 holds 40000 chat-format markers (such as <|im_start|>)" in chat.error
     assert plain.reason is FinishReason.ERROR and "the prompt holds 40000" in plain.error
     assert took < 5 and few.ok
+
+
+def test_closing_the_engine_gives_every_request_in_flight_its_final_event(config):
+    async def main():
+        async with Started(config) as client:
+            streams = [asyncio.ensure_future(collect(client.generate(user(f"Hi {i}"), GREEDY.with_(max_tokens=200)))) for i in range(6)]
+            await asyncio.sleep(0)  # each is submitted: in the prompt thread, the inbox or the engine
+            await client.close()
+            return [final for _, final in await asyncio.wait_for(asyncio.gather(*streams), 20)]
+
+    finals = run(main())
+    assert len(finals) == 6 and all(not f.ok and "the engine was closed" in (f.error or f.notice) for f in finals)

@@ -77,7 +77,10 @@ class Engine:
 
     def prepare(self, request: Request) -> Prompt:
         """The request's prompt tokens; safe on another thread (reads the template and tokenizer only)."""
-        problem = request.params.problem()
+        try:
+            problem = request.params.problem()
+        except Exception as e:  # params of the wrong shape altogether
+            problem = f"the sampling parameters cannot be read: {e!r}"
         if problem is not None:
             return Prompt([], error=problem)
         return self.prompts.prepare(request)

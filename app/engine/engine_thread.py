@@ -125,10 +125,11 @@ class EngineThread:
 
     def _loop(self) -> None:
         while True:
-            for kind, arg in self._take(block=not self.engine.has_work()):
-                if kind == "stop":
-                    self._close(CLOSE_NOTICE)
-                    return
+            items = self._take(block=not self.engine.has_work())
+            if any(kind == "stop" for kind, _ in items):
+                self._close(CLOSE_NOTICE, [item for item in items if item[0] != "stop"])
+                return
+            for kind, arg in items:
                 try:
                     self._handle(kind, arg)
                 except Exception as e:
@@ -182,10 +183,11 @@ class EngineThread:
         self._config = config
         return new.info
 
-    def _close(self, notice: str) -> None:
+    def _close(self, notice: str, taken: list[tuple[str, Any]]) -> None:
+        """Stop taking items; settle those taken with the stop and those still queued."""
         with self._cond:
             self._gone = notice
-            items = list(self._inbox)
+            items = taken + list(self._inbox)
             self._inbox.clear()
         for item in items:
             self._refuse(item, notice)
