@@ -18,7 +18,7 @@ class EngineBanner(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 4, 4)
         self.label = QLabel(wordWrap=True)
-        self.restart_button = QPushButton("Restart engine", clicked=self.sigRestart.emit)
+        self.restart_button = QPushButton("Restart engine", clicked=lambda: self.sigRestart.emit())
         row.addWidget(self.label, 1)
         row.addWidget(self.restart_button)
         self.hide()
