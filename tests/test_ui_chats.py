@@ -79,7 +79,7 @@ def test_a_hidden_chat_reopens_from_the_list_and_closing_a_pane_keeps_its_chat(r
         show_chat_list(window, qtbot)
         assert chat_list.tree.topLevelItemCount() == 3
         row = chat_list.item(second.chat_id)
-        assert [row.text(i) for i in range(4)] == ["Recipes", "SmolLM2", when(second.updated), "1"]
+        assert [row.text(i) for i in range(4)] == ["Recipes", when(second.updated), "1", "SmolLM2"]
         assert chat_list.item(first.chat_id).font(0).bold() and not row.font(0).bold()  # bold: shown in a pane
 
         click_chat(window, qtbot, second.chat_id, chat_list.open_button)  # the only pane has a chat: a new pane

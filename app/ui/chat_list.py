@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from .chat_store import Chat
 
-COLUMNS = ("Chat", "Model", "Changed", "Turns")
+COLUMNS = ("Chat", "Changed", "Turns", "Model")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class ChatList(QWidget):
         self._rows: dict[str, ChatRow] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
+        self.setMinimumWidth(300)  # the titles stay readable beside the date, turns and model
         layout.addWidget(self._tree(), 1)
         layout.addLayout(self._buttons())
         self.status = QLabel(wordWrap=True)
@@ -76,10 +77,10 @@ class ChatList(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
-        header.resizeSection(1, 110)  # model names are long: elided, whole in the tooltip
-        for column in (2, 3):
+        for column in (1, 2):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Interactive)
+        header.resizeSection(3, 90)  # model names are long: elided, whole in the tooltip
         self.tree.itemSelectionChanged.connect(self._on_selection)
         self.tree.itemDoubleClicked.connect(lambda item: self.sigOpen.emit(item.data(0, Qt.ItemDataRole.UserRole)))
         return self.tree
@@ -134,12 +135,12 @@ class ChatList(QWidget):
         selected = self.selected_id
         self.tree.clear()
         for row in sorted(self._rows.values(), key=lambda r: r.updated, reverse=True):
-            item = QTreeWidgetItem([row.name, row.model or "–", when(row.updated), str(row.turns)])
+            item = QTreeWidgetItem([row.name, when(row.updated), str(row.turns), row.model or "–"])
             item.setData(0, Qt.ItemDataRole.UserRole, row.chat_id)
-            item.setTextAlignment(3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             item.setToolTip(0, f"{row.name} (shown in a pane)" if row.is_open else row.name)
-            item.setToolTip(1, row.model)
-            item.setToolTip(2, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.updated)))
+            item.setToolTip(1, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.updated)))
+            item.setToolTip(3, row.model)
             if row.is_open:
                 font = QFont(item.font(0))
                 font.setBold(True)

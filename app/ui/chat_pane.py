@@ -9,6 +9,7 @@ than one per token. A streaming reply is saved every two seconds, so a kill lose
 from __future__ import annotations
 
 import asyncio
+import html
 import math
 import time
 from contextlib import aclosing
@@ -112,6 +113,7 @@ class ChatPane(QFrame):
         swatch.setFixedSize(12, 12)
         swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
         self.name_label = QLabel()
+        self.name_label.setMinimumWidth(60)  # a long chat name is cut rather than widening the pane
         self.readout = Readout()
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
@@ -157,7 +159,8 @@ class ChatPane(QFrame):
         """The pane's name, and the host it chats with when that is not the local engine."""
         endpoint = params.endpoint()
         where = f" → {urlsplit(endpoint.api_url).netloc or endpoint.api_url}" if endpoint else ""
-        self.name_label.setText(f"<b>{self.chat.name}</b>{where}")
+        self.name_label.setText(f"<b>{html.escape(self.chat.name)}</b>{where}")
+        self.name_label.setToolTip(self.chat.name)
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -24,8 +24,8 @@ class EngineBanner(QFrame):
         self.hide()
 
     def show_failure(self, reason: str) -> None:
-        self._say(f"<b>The engine stopped:</b> {html.escape(reason)}. Your chats are kept; a reply that was "
-                  "streaming keeps its text.")
+        self._say(f"<b>Engine stopped</b> — {html.escape(reason[:1].upper() + reason[1:])}. Your chats are kept; "
+                  "a reply that was streaming keeps its text.")
 
     def show_restarting(self) -> None:
         self.label.setText("Restarting the engine…")
