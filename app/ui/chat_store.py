@@ -96,7 +96,7 @@ class UnreadableChat(Exception):
 
     def __init__(self, chat_id: str, kept_as: Path, reason: str):
         super().__init__(f"The chat file {chat_id}.json could not be read ({reason}); it was kept as {kept_as.name}.")
-        self.chat_id, self.kept_as, self.reason = chat_id, kept_as, reason
+        self.kept_as, self.reason = kept_as, reason
 
 
 class ChatStore:
