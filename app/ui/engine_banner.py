@@ -24,7 +24,8 @@ class EngineBanner(QFrame):
         self.hide()
 
     def show_failure(self, reason: str) -> None:
-        self._say(f"<b>Engine stopped</b> — {html.escape(reason[:1].upper() + reason[1:])}. Your chats are kept; "
+        # the reason says what stopped and why, e.g. "the engine stopped after an internal error: ..."
+        self._say(f"<b>{html.escape(reason[:1].upper() + reason[1:])}.</b> Your chats are kept; "
                   "a reply that was streaming keeps its text.")
 
     def show_restarting(self) -> None:
