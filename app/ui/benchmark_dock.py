@@ -45,7 +45,7 @@ COLUMNS = (
 BAR_COLOUR = "#3b7dd8"
 
 
-class BenchView(QWidget):
+class BenchmarkPanel(QWidget):
     """Run / Cancel, a progress bar, the chart and the table; Export writes PNG and CSV."""
 
     sigFinished = Signal(str)  # "done", "cancelled" or the error

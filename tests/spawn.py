@@ -1,6 +1,6 @@
 """Start an OpenAI-compatible server process on a free loopback port and wait until it is healthy.
 
-Tests and the comparison script use it for `python -m app serve` and for llama.cpp's llama-server.
+Tests and scripts (compare-serve, soak) use it for `python -m app serve` and for llama.cpp's llama-server.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:

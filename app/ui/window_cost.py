@@ -234,7 +234,7 @@ async def interleaved(model: str, args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.ui.window_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m app.ui.window_cost", description=__doc__)
     parser.add_argument("--model")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--compare", action="store_true", help="run the headless bench first, in this process")
