@@ -19,7 +19,7 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY
 from app.engine.stats import RequestStats
 from app.remote import CONVERSATIONS_KEPT, Endpoint, RemoteClient, RemoteError, _read_line, _Reply
-from app.server.spawn import free_port
+from spawn import free_port
 from helpers import collect, run, user
 from serving import Serving, engine_is_idle
 

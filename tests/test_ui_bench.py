@@ -6,12 +6,12 @@ import csv
 import threading
 
 from app.engine.params import Policy, Priority
-from app.ui.bench_view import BenchView
+from app.ui.benchmark_dock import BenchmarkPanel
 
 from ui_fixtures import QUICK, set_params, until
 
 
-def tiny(view: BenchView) -> None:
+def tiny(view: BenchmarkPanel) -> None:
     view.parallel_counts.setText("2")
     view.max_tokens.setValue(6)
     view.turns.setValue(1)
@@ -25,7 +25,7 @@ def engine_threads() -> int:
 def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run_window, tmp_path):
     async def scenario(window):
         window.bench_dock.show()
-        view = window.bench_view
+        view = window.benchmark_panel
         tiny(view)
         outcomes = []
         view.sigFinished.connect(outcomes.append)
@@ -51,7 +51,7 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
 
 def test_cancel_stops_the_benchmark_and_leaves_no_engine_behind(run_window):
     async def scenario(window):
-        view = window.bench_view
+        view = window.benchmark_panel
         tiny(view)
         view.max_tokens.setValue(400)
         before = engine_threads()

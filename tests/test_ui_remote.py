@@ -8,7 +8,7 @@ import stat
 import aiohttp
 import pytest
 
-from app.server.spawn import free_port, running, serve_command
+from spawn import free_port, running, serve_command
 from app.ui.main_window import API_KEY
 from app.ui.pane_params import PaneParamsEditor
 from app.ui.settings import AppSettings, PaneParams, open_qsettings

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 
-from .metrics import prometheus_text
+from .prometheus import prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json
 from .shaping import Shape, error_body
 

@@ -14,7 +14,7 @@ from app.engine.errors import EngineError
 from app.engine.events import Event
 
 from . import handlers
-from .metrics import ServedTotals
+from .prometheus import ServedTotals
 from .protocol import BadRequest, Job
 from .shaping import error_body
 

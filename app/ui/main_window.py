@@ -33,7 +33,7 @@ from app.client import EngineClient
 from app.engine.errors import EngineError
 from app.server.server import ApiServer
 
-from .bench_view import BenchView
+from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
 from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
@@ -120,8 +120,8 @@ class MainWindow(QMainWindow):
         self.engine_panel.sigLiveChanged.connect(self.settings.set_engine_config)
         self.engine_dock = self._dock("Engine", self.engine_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.engine_dock.hide()
-        self.bench_view = BenchView(lambda: self.client.config.model_path)
-        self.bench_dock = self._dock("Benchmark", self.bench_view, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.benchmark_panel = BenchmarkPanel(lambda: self.client.config.model_path)
+        self.bench_dock = self._dock("Benchmark", self.benchmark_panel, Qt.DockWidgetArea.RightDockWidgetArea)
         self.tabifyDockWidget(self.plots_dock, self.bench_dock)
         self.plots_dock.raise_()
         self.bench_dock.hide()
@@ -464,7 +464,7 @@ class MainWindow(QMainWindow):
     async def shutdown(self) -> None:
         """Cancel every reply, save, and close the engine."""
         self._timer.stop()
-        self.bench_view.cancel()
+        self.benchmark_panel.cancel()
         self.settings.geometry = self.saveGeometry()
         self.settings.pane_ids = [p.key for p in self.panes]
         self.settings.sync()
