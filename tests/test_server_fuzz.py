@@ -41,8 +41,11 @@ text = st.text(st.characters(codec=None, exclude_categories=()), max_size=30)
 numbers = st.one_of(
     st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0, -1, 1, 2**31, 2**63, 1e308])
 )
-keys = st.one_of(text, st.sampled_from(["messages", "prompt", "stop", "temperature", "top_k", "seed", "stream", "role", "content"]))
-keys = keys.filter(lambda k: k not in LENGTH_FIELDS)
+# a body that could be served always says how long its reply may be (the default of 256 tokens
+# would make a valid example slow): "messages" and "prompt" appear only in the bodies below
+keys = st.one_of(text, st.sampled_from(["stop", "temperature", "top_k", "seed", "stream", "role", "content"]))
+keys = keys.filter(lambda k: k not in LENGTH_FIELDS and k not in ("messages", "prompt"))
+small_length = st.one_of(st.integers(-3, 4), st.sampled_from(["8", [], {}, 1.5, True]))  # never null: that means 256
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), numbers, text),
     lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(keys, inner, max_size=5)),
@@ -53,9 +56,8 @@ message = st.fixed_dictionaries(
 )
 # a valid chat with some of its fields replaced by anything
 chat_body = st.fixed_dictionaries(
-    {"messages": st.one_of(st.lists(message, min_size=1, max_size=4), json_values)},
+    {"messages": st.one_of(st.lists(message, min_size=1, max_size=4), json_values), "max_tokens": small_length},
     optional={
-        "max_tokens": st.one_of(st.integers(-3, 4), json_values.filter(lambda v: not isinstance(v, (int, float)))),
         "stream": st.one_of(st.booleans(), json_values),
         "stream_options": st.one_of(st.fixed_dictionaries({"include_usage": st.booleans()}), json_values),
         "stop": st.one_of(text, st.lists(text, max_size=20), json_values),
@@ -65,8 +67,11 @@ chat_body = st.fixed_dictionaries(
         "seed": st.one_of(numbers, json_values),
         "n": st.one_of(st.integers(-2, 3), json_values),
         "ignore_eos": st.one_of(st.booleans(), json_values),
-        "prompt": st.one_of(text, st.lists(text, max_size=2), json_values),
     },
+)
+completion_body = st.fixed_dictionaries(
+    {"prompt": st.one_of(text, st.lists(text, max_size=2), json_values), "max_tokens": small_length},
+    optional={"stream": st.one_of(st.booleans(), json_values), "stop": st.one_of(text, json_values)},
 )
 # a chat the engine serves: reaches the template, the tokenizer and a decode
 valid_chat = st.fixed_dictionaries(
@@ -96,7 +101,7 @@ raw_bodies = st.sampled_from(
         json.dumps(chat("x" * 3_000_000, max_tokens=2)).encode(),
     ]
 )
-bodies = st.one_of(valid_chat.map(lambda b: json.dumps(b).encode()), chat_body.map(lambda b: json.dumps(b).encode()), json_values.map(lambda v: json.dumps(v).encode()), raw_bodies)
+bodies = st.one_of(valid_chat.map(lambda b: json.dumps(b).encode()), completion_body.map(lambda b: json.dumps(b).encode()), chat_body.map(lambda b: json.dumps(b).encode()), json_values.map(lambda v: json.dumps(v).encode()), raw_bodies)
 
 
 class Beside:
