@@ -170,8 +170,8 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         results = await asyncio.gather(*(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes)))
         wall = time.perf_counter() - t0
         cpu1 = os.times()
-        snapshot = client.engine.snapshot
-        steps = [st for st in client.engine.steps if st.t_end >= time.monotonic() - wall]
+        snapshot = client.snapshot
+        steps = client.recent_steps(wall)
     finally:
         await client.close()
     records = [r for lane in results for r in lane]

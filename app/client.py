@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from .engine.backend import ModelInfo
 from .engine.engine_thread import EngineThread
 from .engine.errors import EngineError
 from .engine.events import Event, FinishEvent, refused
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
+from .engine.stats import EngineSnapshot, StepStats
 
 Listener = Callable[[list[Event]], None]
 FailureListener = Callable[[str], None]  # the reason the engine thread ended
@@ -80,9 +84,28 @@ class EngineClient:
         if not self.is_running:
             raise EngineError(self.failure or "the engine is not running")
 
+    # -- read-only figures, safe on any thread (the engine publishes them as immutable values) --
+
     @property
-    def engine(self):
-        """The engine object, for read-only figures (snapshot, step history, model info)."""
+    def snapshot(self) -> EngineSnapshot | None:
+        """The engine as a whole after its last step; None before the start."""
+        engine = self._engine
+        return engine.snapshot if engine else None
+
+    def recent_steps(self, seconds: float | None = None) -> tuple[StepStats, ...]:
+        """The steps of the last `seconds` (all those kept when None), oldest first."""
+        engine = self._engine
+        if engine is None:
+            return ()
+        return engine.steps.since(-math.inf if seconds is None else time.monotonic() - seconds)
+
+    @property
+    def model_info(self) -> ModelInfo | None:
+        engine = self._engine
+        return engine.info if engine else None
+
+    @property
+    def _engine(self):
         return self._thread.engine if self._thread else None
 
     def add_listener(self, listener: Listener) -> None:

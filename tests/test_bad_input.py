@@ -74,7 +74,7 @@ def test_more_requests_than_capacity_queue_and_all_complete(config):
             finals = await asyncio.gather(
                 *(client.complete(user(f"Give me a fact about the number {i}."), GREEDY.with_(max_tokens=12)) for i in range(6))
             )
-            return finals, list(client.engine.steps)
+            return finals, list(client.recent_steps())
 
     finals, steps = run(main())
     assert all(f.reason in (FinishReason.STOP, FinishReason.LENGTH) and f.text for f in finals)
@@ -108,7 +108,7 @@ def test_cancel_at_any_moment_leaks_no_cells(config):
             after = await client.complete(user("Still there?"), GREEDY.with_(max_tokens=8))
             from test_engine import leaked_cells
 
-            return finals, after, await client.call(leaked_cells), client.engine.snapshot
+            return finals, after, await client.call(leaked_cells), client.snapshot
 
     finals, after, leaks, snapshot = run(main())
     assert {f.reason for f in finals.values()} == {FinishReason.CANCELLED}

@@ -47,7 +47,7 @@ def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_pat
             alone = [await collect(client.generate(user(q), params)) for q in QUESTIONS]
             together = await asyncio.gather(*(collect(client.generate(user(q), params)) for q in QUESTIONS))
             prompts = await client.call(lambda e: [e.prompts.build(Request("p", params, tuple(user(q))))[0] for q in QUESTIONS])
-            return alone, together, prompts, list(client.engine.steps)
+            return alone, together, prompts, list(client.recent_steps())
 
     alone, together, prompts, steps = run(main())
     assert max(s.n_seqs for s in steps) == len(QUESTIONS), "the eight requests never shared a step"
@@ -70,8 +70,7 @@ def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(config):
                 if received == 5:
                     client.cancel("long")
             other_final = await other
-            engine = client.engine
-            return final, other_final, await client.call(leaked_cells), engine.snapshot
+            return final, other_final, await client.call(leaked_cells), client.snapshot
 
     final, other, leaks, snapshot = run(main())
     assert final.reason is FinishReason.CANCELLED
@@ -95,7 +94,7 @@ def test_a_consumer_that_goes_away_cancels_its_request(config):
             task.cancel()  # what closing a pane does to its streaming task
             await asyncio.gather(task, return_exceptions=True)
             await client.call(lambda engine: None)  # the cancel is handled before this returns
-            return client.engine.snapshot, await client.call(leaked_cells)
+            return client.snapshot, await client.call(leaked_cells)
 
     snapshot, leaks = run(main())
     assert snapshot.running == 0 and snapshot.waiting == 0
@@ -157,7 +156,7 @@ def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(config):
                 await asyncio.sleep(0.01)
             long_final = await client.complete(user(long_prompt), GREEDY.with_(max_tokens=4))
             await asyncio.gather(*streams)
-            return long_final, token_times, list(client.engine.steps)
+            return long_final, token_times, list(client.recent_steps())
 
     long_final, token_times, steps = run(main())
     n_prompt = long_final.stats.prompt_tokens
@@ -177,7 +176,7 @@ def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(confi
     async def main():
         async with Started(config.with_(mode=ServingMode.SEQUENTIAL)) as client:
             finals = await asyncio.gather(*(client.complete(user(q), params) for q in QUESTIONS[:4]))
-            return finals, list(client.engine.steps)
+            return finals, list(client.recent_steps())
 
     finals, steps = run(main())
     assert all(s.n_seqs == 1 for s in steps)

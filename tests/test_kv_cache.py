@@ -116,7 +116,7 @@ def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(conf
                     *(collect(client.generate(user(q), params, conversation_id=f"c{i}")) for i, q in enumerate(questions))
                 )
             prompts = [await prompt_tokens(client, user(q)) for q in questions]
-            return results, prompts, client.engine.snapshot
+            return results, prompts, client.snapshot
 
     small, prompts, snap_small = run(serve(config.with_(capacity=4, n_ctx=256)))
     large, _, snap_large = run(serve(config.with_(capacity=8, n_ctx=4096)))
@@ -135,7 +135,7 @@ def test_preemption_resumes_a_sequence_with_the_same_output(config, model_path):
         async with Started(cfg) as client:
             results = await asyncio.gather(*(collect(client.generate(user(q), params)) for q in questions))
             prompts = [await prompt_tokens(client, user(q)) for q in questions]
-            return results, prompts, client.engine.snapshot
+            return results, prompts, client.snapshot
 
     # four replies of 120 tokens cannot all fit in 320 cells at once: someone must give way
     tight, prompts, snap = run(serve(config.with_(capacity=4, n_ctx=320)))

@@ -213,7 +213,7 @@ def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_requ
         async with Started(config.with_(itl_target_ms=1)) as client:  # no step can be that fast
             params = GREEDY.with_(max_tokens=32, ignore_eos=True)
             finals = await asyncio.gather(*(client.complete(user(f"Count to {i}."), params) for i in range(12)))
-            steps = await client.call(lambda e: list(e.steps))
+            steps = await client.call(lambda e: list(e.steps.since()))
             return finals, steps
 
     finals, steps = run(main())

@@ -68,7 +68,7 @@ def test_eight_concurrent_clients_share_decode_steps(config):
             api = openai_client(url)
             replies = await asyncio.gather(*(stream_chat(api, q, max_tokens=32, extra_body={"ignore_eos": True}) for q in questions))
             await api.close()
-            return replies, list(client.engine.steps)
+            return replies, list(client.recent_steps())
 
     replies, steps = run(main())
     assert all(usage.usage.completion_tokens == 32 and finish == "length" for _, finish, usage, _ in replies)

@@ -92,7 +92,7 @@ def test_a_client_that_leaves_frees_its_sequence(config, stream):
                 else:
                     with pytest.raises(asyncio.TimeoutError):
                         await http.post(f"{url}/v1/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=1.5))
-            return await engine_is_idle(client), client.engine.snapshot
+            return await engine_is_idle(client), client.snapshot
 
     idle, snapshot = run(main())
     assert idle, "the request kept its sequence after its client left"

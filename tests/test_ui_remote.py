@@ -28,10 +28,10 @@ def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serv
         local, remote = window.panes
         set_params(window, QUICK)
         remote.params_editor.set_params(QUICK.with_(remote_url=second_serve))
-        steps_before = window.client.engine.snapshot.steps
+        steps_before = window.client.snapshot.steps
         remote.send("What is the capital of France?")
         await until(lambda: not remote.is_busy, what="the remote reply")
-        assert window.client.engine.snapshot.steps == steps_before, "the local engine served the remote pane"
+        assert window.client.snapshot.steps == steps_before, "the local engine served the remote pane"
         assert [m["role"] for m in remote.chat.messages] == ["user", "assistant"]
         remote.send("And of Italy?")
         await until(lambda: not remote.is_busy, what="the second remote reply")

@@ -61,7 +61,7 @@ def test_stop_cancels_the_reply(run_window):
         assert finals[0].reason is FinishReason.CANCELLED
         assert finals[0].stats.gen_tokens < LONG.max_tokens
         assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"}
-        snap = window.client.engine.snapshot
+        snap = window.client.snapshot
         assert (snap.running, snap.waiting) == (0, 0)
 
     run_window(scenario, panes=1)
@@ -98,7 +98,7 @@ def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
         await until(lambda: window.is_idle, what="every reply")
         for pane in window.panes:
             assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
-        assert max(st.n_decode for st in window.client.engine.steps) == 4  # one step fed all four
+        assert max(st.n_decode for st in window.client.recent_steps()) == 4  # one step fed all four
 
     run_window(scenario, panes=4)
 
@@ -164,7 +164,7 @@ def test_closing_a_pane_while_it_generates_leaves_no_work(run_window):
         await start_long_reply(window, pane, "Write a long story about a lighthouse.")
         await window.close_pane(pane)
         assert pane not in window.panes and pane.key not in window.plots.pane_curves
-        snap = lambda: window.client.engine.snapshot  # noqa: E731
+        snap = lambda: window.client.snapshot  # noqa: E731
         await until(lambda: (snap().running, snap().waiting) == (0, 0), timeout=10, what="the engine to drop it")
         assert len(window.panes) == 1
 
@@ -208,12 +208,12 @@ def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
 
     async def scenario(window):
         panel = window.engine_panel
-        before = window.client.engine.info.path
+        before = window.client.model_info.path
         panel.model_path.setText(str(bad))
         await panel.apply()
         assert panel.last_error and panel.error_box.isVisible()
         assert "Kept the previous model" in panel.status.text()
-        assert window.client.engine.info.path == before and panel.model_path.text() == before
+        assert window.client.model_info.path == before and panel.model_path.text() == before
         set_params(window, QUICK)
         window.panes[0].send("Hello")
         await until(lambda: window.is_idle)

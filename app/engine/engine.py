@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 
 from .adaptive import AdaptiveBatch
@@ -16,7 +16,7 @@ from .params import EngineConfig, Policy, ServingMode
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Request, Sequence
-from .stats import EngineSnapshot, RequestStats, StepStats
+from .stats import EngineSnapshot, RequestStats, StepHistory, StepStats
 
 Sink = Callable[[list[Event]], None]
 
@@ -39,7 +39,7 @@ class Engine:
         self.set_itl_target(config.itl_target_ms)
         template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
         self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow, self.backend.special_texts)
-        self.steps: deque[StepStats] = deque(maxlen=STEP_HISTORY)
+        self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
         self._n_steps = 0

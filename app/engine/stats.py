@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -90,6 +92,28 @@ class StepStats:
     step_s: float  # schedule + decode + sample
     decode_s: float  # llama_decode alone
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
+
+
+class StepHistory:
+    """The recent steps: appended on the engine thread, read as tuples from any thread."""
+
+    def __init__(self, maxlen: int):
+        self._steps: deque[StepStats] = deque(maxlen=maxlen)
+        self._lock = threading.Lock()  # a deque copied while appended to raises
+
+    def append(self, step: StepStats) -> None:
+        with self._lock:
+            self._steps.append(step)
+
+    def since(self, t: float = -math.inf) -> tuple[StepStats, ...]:
+        """The steps that ended after monotonic time t, oldest first (walking back from the newest)."""
+        with self._lock:
+            recent = []
+            for step in reversed(self._steps):
+                if step.t_end <= t:
+                    break
+                recent.append(step)
+        return tuple(reversed(recent))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 
-from .prometheus import prometheus_text
+from .prometheus import RATE_WINDOW_S, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json
 from .shaping import Shape, error_body
 
@@ -26,7 +26,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def models(request: web.Request) -> web.Response:
     server = request.app[SERVER]
-    info = server.client.engine.info
+    info = server.client.model_info
     meta = {"n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "n_params": info.n_params, "size": info.size_bytes}
     model = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
     return web.json_response({"object": "list", "data": [model]})
@@ -42,7 +42,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     server = request.app[SERVER]
-    text = prometheus_text(server.client.engine, server.totals)
+    client = server.client
+    text = prometheus_text(client.snapshot, client.recent_steps(RATE_WINDOW_S), server.totals)
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "prometheus 0.0.4"})
 
 
@@ -51,7 +52,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def _complete(request: web.Request, parse) -> web.StreamResponse:
     server = request.app[SERVER]
-    job: Job = parse(parse_json(await request.read()), server.client.engine.n_ctx)
+    job: Job = parse(parse_json(await request.read()), server.client.model_info.n_ctx)
     with server.admit():
         return await _serve(request, server, job)
 

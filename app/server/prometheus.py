@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Sequence
 
 from app.engine.events import FinishEvent
-from app.engine.stats import hit_rate
+from app.engine.stats import EngineSnapshot, StepStats, hit_rate
 
 PREFIX = "batch_playground_"
 RATE_WINDOW_S = 10.0  # tokens/s and sequences per step are averaged over the last 10 s of steps
@@ -33,9 +33,10 @@ class ServedTotals:
                 self.gen_tokens += st.gen_tokens
 
 
-def prometheus_text(engine, totals: ServedTotals) -> str:
+def prometheus_text(snapshot: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals) -> str:
+    """The figures of `snapshot`, of `steps` (those of the last RATE_WINDOW_S) and of `totals`."""
     lines: list[str] = []
-    for kind, name, help_text, value in _figures(engine, totals):
+    for kind, name, help_text, value in _figures(snapshot, steps, totals):
         lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value:g}"]
     lines += [f"# HELP {PREFIX}requests_total requests finished, by reason", f"# TYPE {PREFIX}requests_total counter"]
     for reason, count in sorted(totals.requests.items()):
@@ -43,10 +44,8 @@ def prometheus_text(engine, totals: ServedTotals) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _figures(engine, totals: ServedTotals) -> list[tuple[str, str, str, float]]:
+def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals) -> list[tuple[str, str, str, float]]:
     """(kind, name, help, value) of every single-valued metric."""
-    s = engine.snapshot
-    steps = _recent_steps(engine)
     rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
     window = f"over the last {RATE_WINDOW_S:g} s"
     return [
@@ -69,16 +68,6 @@ def _figures(engine, totals: ServedTotals) -> list[tuple[str, str, str, float]]:
         ("counter", "evictions_total", "idle conversations evicted from the KV cache", s.evictions),
         ("counter", "preemptions_total", "running requests preempted for room", s.preemptions),
     ]
-
-
-def _recent_steps(engine) -> list:
-    """Steps that ended in the window (the history is appended on the engine thread: copy it first)."""
-    since = time.monotonic() - RATE_WINDOW_S
-    try:
-        steps = list(engine.steps)
-    except RuntimeError:  # mutated while copying
-        return []
-    return [st for st in steps if st.t_end > since]
 
 
 def _mean(values: list) -> float:

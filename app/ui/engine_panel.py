@@ -156,7 +156,7 @@ class EnginePanel(QWidget):
         self.show_model_facts()
 
     def show_model_facts(self) -> None:
-        info = self.client.engine.info if self.client.engine else None
+        info = self.client.model_info
         if info is None:
             self.model_facts.setText("not loaded")
             return

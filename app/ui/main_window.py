@@ -40,7 +40,8 @@ from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
 from .dialogs import export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
-from .metrics import MetricsStore
+
+from .metrics import RATE_WINDOW_S, MetricsStore
 from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
@@ -404,10 +405,8 @@ class MainWindow(QMainWindow):
             pane.flush()
 
     def tick(self) -> None:
-        engine = self.client.engine
-        steps = _recent_steps(engine)
         now = time.monotonic()
-        self.metrics.sample(now, steps)
+        self.metrics.sample(now, self.client.recent_steps(RATE_WINDOW_S))
         self._ticks += 1
         if self._ticks % SAVE_RETRY_TICKS == 0 and self.saves.is_waiting:
             self.saves.retry()
@@ -417,13 +416,13 @@ class MainWindow(QMainWindow):
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
-            self._refresh_readouts(engine)
+            self._refresh_readouts()
 
-    def _refresh_readouts(self, engine) -> None:
+    def _refresh_readouts(self) -> None:
         for pane in self.panes:
             pane.refresh_readout()
-        if engine is not None:
-            s = engine.snapshot
+        s = self.client.snapshot
+        if s is not None:
             self.status_label.setText(
                 f"{self.client.config.mode.value} · running {s.running} · waiting {s.waiting} · "
                 f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions} · steps {s.steps}"
@@ -496,12 +495,3 @@ class MainWindow(QMainWindow):
             self.close()
             self.sigClosed.emit()
 
-
-def _recent_steps(engine) -> list:
-    """The engine's step history, copied (it is appended to on the engine thread)."""
-    if engine is None:
-        return []
-    try:
-        return list(engine.steps)
-    except RuntimeError:  # mutated while copying: skip this tick
-        return []

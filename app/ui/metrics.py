@@ -150,7 +150,7 @@ class MetricsStore:
         self._sample_engine(now, steps)
 
     def _sample_engine(self, now: float, steps) -> None:
-        recent = _steps_since(steps, now - RATE_WINDOW_S)
+        recent = steps  # those of the last RATE_WINDOW_S
         self.engine_rate.push(now, sum(st.n_decode for st in recent) / RATE_WINDOW_S)
         new = [st for st in recent if st.t_end > self._last_step_t]
         if new:
@@ -161,13 +161,3 @@ class MetricsStore:
             self.seqs_per_step.push(now, 0.0)
         # else a step is longer than a tick: no new point rather than a false drop to zero
 
-
-def _steps_since(steps, t: float) -> list:
-    """The steps that ended after t, walking back from the newest (the history holds thousands)."""
-    recent = []
-    for st in reversed(steps):
-        if st.t_end <= t:
-            break
-        recent.append(st)
-    recent.reverse()
-    return recent

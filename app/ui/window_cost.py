@@ -146,7 +146,7 @@ async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens
             phases.append((shown, start, time.monotonic(), time.thread_time() - cpu))
         shown = not shown
     meter.stop()
-    steps = list(bench.client.engine.steps)
+    steps = bench.client.recent_steps()
     await bench.close()
     phases = phases[1:]  # the first holds the prompts' prefill, which generates nothing
     rates = [_rate(steps, start + SETTLE_S, end) for _, start, end, _ in phases]
