@@ -131,7 +131,6 @@ class EngineClient:
         conversation_id: str | None = None,
         request_id: str | None = None,
         priority: Priority = Priority.NORMAL,
-        tag: dict | None = None,
     ) -> AsyncIterator[Event]:
         """Stream one reply: TokenEvents, then exactly one FinishEvent.
 
@@ -146,7 +145,6 @@ class EngineClient:
             prompt=prompt,
             conversation_id=conversation_id,
             priority=priority,
-            tag=tag or {},
         )
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = queue

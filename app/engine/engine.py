@@ -162,7 +162,7 @@ class Engine:
         for seq, n in plan:
             start = seq.num_computed
             wants_logits = start + n == len(seq.tokens)
-            seq.row = batch.add(seq.slot.seq_id, seq.tokens[start : start + n], start, wants_logits)
+            seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
 
     def _sample(self, seq: Sequence, events: list[Event]) -> None:
         token = self.backend.sample(seq.sampler, seq.row)

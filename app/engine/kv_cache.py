@@ -9,6 +9,7 @@ least recently used first.
 
 from __future__ import annotations
 
+from enum import Enum, auto
 from typing import Protocol
 
 from .sequence import Sequence
@@ -52,12 +53,12 @@ class Slot:
         return self.sequence is None
 
 
-class Acquire:
+class Acquire(Enum):
     """Outcome of asking for a slot."""
 
-    GRANTED = "granted"
-    NO_SLOT = "no-slot"  # every slot is busy: wait
-    DEFER = "defer"  # a prompt sharing this one's prefix is being read: wait, then copy it
+    GRANTED = auto()
+    NO_SLOT = auto()  # every slot is busy: wait
+    DEFER = auto()  # a prompt sharing this one's prefix is being read: wait, then copy it
 
 
 class KVCacheManager:
@@ -87,7 +88,7 @@ class KVCacheManager:
 
     # -- admission -------------------------------------------------------------------------
 
-    def acquire(self, seq: Sequence, reading: list[Sequence]) -> str:
+    def acquire(self, seq: Sequence, reading: list[Sequence]) -> Acquire:
         """Give `seq` a slot that already holds the longest cached prefix of its tokens.
 
         `reading` are the running sequences still reading their prompt: if one of them is about to
@@ -111,7 +112,7 @@ class KVCacheManager:
         dst.owner = seq.request.conversation_id
         dst.sequence = seq
         dst.last_used = self._tick()
-        seq.slot = dst
+        seq.slot_id = dst.seq_id
         seq.num_computed = n
         seq.stats.cached_tokens += n
         seq.stats.evaluated_tokens += len(target) - n
@@ -150,7 +151,7 @@ class KVCacheManager:
 
     def commit(self, seq: Sequence, n: int) -> None:
         """The last decode wrote cells for the next `n` tokens of `seq`."""
-        slot = seq.slot
+        slot = self.slots[seq.slot_id]
         start = seq.num_computed
         slot.tokens.extend(seq.tokens[start : start + n])
         first = self._next_cell
@@ -161,10 +162,10 @@ class KVCacheManager:
 
     def release(self, seq: Sequence) -> None:
         """The request is over; its cells stay for the conversation's next turn (if reuse is on)."""
-        slot = seq.slot
-        if slot is None:
+        if seq.slot_id is None:
             return
-        seq.slot = None
+        slot = self.slots[seq.slot_id]
+        seq.slot_id = None
         slot.sequence = None
         slot.last_used = self._tick()
         if not self.reuse:
@@ -172,11 +173,11 @@ class KVCacheManager:
 
     def preempt(self, seq: Sequence) -> None:
         """Take a running request's cells back; it will recompute them when it resumes."""
-        slot = seq.slot
+        slot = self.slots[seq.slot_id]
         self._truncate(slot, 0)
         slot.owner = None
         slot.sequence = None
-        seq.slot = None
+        seq.slot_id = None
         seq.num_computed = 0
 
     # -- room ------------------------------------------------------------------------------

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING
 
 from .params import Priority, SamplingParams
 from .stats import RequestStats
 from .text_stream import TextStream
-
-if TYPE_CHECKING:
-    from .kv_cache import Slot
 
 
 @dataclass(frozen=True)
@@ -24,7 +20,6 @@ class Request:
     prompt: str | None = None
     conversation_id: str | None = None  # keeps KV cells between the turns of one chat
     priority: Priority = Priority.NORMAL  # served first under the priority policy
-    tag: dict = field(default_factory=dict)  # opaque to the engine (e.g. benchmark turn index)
 
 
 class SequenceStatus(Enum):
@@ -42,7 +37,7 @@ class Sequence:
         self.num_prompt_tokens = len(prompt_tokens)
         self.num_computed = 0  # leading tokens whose KV cells this sequence's slot holds
         self.status = SequenceStatus.WAITING
-        self.slot: Slot | None = None
+        self.slot_id: int | None = None  # the llama.cpp sequence id whose cells it uses (the KV manager's slot)
         self.sampler = None
         self.row = -1  # batch row whose logits this sequence samples in the current step
         self.stream = TextStream(request.params.stop)
@@ -66,5 +61,5 @@ class Sequence:
     def __repr__(self) -> str:
         return (
             f"Sequence({self.request_id}, {self.status.name}, computed={self.num_computed}/"
-            f"{len(self.tokens)}, slot={self.slot.seq_id if self.slot else None})"
+            f"{len(self.tokens)}, slot={self.slot_id})"
         )
