@@ -220,3 +220,17 @@ def test_default_sampling_with_repeat_penalty_streams_a_reply(config):
 
     final = run(main())
     assert final.reason in (FinishReason.STOP, FinishReason.LENGTH) and final.text.strip()
+
+
+def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(config):
+    """The step's figures say what the plan decided: that token is prompt, not generation."""
+
+    async def main():
+        async with Started(config) as client:
+            await client.complete(user("Name a colour."), GREEDY.with_(max_tokens=1), conversation_id="c")
+            again = await client.complete(user("Name a colour."), GREEDY.with_(max_tokens=1), conversation_id="c")
+            return again, client.recent_steps()[-1]
+
+    again, step = run(main())
+    assert again.stats.evaluated_tokens == 1 and again.stats.cached_tokens == again.stats.prompt_tokens - 1
+    assert (step.n_tokens, step.n_decode, step.n_prefill_tokens) == (1, 0, 1)

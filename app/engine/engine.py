@@ -139,6 +139,7 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan:
             return False
+        n_decode = sum(1 for seq, _ in plan if seq.is_decoding)  # as the plan decided, before sampling
         self._fill_batch(plan)
         t1 = time.perf_counter()
         rc = self.backend.decode()
@@ -152,7 +153,7 @@ class Engine:
                     self._sample(seq, events)
         else:
             self._on_decode_failure(rc, plan, events)
-        self._record_step(plan, t0, t1, t2)
+        self._record_step(plan, n_decode, t0, t1, t2)
         self._emit(events)
         return True
 
@@ -229,8 +230,7 @@ class Engine:
         if events:
             self._sink(events)
 
-    def _record_step(self, plan: Plan, t0: float, t1: float, t2: float) -> None:
-        n_decode = sum(1 for seq, n in plan if n == 1 and seq.num_generated > 0)
+    def _record_step(self, plan: Plan, n_decode: int, t0: float, t1: float, t2: float) -> None:
         n_tokens = sum(n for _, n in plan)
         scheduler = self.scheduler
         step = StepStats(
