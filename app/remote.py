@@ -13,7 +13,6 @@ import json
 import re
 import reprlib
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from aiohttp.http_exceptions import LineTooLong
 
 from .engine.events import Event, FinishEvent, FinishReason, TokenEvent
 from .engine.params import SamplingParams
-from .engine.stats import RequestStats
+from .engine.stats import ConversationTotals, RequestStats
 from .loopback import is_loopback
 
 REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
@@ -92,7 +91,7 @@ class RemoteClient:
         self.endpoint = endpoint
         self._session: aiohttp.ClientSession | None = None
         self._open: dict[str, _Reply] = {}  # the replies streaming now, by request id
-        self._conversations: OrderedDict[str, list[int]] = OrderedDict()  # id -> [cached, evaluated] tokens so far
+        self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
 
     async def generate(
         self,
@@ -207,25 +206,13 @@ class RemoteClient:
         st = reply.stats
         st.t_finish = time.monotonic()
         _count_tokens(reply)
-        totals = self._conversation_totals(st.conversation_id)
-        totals[0] += st.cached_tokens
-        totals[1] += st.evaluated_tokens
-        st.conversation_cached_tokens, st.conversation_evaluated_tokens = totals
+        self.conversations.add(st)
         text = "".join(reply.pieces)
         if reply.cancelled:
             return FinishEvent(st.request_id, FinishReason.CANCELLED, text, st)
         if error is not None:
             return FinishEvent(st.request_id, FinishReason.ERROR, text, st, _valid_text(error))
         return FinishEvent(st.request_id, reply.reason or FinishReason.STOP, text, st)
-
-    def _conversation_totals(self, conversation_id: str | None) -> list[int]:
-        if conversation_id is None:
-            return [0, 0]
-        totals = self._conversations.setdefault(conversation_id, [0, 0])
-        self._conversations.move_to_end(conversation_id)
-        if len(self._conversations) > CONVERSATIONS_KEPT:
-            self._conversations.popitem(last=False)  # the least recently used
-        return totals
 
 
 class _Budget:

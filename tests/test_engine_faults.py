@@ -151,7 +151,7 @@ def test_per_conversation_totals_are_bounded(config, monkeypatch):
         async with Started(config) as client:
             for i in range(6):
                 await client.complete(user("Hi"), GREEDY.with_(max_tokens=1), conversation_id=f"c{i}")
-            return await client.call(lambda engine: list(engine._conversations))
+            return await client.call(lambda engine: engine.conversations.ids())
 
     assert run(main()) == ["c3", "c4", "c5"]
 

@@ -403,8 +403,8 @@ def test_the_client_keeps_the_totals_of_recent_conversations_only():
     for i in range(CONVERSATIONS_KEPT + 50):
         remote._final(_Reply(RequestStats(f"r{i}", "first" if i % 100 == 0 else f"c{i}")), None)
     remote.cancel("r1")  # over: nothing to stop, nothing kept
-    assert len(remote._conversations) == CONVERSATIONS_KEPT and not remote._open
-    assert "first" in remote._conversations and "c1" not in remote._conversations  # used lately, kept
+    assert len(remote.conversations) == CONVERSATIONS_KEPT and not remote._open
+    assert "first" in remote.conversations and "c1" not in remote.conversations  # used lately, kept
 
 
 def test_the_remote_client_does_not_load_the_local_engine():

@@ -16,7 +16,7 @@ from .params import EngineConfig, Policy, ServingMode
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Request, Sequence
-from .stats import EngineSnapshot, RequestStats, StepHistory, StepStats
+from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepStats
 
 Sink = Callable[[list[Event]], None]
 
@@ -44,8 +44,7 @@ class Engine:
         self._generated = 0
         self._n_steps = 0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
-        # id -> [cached, evaluated] tokens, the most recently active last; the oldest go beyond a bound
-        self._conversations: OrderedDict[str | None, list[int]] = OrderedDict()
+        self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
         self.snapshot = self._snapshot()
 
     @property
@@ -204,19 +203,8 @@ class Engine:
             self.backend.free_sampler(seq.sampler)
             seq.sampler = None
         seq.stats.t_finish = time.monotonic()
-        self._add_to_conversation(seq.stats)
+        self.conversations.add(seq.stats)
         events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice))
-
-    def _add_to_conversation(self, stats: RequestStats) -> None:
-        totals = self._conversations.setdefault(stats.conversation_id, [0, 0])
-        self._conversations.move_to_end(stats.conversation_id)
-        while len(self._conversations) > CONVERSATIONS_KEPT:
-            self._conversations.popitem(last=False)
-        totals[0] += stats.cached_tokens
-        totals[1] += stats.evaluated_tokens
-        stats.conversation_cached_tokens, stats.conversation_evaluated_tokens = totals
-        if stats.conversation_id is None:  # a one-off request is its own conversation
-            del self._conversations[None]
 
     def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:
         stats.t_finish = time.monotonic()

@@ -21,13 +21,26 @@ class OverflowPolicy(str, Enum):
 
 
 class Policy(str, Enum):
-    """In which order sequences get a step's token budget (orders in policy.py)."""
+    """In which order sequences get a step's token budget (orders in policy.py; what each does: `help`)."""
 
-    FCFS = "fcfs"  # strictly by arrival: an early long prompt holds up everyone behind it
-    DECODE_FIRST = "decode-first"  # running streams' next tokens, then prompt chunks, then admissions
-    SHORTEST_FIRST = "shortest-first"  # the least work left (to read and to generate) first
-    LENGTH_GROUP = "length-group"  # admit waiting prompts of a length like the oldest one's together
-    PRIORITY = "priority"  # high-priority requests first (taking a slot if need be), then as decode-first
+    FCFS = "fcfs"
+    DECODE_FIRST = "decode-first"
+    SHORTEST_FIRST = "shortest-first"
+    LENGTH_GROUP = "length-group"
+    PRIORITY = "priority"
+
+    @property
+    def help(self) -> str:
+        return _POLICY_HELP[self]
+
+
+_POLICY_HELP = {
+    Policy.FCFS: "strictly by arrival: an early long prompt holds up everyone behind it",
+    Policy.DECODE_FIRST: "running streams first, then prompt chunks, then admissions (the default)",
+    Policy.SHORTEST_FIRST: "the least work left first: short questions overtake long documents",
+    Policy.LENGTH_GROUP: "read waiting prompts of similar length together",
+    Policy.PRIORITY: "high-priority requests (panes marked so) first, taking a slot if need be",
+}
 
 
 class Priority(IntEnum):

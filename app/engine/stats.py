@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 
@@ -92,6 +92,40 @@ class StepStats:
     step_s: float  # schedule + decode + sample
     decode_s: float  # llama_decode alone
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
+
+
+class ConversationTotals:
+    """Cached and evaluated prompt tokens of each recent conversation, so far: its running hit rate.
+
+    The least recently active conversations are forgotten beyond `kept`; a request without a
+    conversation is its own.
+    """
+
+    def __init__(self, kept: int):
+        self._kept = kept
+        self._totals: OrderedDict[str, list[int]] = OrderedDict()  # id -> [cached, evaluated]
+
+    def add(self, stats: RequestStats) -> None:
+        """Add a finished request's tokens to its conversation, and give it the totals so far."""
+        totals = [0, 0]
+        if stats.conversation_id is not None:
+            totals = self._totals.setdefault(stats.conversation_id, totals)
+            self._totals.move_to_end(stats.conversation_id)
+            while len(self._totals) > self._kept:
+                self._totals.popitem(last=False)
+        totals[0] += stats.cached_tokens
+        totals[1] += stats.evaluated_tokens
+        stats.conversation_cached_tokens, stats.conversation_evaluated_tokens = totals
+
+    def __contains__(self, conversation_id: str) -> bool:
+        return conversation_id in self._totals
+
+    def __len__(self) -> int:
+        return len(self._totals)
+
+    def ids(self) -> list[str]:
+        """The conversations remembered, the least recently active first."""
+        return list(self._totals)
 
 
 class StepHistory:

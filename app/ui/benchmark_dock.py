@@ -78,7 +78,8 @@ class BenchmarkPanel(QWidget):
         self.parallel_counts.setToolTip("The first count is also run without KV reuse")
         self.max_tokens = QSpinBox(minimum=4, maximum=1024, value=64)
         self.turns = QSpinBox(minimum=1, maximum=8, value=2)
-        self.shared_system = QCheckBox("a shared 231-token system prompt", checked=True)
+        self.shared_system = QCheckBox("a shared 231-token system prompt")
+        self.shared_system.setChecked(True)
         form.addRow("Parallel counts", self.parallel_counts)
         form.addRow("Tokens a reply", self.max_tokens)
         form.addRow("Turns a chat", self.turns)
@@ -88,8 +89,10 @@ class BenchmarkPanel(QWidget):
     def _controls(self) -> QHBoxLayout:
         row = QHBoxLayout()
         self.run_button = QPushButton("Run", clicked=self.start)
-        self.cancel_button = QPushButton("Cancel", clicked=self.cancel, enabled=False)
-        self.export_button = QPushButton("Export PNG + CSV…", clicked=self._on_export, enabled=False)
+        self.cancel_button = QPushButton("Cancel", clicked=self.cancel)
+        self.export_button = QPushButton("Export PNG + CSV…", clicked=self._on_export)
+        for button in (self.cancel_button, self.export_button):
+            button.setEnabled(False)  # bool properties through setters, as everywhere (see chat_pane.py)
         self.progress = QProgressBar()
         self.status = QLabel()
         for widget in (self.run_button, self.cancel_button, self.export_button):

@@ -63,7 +63,8 @@ class ChatList(QWidget):
         self.setMinimumWidth(300)  # the titles stay readable beside the date, turns and model
         layout.addWidget(self._tree(), 1)
         layout.addLayout(self._buttons())
-        self.status = QLabel(wordWrap=True)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
         self.status.setStyleSheet("color: #444;")
         layout.addWidget(self.status)
         self._on_selection()

@@ -33,13 +33,7 @@ from .settings import MAX_PANES
 
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150
-POLICY_HELP = (
-    "fcfs: strictly by arrival\n"
-    "decode-first: running streams first, then prompts (the default)\n"
-    "shortest-first: the least work left first: short questions overtake long documents\n"
-    "length-group: read waiting prompts of similar length together\n"
-    "priority: panes marked high priority first"
-)
+POLICY_HELP = "\n".join(f"{p.value}: {p.help}" for p in Policy)
 
 
 def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:

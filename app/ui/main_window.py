@@ -71,7 +71,7 @@ class MainWindow(QMainWindow):
         self.metrics = MetricsStore()
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []
-        self._closing = False
+        self._closing: asyncio.Task | None = None  # the shutdown, once the window is asked to close
         self._closed = False
         client.add_listener(self.metrics.on_events)
         client.add_failure_listener(self._on_engine_failed)
@@ -483,9 +483,8 @@ class MainWindow(QMainWindow):
             event.accept()
             return
         event.ignore()
-        if not self._closing:
-            self._closing = True
-            asyncio.ensure_future(self._close_async())
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close_async())  # kept: a task without a reference may be collected
 
     async def _close_async(self) -> None:
         try:

@@ -106,7 +106,8 @@ class PaneParamsEditor(QWidget):
         for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
             edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
             form.addRow(label, edit)
-        self.key_warning = QLabel(wordWrap=True)
+        self.key_warning = QLabel()
+        self.key_warning.setWordWrap(True)
         self.key_warning.setStyleSheet("color: #c0392b;")
         self.key_warning.hide()
         form.addRow("", self.key_warning)

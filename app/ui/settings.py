@@ -149,7 +149,7 @@ class AppSettings:
     # -- engine --------------------------------------------------------------------------------
 
     def engine_config(self, default_model: str) -> EngineConfig:
-        base = EngineConfig(model_path=default_model, capacity=MAX_PANES, n_threads=os.cpu_count() or 1)
+        base = EngineConfig(model_path=default_model, capacity=MAX_PANES)  # threads: the engine's default
         self.q.beginGroup("engine")
         try:
             return base.with_(
