@@ -7,12 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import Started, run, user
 
 from app.client import EngineClient
 from app.engine.errors import ModelLoadError
 from app.engine.events import FinishReason
 from app.engine.params import GREEDY
-from helpers import Started, run, user
 
 
 def broken_files(tmp_path):

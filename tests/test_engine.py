@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY, SamplingParams, ServingMode
 from app.engine.sequence import Request
-from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -8,6 +8,7 @@ import math
 import time
 
 import pytest
+from helpers import Started, collect, run, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,6 @@ from app.engine import engine as engine_module
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY, SamplingParams
-from helpers import Started, collect, run, user
 
 QUICK = GREEDY.with_(max_tokens=4)
 

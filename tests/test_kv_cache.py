@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
+
 from app.engine.events import FinishReason
 from app.engine.kv_cache import common_prefix_len
 from app.engine.params import GREEDY, OverflowPolicy
 from app.engine.sequence import Request
-from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 # a system prompt of well over 200 tokens, shared by every conversation below
 SYSTEM = (
@@ -111,7 +112,7 @@ def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(conf
     async def serve(cfg):
         async with Started(cfg) as client:
             results = []
-            for round_ in range(2):  # eight conversations, two rounds, in four slots
+            for _round in range(2):  # eight conversations, two rounds, in four slots
                 results += await asyncio.gather(
                     *(collect(client.generate(user(q), params, conversation_id=f"c{i}")) for i, q in enumerate(questions))
                 )
@@ -142,7 +143,7 @@ def test_preemption_resumes_a_sequence_with_the_same_output(config, model_path):
     roomy, _, _ = run(serve(config.with_(capacity=4, n_ctx=4096)))
     assert snap.preemptions > 0
     assert sum(f.stats.preemptions for _, f in tight) == snap.preemptions
-    for prompt, (a_events, a), (b_events, b) in zip(prompts, roomy, tight):
+    for prompt, (a_events, _), (b_events, b) in zip(prompts, roomy, tight):
         assert b.reason is FinishReason.LENGTH and b.stats.gen_tokens == 120
         problem = divergence_is_a_near_tie(model_path, prompt, token_ids(a_events), token_ids(b_events))
         assert problem is None, problem

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from helpers import collect, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from serving import Serving, engine_is_idle
+from spawn import free_port
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY
 from app.engine.stats import RequestStats
 from app.remote import CONVERSATIONS_KEPT, Endpoint, RemoteClient, RemoteError, _read_line, _Reply
-from spawn import free_port
-from helpers import collect, run, user
-from serving import Serving, engine_is_idle
 
 
 def test_remote_chat_streams_with_stats_and_kv_hits(config):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers import Started, run, user
 
 from app.engine.adaptive import MIN_PREFILL, AdaptiveBatch
 from app.engine.kv_cache import KVCacheManager
@@ -12,7 +13,6 @@ from app.engine.params import GREEDY, Policy, Priority
 from app.engine.scheduler import Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
 from app.engine.stats import RequestStats, StepStats
-from helpers import Started, run, user
 
 
 class CellBook:

@@ -7,7 +7,6 @@ import asyncio
 import aiohttp
 import openai
 import pytest
-
 from helpers import run
 from serving import Serving, chat
 

@@ -7,11 +7,11 @@ import json
 
 import aiohttp
 import pytest
+from helpers import run
+from serving import Serving, chat, engine_is_idle
 
 from app.engine.events import FinishEvent, FinishReason
-from helpers import run
 from app.server.protocol import MAX_MESSAGES, MAX_STOP_CHARS
-from serving import Serving, chat, engine_is_idle
 
 BAD_BODIES = {
     "malformed JSON": (b'{"messages": [', "not valid JSON"),

@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from serving import Serving, chat
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "80"))

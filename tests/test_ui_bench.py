@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 import threading
 
+from ui_fixtures import QUICK, set_params, until
+
 from app.engine.params import Policy, Priority
 from app.ui.benchmark_dock import BenchmarkPanel
-
-from ui_fixtures import QUICK, set_params, until
 
 
 def tiny(view: BenchmarkPanel) -> None:

@@ -7,12 +7,11 @@ import shutil
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar, QToolButton
+from ui_fixtures import QUICK, set_params, until
 
 from app.ui.chat_list import when
 from app.ui.chat_store import CORRUPT, NOTICE, Chat, ChatStore
 from app.ui.settings import AppSettings, open_qsettings
-
-from ui_fixtures import QUICK, set_params, until
 
 
 def saved_chats(home, names: list[str], shown: list[str]) -> list[Chat]:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 from PySide6.QtGui import QImage
-
 from ui_fixtures import QUICK, close_window, open_window, until
 
 

@@ -7,13 +7,12 @@ import stat
 
 import aiohttp
 import pytest
-
 from spawn import free_port, running, serve_command
+from ui_fixtures import QUICK, set_params, start_long_reply, until
+
 from app.ui.main_window import API_KEY
 from app.ui.pane_params import PaneParamsEditor
 from app.ui.settings import AppSettings, PaneParams, open_qsettings
-
-from ui_fixtures import QUICK, set_params, start_long_reply, until
 
 
 @pytest.fixture(scope="module")

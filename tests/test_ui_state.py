@@ -12,7 +12,17 @@ from PySide6.QtCore import QSettings
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
-from app.ui.chat_store import CORRUPT, CUT_BY_EXIT, NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat, export_chat, to_markdown
+from app.ui.chat_store import (
+    CORRUPT,
+    CUT_BY_EXIT,
+    NOTICE,
+    Chat,
+    ChatStore,
+    PendingSaves,
+    UnreadableChat,
+    export_chat,
+    to_markdown,
+)
 from app.ui.metrics import MetricsStore, Ring
 from app.ui.settings import AppSettings, PaneParams
 from app.ui.transcript import chat_html

@@ -61,7 +61,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
 
-    def with_(self, **changes) -> "SamplingParams":
+    def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
 
     def problem(self) -> str | None:
@@ -105,5 +105,5 @@ class EngineConfig:
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the batch size adapts to keep the latency under it
 
-    def with_(self, **changes) -> "EngineConfig":
+    def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)

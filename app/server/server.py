@@ -80,7 +80,7 @@ class ApiServer:
             self.client.remove_listener(self.totals.on_events)
             await runner.cleanup()
 
-    def admit(self) -> "Admission":
+    def admit(self) -> Admission:
         """A place in the queue for one request (`with server.admit():`), or Busy when it is full."""
         if self.in_flight >= self.max_queue:
             raise Busy()
@@ -107,10 +107,9 @@ class ApiServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
-        if self.api_key and request.path not in PUBLIC_PATHS:
-            if not self._key_matches(request.headers.get("Authorization", "")):
-                body = error_body("invalid or missing API key", "authentication_error", code="invalid_api_key")
-                return web.json_response(body, status=401)
+        if self.api_key and request.path not in PUBLIC_PATHS and not self._key_matches(request.headers.get("Authorization", "")):
+            body = error_body("invalid or missing API key", "authentication_error", code="invalid_api_key")
+            return web.json_response(body, status=401)
         return await handler(request)
 
     def _key_matches(self, header: str) -> bool:
@@ -145,7 +144,7 @@ class Admission:
         self._server = server
         server.in_flight += 1
 
-    def __enter__(self) -> "Admission":
+    def __enter__(self) -> Admission:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
 from app.bench import BenchSettings, guide_rows, run_bench
 
 SYSTEM_PROMPT_FILE = Path(__file__).resolve().parents[2] / "resources" / "bench" / "library-system-prompt.txt"

@@ -37,7 +37,7 @@ class ChatRow:
     is_open: bool  # shown in a pane
 
     @classmethod
-    def of(cls, chat: Chat, is_open: bool) -> "ChatRow":
+    def of(cls, chat: Chat, is_open: bool) -> ChatRow:
         return cls(chat.chat_id, chat.name, chat.model.removesuffix(".gguf"), chat.updated, chat.turns, is_open)
 
 

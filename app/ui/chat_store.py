@@ -27,7 +27,7 @@ class Chat:
     streaming: str | None = None  # the reply in progress, saved with the chat so a kill loses only its last seconds
 
     @classmethod
-    def new(cls, name: str) -> "Chat":
+    def new(cls, name: str) -> Chat:
         return cls(uuid.uuid4().hex, name, updated=time.time())
 
     @property
@@ -75,7 +75,7 @@ class Chat:
         return {"chat_id": self.chat_id, "name": self.name, "model": self.model, "updated": self.updated, "messages": messages}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Chat":
+    def from_json(cls, data: dict) -> Chat:
         """Fields added later have defaults, so older files load; a reply saved while it streamed
         (the app was killed) comes back as a cut reply with a notice."""
         chat = cls(str(data["chat_id"]), str(data.get("name", "Chat")), model=str(data.get("model", "")))

@@ -40,7 +40,6 @@ from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
 from .dialogs import export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
-
 from .metrics import RATE_WINDOW_S, MetricsStore
 from .plots import PlotsPanel
 from .readout import Readout

@@ -57,7 +57,7 @@ class PaneParams:
             max_tokens=self.max_tokens,
         )
 
-    def with_(self, **changes) -> "PaneParams":
+    def with_(self, **changes) -> PaneParams:
         return replace(self, **changes)
 
 

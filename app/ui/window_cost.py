@@ -80,7 +80,7 @@ class BenchWindow:
             pane.sampling_override = params
 
     @classmethod
-    async def open(cls, model_path: str, n_threads: int | None, max_tokens: int = MAX_TOKENS) -> "BenchWindow":
+    async def open(cls, model_path: str, n_threads: int | None, max_tokens: int = MAX_TOKENS) -> BenchWindow:
         settings = bench_settings(model_path, n_threads, max_tokens)
         client = EngineClient(engine_config(settings, conversations_for(settings)))
         await client.start()
@@ -142,7 +142,7 @@ async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens
         start, cpu = time.monotonic(), time.thread_time()
         try:
             await asyncio.wait_for(bench.all_done.wait(), phase_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             phases.append((shown, start, time.monotonic(), time.thread_time() - cpu))
         shown = not shown
     meter.stop()
