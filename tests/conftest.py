@@ -21,4 +21,18 @@ def model_path() -> str:
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
+GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
+MODEL_FIXTURES = {"model_path", "config", "shared_engine", "served"}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Each test is `gui` (a window), `model` (the real model, no Qt) or `unit` (neither): `-m unit` runs in seconds."""
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in ("unit", "model", "gui")):
+            continue  # marked by hand: a test that runs the app in a process of its own
+        used = set(getattr(item, "fixturenames", ()))
+        kind = "gui" if used & GUI_FIXTURES else "model" if used & MODEL_FIXTURES else "unit"
+        item.add_marker(kind)
+
+
 pytest_plugins = ["ui_fixtures"]  # the window's fixtures (a qasync loop on pytest-qt's app, a data folder)

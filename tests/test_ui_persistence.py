@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from PySide6.QtGui import QImage
 from ui_fixtures import QUICK, close_window, open_window, until
 
@@ -36,6 +37,7 @@ def test_settings_and_chats_round_trip_through_a_restart(loop, home, model_path)
     assert size == saved_size == (780, 560)
 
 
+@pytest.mark.gui
 def test_screenshot_command_writes_a_png(tmp_path):
     png = tmp_path / "x.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BATCH_PLAYGROUND_HOME=str(tmp_path / "home"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from PySide6.QtCore import QLockFile, Qt
 from ui_fixtures import QUICK, close_window, open_window, set_params, start_long_reply, until
 
@@ -92,6 +93,7 @@ def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, model
     loop.run_until_complete(reopen())
 
 
+@pytest.mark.gui
 def test_a_second_window_on_the_same_data_folder_is_refused(home):
     lock = QLockFile(str(home / LOCK_FILE))
     assert lock.tryLock(0)  # this process plays the first window
