@@ -2,6 +2,8 @@
 
 The one place where a thread hop happens: the engine thread hands each step's events to
 `loop.call_soon_threadsafe`, and they are dispatched to per-request queues on the event loop.
+Readers on any thread get the engine's figures as immutable values (snapshot, recent steps, model
+info), never the engine itself; if the engine thread ends, every open stream ends with the reason.
 """
 
 from __future__ import annotations

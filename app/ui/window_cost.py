@@ -1,4 +1,4 @@
-"""Window benchmark: 8 panes stream the headless bench's load; aggregate tokens/s and the longest Qt stall.
+"""The window's cost: 8 panes stream the headless bench's load; aggregate tokens/s and the longest Qt stall.
 
 Same load as `python -m app bench --parallel 8 --max-tokens 128 --ignore-eos`: conversation i asks
 the bench's question i, greedy, repeat penalty 1.0, exactly 128 tokens each, one warm-up request
