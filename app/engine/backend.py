@@ -1,6 +1,7 @@
 """The engine's only door to llama.cpp: model, context, batch, samplers, tokenizer, chat template.
 
-Everything here runs on the engine thread; nothing else in the project imports llama_cpp.
+Everything here runs on the engine thread, but for `tokenize`, which the prompt thread also calls (under
+the engine thread's lock, so the model is never freed under it); nothing else imports llama_cpp.
 """
 
 from __future__ import annotations
