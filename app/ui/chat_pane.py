@@ -71,7 +71,8 @@ class ChatPane(QFrame):
         super().__init__(parent)
         self.chat, self.colour, self.client, self.metrics = chat, colour, client, metrics
         self.metrics.add_pane(chat.chat_id)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None  # the running reply
+        self._tasks: set[asyncio.Task] = set()  # every task started here, held until done: the loop holds them weakly
         self._request_id: str | None = None
         self._remote: RemoteClient | None = None  # this pane's connection to its endpoint, if it has one
         self._source: EngineClient | RemoteClient = client  # where the running reply comes from
@@ -203,7 +204,7 @@ class ChatPane(QFrame):
             self._start_reply()
 
     def clear(self) -> None:
-        asyncio.ensure_future(self._clear())
+        self._spawn(self._clear())
 
     async def _clear(self) -> None:
         await self.shutdown()  # a running reply ends first, so it cannot land in the cleared chat
@@ -228,6 +229,12 @@ class ChatPane(QFrame):
     def _on_export(self) -> None:
         export_with_dialog(self, self.chat)
 
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
     # -- one reply -----------------------------------------------------------------------------
 
     def _start_reply(self) -> None:
@@ -235,7 +242,7 @@ class ChatPane(QFrame):
         self.sigChatChanged.emit(self.chat)
         request_id = self._request_id = new_request_id()
         self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
-        self._task = asyncio.ensure_future(self._reply(request_id))
+        self._task = self._spawn(self._reply(request_id))
 
     async def _reply(self, request_id: str) -> None:
         messages = self.chat.for_model(self.params.system_prompt)
@@ -269,7 +276,7 @@ class ChatPane(QFrame):
             return self.client
         if self._remote is None or self._remote.endpoint != endpoint:
             if self._remote is not None:
-                asyncio.ensure_future(self._remote.close())
+                self._spawn(self._remote.close())
             self._remote = RemoteClient(endpoint)
         return self._remote
 
