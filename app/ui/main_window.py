@@ -45,6 +45,7 @@ from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
 from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
+from .window_placement import place_window
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
@@ -191,9 +192,7 @@ class MainWindow(QMainWindow):
             self.add_pane(self._restored_chat(chat_id))
         while len(self.panes) < count:
             self.add_pane()
-        geometry = self.settings.geometry
-        if geometry.isEmpty() or not self.restoreGeometry(geometry):
-            self.resize(1600, 960)
+        place_window(self, self.settings.geometry)
 
     def _restored_chat(self, chat_id: str) -> Chat:
         """The saved chat of a pane; a file that cannot be read is kept aside and the pane gets a new
