@@ -44,6 +44,7 @@ from .settings import PaneParams
 from .transcript import Transcript
 
 CHECKPOINT_MS = 2000  # a streaming reply is saved this often: a kill or a power cut loses at most this much
+READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
 
 
 class MessageEdit(QPlainTextEdit):
@@ -114,8 +115,8 @@ class ChatPane(QFrame):
         swatch.setFixedSize(12, 12)
         swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
         self.name_label = QLabel()
-        self.name_label.setMinimumWidth(60)  # a long chat name is cut rather than widening the pane
-        self.readout = Readout()
+        self.name_label.setMinimumWidth(40)  # a long chat name is cut rather than widening the pane; "Pane 1" is whole
+        self.readout = Readout(legend=READOUT_LEGEND)
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
         self.settings_button.setCheckable(True)
@@ -183,7 +184,13 @@ class ChatPane(QFrame):
             return
         ttft = "–" if math.isnan(m.ttft_s) else f"{1000 * m.ttft_s:.0f} ms"
         hit = "–" if math.isnan(m.kv_hit_rate) else f"{100 * m.kv_hit_rate:.0f}%"
-        self.readout.setText(f"{m.tok_s:.0f} tok/s · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}")
+        rate = f"{m.tok_s:.0f} tok/s"
+        self.readout.setText(
+            f"{rate} · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}",
+            f"{rate} · {ttft} · hit {hit}",  # narrow panes: the figures that tell most, first
+            f"{rate} · {ttft}",
+            rate,
+        )
 
     # -- actions -------------------------------------------------------------------------------
 

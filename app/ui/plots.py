@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem
 
@@ -26,6 +26,7 @@ BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
 ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
+PREFERRED_WIDTH = 400  # as the window opens: on a 1366 px laptop screen eight panes get 230 px each
 
 
 class Line:
@@ -185,6 +186,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.hit_plot.addItem(self.point_sets["hit"])
         self._points: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {"ttft": {}, "hit": {}}
         self._brushes: dict[str, object] = {}
+
+    def sizeHint(self) -> QSize:
+        return QSize(PREFERRED_WIDTH, super().sizeHint().height())
 
     def add_pane(self, key: str, colour: str) -> None:
         pen = line_pen(colour)

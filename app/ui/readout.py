@@ -1,4 +1,4 @@
-"""A line of live figures that repaints only itself when it changes."""
+"""A line of live figures that repaints only itself when it changes, in shorter forms when narrow."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 
 class Readout(QWidget):
-    """One line of text, right-aligned and elided when narrow. A QLabel asks its parent to lay out again on every
-    change; with eight panes refreshing three times a second that was 1.5% of a core taken from the
-    engine (measured), so this one keeps a fixed height and repaints only itself."""
+    """One line of text, right-aligned; when narrow, the first of its shorter forms that fits, with the
+    whole text and `legend` in its tooltip. A QLabel asks its parent to lay out again on every change;
+    with eight panes refreshing three times a second that was 1.5% of a core taken from the engine
+    (measured), so this one keeps a fixed height and repaints only itself."""
 
-    def __init__(self, colour: str = "#555", pixel_size: int = 11, parent=None):
+    def __init__(self, colour: str = "#555", pixel_size: int = 11, legend: str = "", parent=None):
         super().__init__(parent)
+        self._legend = legend
         font = self.font()
         font.setPixelSize(pixel_size)
         self.setFont(font)
         self._colour = QColor(colour)
-        self._text = ""
+        self._forms: tuple[str, ...] = ("",)  # the text, then shorter forms of it
         self.setFixedHeight(self.fontMetrics().height() + 2)  # fixed: a change never moves the layout
         # it paints its own background, so its pane is not repainted under it at every change
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
@@ -28,16 +30,22 @@ class Readout(QWidget):
         return QSize(self.minimumWidth(), self.height())  # constant: the layout never asks again
 
     def text(self) -> str:
-        return self._text
+        return self._forms[0]
 
-    def setText(self, text: str) -> None:
-        if text != self._text:
-            self._text = text
+    def setText(self, text: str, *shorter: str) -> None:
+        forms = (text, *shorter)
+        if forms != self._forms:
+            self._forms = forms
+            self.setToolTip("\n".join(filter(None, (text, self._legend))))
             self.update()
+
+    def shown_text(self) -> str:
+        """The longest form that fits the width; else "…", as a cut figure ("1…" of "18 tok/s") would mislead."""
+        metrics = self.fontMetrics()
+        return next((form for form in self._forms if metrics.horizontalAdvance(form) <= self.width()), "…")
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.fillRect(event.rect(), self.palette().window())
         painter.setPen(self._colour)
-        shown = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, self.width())
-        painter.drawText(self.rect(), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, shown)
+        painter.drawText(self.rect(), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, self.shown_text())
