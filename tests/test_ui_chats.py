@@ -189,8 +189,7 @@ def test_an_export_that_fails_shows_a_warning(run_window, home, qtbot, monkeypat
 
     async def scenario(window):
         pane = window.panes[0]
-        export = next(b for b in pane.findChildren(QPushButton) if b.text() == "Export…")
-        qtbot.mouseClick(export, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(pane.export_button, Qt.MouseButton.LeftButton)
         box = pane.findChild(QMessageBox)
         assert box is not None and box.isVisible()
         assert str(target) in box.text() and "No such file" in box.text()

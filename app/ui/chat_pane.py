@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QSizePolicy,
+    QStyle,
     QToolButton,
     QVBoxLayout,
 )
@@ -132,16 +132,20 @@ class ChatPane(QFrame):
         return row
 
     def _buttons(self) -> QHBoxLayout:
+        """Send, which is Stop while a reply runs, in words; the rarer actions as icons, so the row
+        fits eight panes on a laptop screen."""
         row = QHBoxLayout()
-        self.send_button = QPushButton("Send", clicked=self._on_send)
-        self.stop_button = QPushButton("Stop", clicked=self.stop)
-        self.stop_button.setEnabled(False)
-        self.regenerate_button = QPushButton("Regenerate", clicked=self.regenerate)
-        self.clear_button = QPushButton("Clear", clicked=self.clear)
-        export = QPushButton("Export…", clicked=self._on_export)
-        for b in (self.send_button, self.stop_button, self.regenerate_button, self.clear_button, export):
-            b.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)  # 8 panes fit a laptop screen
-            b.setToolTip(b.text())
+        self.send_button = _text_button("Send", "Send the message (Enter)", self._on_send)
+        self.stop_button = _text_button("Stop", "Stop the reply", self.stop)
+        self.stop_button.setVisible(False)
+        icons = QStyle.StandardPixmap  # the desktop theme's view-refresh, edit-clear and document-save
+        self.regenerate_button = _icon_button(icons.SP_BrowserReload, "Regenerate", "Regenerate the last reply", self.regenerate)
+        self.clear_button = _icon_button(icons.SP_DialogResetButton, "Clear", "Clear the chat", self.clear)
+        self.export_button = _icon_button(icons.SP_DialogSaveButton, "Export…", "Export the chat to a file…", self._on_export)
+        for b in (self.send_button, self.stop_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        for b in (self.regenerate_button, self.clear_button, self.export_button):
             row.addWidget(b)
         return row
 
@@ -335,9 +339,26 @@ class ChatPane(QFrame):
         self.chat.add(NOTICE, f"not answered: {error}")
 
     def _set_busy(self, busy: bool) -> None:
-        self.stop_button.setEnabled(busy)
-        for b in (self.send_button, self.regenerate_button):
-            b.setEnabled(not busy)
+        self.send_button.setVisible(not busy)
+        self.stop_button.setVisible(busy)
+        self.regenerate_button.setEnabled(not busy)
+
+
+def _text_button(text: str, tip: str, slot) -> QPushButton:
+    """A push button that shrinks to its text when the pane is narrow, and no further: the style's
+    80 px minimum would not fit eight panes, and cutting the text ("Senc") would not read."""
+    button = QPushButton(text, clicked=slot, toolTip=tip)
+    metric = button.style().pixelMetric
+    padding = metric(QStyle.PixelMetric.PM_ButtonMargin) + metric(QStyle.PixelMetric.PM_DefaultFrameWidth)
+    button.setMinimumWidth(button.fontMetrics().horizontalAdvance(text) + 2 * padding)
+    return button
+
+
+def _icon_button(icon: QStyle.StandardPixmap, text: str, tip: str, slot) -> QToolButton:
+    """An icon alone; its text names it for screen readers."""
+    button = QToolButton(text=text, toolTip=tip, clicked=slot)
+    button.setIcon(button.style().standardIcon(icon))
+    return button
 
 
 def _model_name(client: EngineClient, params: PaneParams) -> str:

@@ -1,0 +1,105 @@
+"""Narrow panes: eight panes on a 1366x768 laptop screen keep every button whole and working, and the
+readout shortens rather than being cut."""
+
+from __future__ import annotations
+
+import asyncio
+
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtWidgets import QAbstractButton, QStyle, QToolButton
+from ui_fixtures import LONG, QUICK, set_params, until
+
+from app.ui.chat_store import NOTICE
+from app.ui.readout import Readout
+from app.ui.window_placement import room_for_window
+
+LAPTOP = QRect(0, 0, 1366, 768)
+
+
+def _on_laptop(window) -> QRect:
+    """Give the window the room a 1366x768 screen has for it (where it opens there); that room."""
+    room = room_for_window(LAPTOP, window.style().pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight))
+    window.setGeometry(room)
+    return room
+
+
+def _cut_buttons(pane) -> list[str]:
+    """The visible buttons whose text, or icon where a button shows one alone, is wider than the button
+    leaves room for (2 px of frame and padding each side)."""
+    cut = []
+    for button in pane.findChildren(QAbstractButton):
+        icon_only = isinstance(button, QToolButton) and not button.icon().isNull()
+        content = button.iconSize().width() if icon_only else button.fontMetrics().horizontalAdvance(button.text())
+        if button.isVisible() and content + 4 > button.width():
+            cut.append(button.text())
+    return cut
+
+
+def _untipped_buttons(pane) -> list[str]:
+    return [b.text() for b in pane.findChildren(QAbstractButton) if b.isVisible() and not b.toolTip()]
+
+
+def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
+    async def scenario(window):
+        room = _on_laptop(window)
+        await asyncio.sleep(0.05)  # laid out
+        assert window.geometry() == room  # its minimum size did not push it past the screen
+        for pane in window.panes:
+            assert _cut_buttons(pane) == [] and _untipped_buttons(pane) == []
+            shown = pane.readout.shown_text()
+            assert "tok/s" in shown and pane.readout.fontMetrics().horizontalAdvance(shown) <= pane.readout.width()
+            assert pane.readout.toolTip().startswith(pane.readout.text()) and "TTFT:" in pane.readout.toolTip()
+
+        window.engine_dock.show()  # the narrowest panes: the engine and plots docks beside eight panes
+        await asyncio.sleep(0.05)
+        assert window.geometry() == room
+        assert all(_cut_buttons(pane) == [] for pane in window.panes)
+
+    run_window(scenario, panes=8)
+
+
+def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, monkeypatch, tmp_path):
+    exported = tmp_path / "chat.md"
+    monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: (str(exported), ""))
+
+    def click(button) -> None:
+        assert button.isVisible() and button.isEnabled(), button.text()
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+    async def scenario(window):
+        _on_laptop(window)
+        pane = window.panes[-1]
+        set_params(window, LONG)
+        qtbot.keyClicks(pane.input, "Write a long story about a dragon.")
+        click(pane.send_button)
+        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="the first tokens")
+        assert pane.send_button.isHidden()  # Stop takes its place while the reply runs
+        click(pane.stop_button)
+        await until(lambda: not pane.is_busy, what="the stop")
+        assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"} and pane.stop_button.isHidden()
+
+        set_params(window, QUICK)
+        click(pane.regenerate_button)
+        assert pane.is_busy
+        await until(lambda: not pane.is_busy, what="the regenerated reply")
+        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+
+        click(pane.export_button)
+        assert "dragon" in exported.read_text(encoding="utf-8")
+
+        click(pane.clear_button)
+        await until(lambda: not pane.chat.messages, what="the clear")
+
+    run_window(scenario, panes=8)
+
+
+def test_a_narrow_readout_shows_the_longest_form_that_fits_and_the_whole_in_its_tooltip(qtbot):
+    readout = Readout(legend="TTFT: time to the first token")
+    qtbot.addWidget(readout)
+    whole, shorter, shortest = "18 tok/s · TTFT 146 ms · KV hit 97%", "18 tok/s · 146 ms", "18 tok/s"
+    readout.setText(whole, shorter, shortest)
+    width = readout.fontMetrics().horizontalAdvance
+    for room, shown in ((1000, whole), (width(shorter), shorter), (width(shorter) - 1, shortest), (20, "…")):
+        readout.resize(room, readout.height())
+        assert readout.shown_text() == shown, room
+    assert readout.toolTip() == "18 tok/s · TTFT 146 ms · KV hit 97%\nTTFT: time to the first token"
