@@ -58,6 +58,18 @@ def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
     run_window(scenario, panes=8)
 
 
+def test_a_panes_settings_open_at_eight_panes_without_growing_the_window_past_the_screen(run_window, qtbot):
+    async def scenario(window):
+        room = _on_laptop(window)
+        pane = window.panes[0]
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        await asyncio.sleep(0.05)
+        assert pane.params_area.isVisible() and window.geometry() == room  # they scroll inside the pane
+        assert _cut_buttons(pane) == []
+
+    run_window(scenario, panes=8)
+
+
 def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, monkeypatch, tmp_path):
     exported = tmp_path / "chat.md"
     monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: (str(exported), ""))

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QStyle,
     QToolButton,
     QVBoxLayout,
@@ -95,11 +96,16 @@ class ChatPane(QFrame):
         layout.setSpacing(3)
         layout.addLayout(self._header())
         self.params_editor = PaneParamsEditor(params)
-        self.params_editor.setVisible(False)
         self.params_editor.paramsChanged.connect(self._on_params_changed)
         self.params_editor.copyToAllRequested.connect(lambda: self.sigCopySettings.emit(self))
         self._show_name(params)
-        layout.addWidget(self.params_editor)
+        # in a pane too small for them the settings scroll, rather than push the window past the screen
+        self.params_area = QScrollArea()
+        self.params_area.setWidgetResizable(True)
+        self.params_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.params_area.setWidget(self.params_editor)
+        self.params_area.setVisible(False)
+        layout.addWidget(self.params_area)
         self.transcript = Transcript()
         layout.addWidget(self.transcript, 1)
         self.input = MessageEdit()
@@ -150,7 +156,7 @@ class ChatPane(QFrame):
         return row
 
     def params_editor_visible(self, visible: bool) -> None:
-        self.params_editor.setVisible(visible)
+        self.params_area.setVisible(visible)
 
     def _on_params_changed(self, params: PaneParams) -> None:
         self._show_name(params)
