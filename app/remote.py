@@ -233,7 +233,9 @@ class _Budget:
         work = asyncio.ensure_future(awaitable)
         stop = asyncio.ensure_future(self.stopped.wait())
         try:
-            done, _ = await asyncio.wait((work, stop), timeout=min(left, self.endpoint.timeout_s), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                (work, stop), timeout=min(left, self.endpoint.timeout_s), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             stop.cancel()
             if not work.done():
@@ -254,7 +256,9 @@ class _Budget:
     def spend_piece(self) -> None:
         self.pieces += 1
         if self.pieces > self.max_pieces:
-            raise RemoteError(f"the endpoint sent more than {self.max_pieces} pieces of text for a reply of at most {self.max_tokens} tokens")
+            raise RemoteError(
+                f"the endpoint sent more than {self.max_pieces} pieces of text for a reply of at most {self.max_tokens} tokens"
+            )
 
 
 async def _next_line(response: aiohttp.ClientResponse, budget: _Budget) -> bytes:
@@ -380,7 +384,15 @@ def _count(obj: dict, key: str) -> int | None:
     return value if type(value) is int and value >= 0 else None  # type(): True is an int too
 
 
-_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
+_JSON_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def _as(value, kind: type[T], what: str) -> T:

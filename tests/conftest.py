@@ -21,6 +21,7 @@ def model_path() -> str:
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
+
 GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
 MODEL_FIXTURES = {"model_path", "config", "shared_engine", "served"}
 

@@ -34,7 +34,9 @@ async def _stream_tokens(stream, log: list[float]) -> FinishEvent:
 def test_text_utf8_cannot_encode_fails_only_its_own_request(config, where):
     async def main():
         async with Started(config) as client:
-            long = asyncio.ensure_future(collect(client.generate(user("Count to twenty."), GREEDY.with_(max_tokens=48, ignore_eos=True))))
+            long = asyncio.ensure_future(
+                collect(client.generate(user("Count to twenty."), GREEDY.with_(max_tokens=48, ignore_eos=True)))
+            )
             if where == "content":
                 bad = await client.complete(user("\ud800 x"), QUICK)
             else:
@@ -91,7 +93,9 @@ def test_a_dead_engine_ends_every_stream_at_once_and_says_why_then_restarts(conf
         async with Started(config) as client:
             client.add_failure_listener(reasons.append)
             streams = [
-                asyncio.ensure_future(collect(client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=4000, ignore_eos=True))))
+                asyncio.ensure_future(
+                    collect(client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=4000, ignore_eos=True)))
+                )
                 for i in range(3)
             ]
             await asyncio.sleep(1.0)  # they stream
@@ -124,7 +128,9 @@ def test_a_huge_chat_is_read_without_stalling_the_running_streams(config):
     async def main():
         async with Started(config) as client:
             running = asyncio.ensure_future(
-                _stream_tokens(client.generate(user("Count slowly."), GREEDY.with_(max_tokens=100_000, ignore_eos=True)), arrivals)
+                _stream_tokens(
+                    client.generate(user("Count slowly."), GREEDY.with_(max_tokens=100_000, ignore_eos=True)), arrivals
+                )
             )
             while len(arrivals) < 3:
                 await asyncio.sleep(0.05)
@@ -234,7 +240,9 @@ def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(config):
 def test_closing_the_engine_gives_every_request_in_flight_its_final_event(config):
     async def main():
         async with Started(config) as client:
-            streams = [asyncio.ensure_future(collect(client.generate(user(f"Hi {i}"), GREEDY.with_(max_tokens=200)))) for i in range(6)]
+            streams = [
+                asyncio.ensure_future(collect(client.generate(user(f"Hi {i}"), GREEDY.with_(max_tokens=200)))) for i in range(6)
+            ]
             await asyncio.sleep(0)  # each is submitted: in the prompt thread, the inbox or the engine
             await client.close()
             return [final for _, final in await asyncio.wait_for(asyncio.gather(*streams), 20)]

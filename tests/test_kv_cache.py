@@ -47,7 +47,9 @@ def test_a_later_turn_evaluates_only_its_new_tokens(config):
             turn2 = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Write one about rain."}]
             second = await client.complete(turn2, params, conversation_id="chat")
             glue = await client.call(
-                lambda e: e.backend.tokenize("<|im_end|>\n<|im_start|>user\nWrite one about rain.<|im_end|>\n<|im_start|>assistant\n", add_special=False)
+                lambda e: e.backend.tokenize(
+                    "<|im_end|>\n<|im_start|>user\nWrite one about rain.<|im_end|>\n<|im_start|>assistant\n", add_special=False
+                )
             )
             return first, second, await prompt_tokens(client, turn1), await prompt_tokens(client, turn2), glue
 

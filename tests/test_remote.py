@@ -50,7 +50,9 @@ def test_remote_stop_cancels_the_request_on_the_server(config):
         async with Serving(config) as (client, _server, url):
             remote = RemoteClient(Endpoint(url))
             received, final = 0, None
-            async for event in remote.generate(user("Tell me a long story."), GREEDY.with_(max_tokens=2000, ignore_eos=True), request_id="r"):
+            async for event in remote.generate(
+                user("Tell me a long story."), GREEDY.with_(max_tokens=2000, ignore_eos=True), request_id="r"
+            ):
                 if isinstance(event, FinishEvent):
                     final = event
                 else:
@@ -306,7 +308,9 @@ def test_endless_pieces_meet_the_piece_cap():
 
 def test_usage_counts_that_are_not_counts_are_ignored():
     usage = {"prompt_tokens": -3, "completion_tokens": "7", "prompt_tokens_details": {"cached_tokens": True}}
-    end = _chunk({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": usage, "timings": {"cache_n": 1.5, "prompt_n": -1}})
+    end = _chunk(
+        {"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": usage, "timings": {"cache_n": 1.5, "prompt_n": -1}}
+    )
     final, _ = answer(_streaming(_delta("Hel"), _delta("lo"), end, b"data: [DONE]\n\n"))
     st = final.stats
     assert final.reason is FinishReason.STOP and final.text == "Hello"
@@ -321,17 +325,33 @@ def test_lone_surrogates_become_replacement_characters():
 
 # -- any JSON as a chunk: the reply still ends with exactly one FinishEvent ---------------------------
 
-OPENAI_KEYS = ["choices", "delta", "content", "finish_reason", "usage", "timings", "error", "message", "prompt_tokens", "cached_tokens"]
+OPENAI_KEYS = [
+    "choices",
+    "delta",
+    "content",
+    "finish_reason",
+    "usage",
+    "timings",
+    "error",
+    "message",
+    "prompt_tokens",
+    "cached_tokens",
+]
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8)),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.sampled_from(OPENAI_KEYS), st.text(max_size=4)), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(OPENAI_KEYS), st.text(max_size=4)), inner, max_size=4),
+    ),
     max_leaves=20,
 )
 counts = st.one_of(st.integers(-5, 10**6), json_values)
 choice = st.fixed_dictionaries(
     {},
     optional={
-        "delta": st.one_of(st.fixed_dictionaries({}, optional={"content": st.one_of(st.text(max_size=8), json_values)}), json_values),
+        "delta": st.one_of(
+            st.fixed_dictionaries({}, optional={"content": st.one_of(st.text(max_size=8), json_values)}), json_values
+        ),
         "finish_reason": st.one_of(st.sampled_from(["stop", "length", "tool_calls"]), json_values),
     },
 )
@@ -410,4 +430,7 @@ def test_the_client_keeps_the_totals_of_recent_conversations_only():
 def test_the_remote_client_does_not_load_the_local_engine():
     code = "import sys, app.remote; print('llama_cpp' in sys.modules or 'app.client' in sys.modules)"
     root = Path(__file__).parents[1]
-    assert subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )

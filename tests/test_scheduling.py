@@ -199,7 +199,9 @@ async def first_tokens(client, policy: Policy) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("policy, short_first", [(Policy.FCFS, False), (Policy.SHORTEST_FIRST, True)])
-def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(model_path, config, policy, short_first):
+def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(
+    model_path, config, policy, short_first
+):
     async def main():
         async with Started(config.with_(n_batch=64)) as client:
             return await first_tokens(client, policy)
@@ -229,7 +231,9 @@ def test_bench_prompts_can_mark_conversations_high_priority(model_path, tmp_path
     path.write_text('{"turns": ["Hi!"], "priority": "high"}\n{"turns": ["Hello!"]}\n', encoding="utf-8")
     prompts = load_prompts(str(path))
     assert [c.priority for c in prompts] == [Priority.HIGH, Priority.NORMAL]
-    settings = BenchSettings(model_path, parallel=2, max_tokens=4, ignore_eos=True, prompts=prompts, policy=Policy.PRIORITY, n_threads=2)
+    settings = BenchSettings(
+        model_path, parallel=2, max_tokens=4, ignore_eos=True, prompts=prompts, policy=Policy.PRIORITY, n_threads=2
+    )
     result = run(run_bench(settings))
     assert sorted((r["conversation"], r["priority"]) for r in result["requests"]) == [(0, "high"), (1, "normal")]
     assert result["policy"] == "priority" and result["ttft_p50_high_priority_s"] > 0

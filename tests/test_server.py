@@ -18,8 +18,12 @@ def openai_client(url: str, api_key: str = "none") -> openai.AsyncOpenAI:
 async def stream_chat(api: openai.AsyncOpenAI, text: str, **kwargs):
     """Stream one chat reply; return its text, finish reason, usage chunk and last chunk."""
     stream = await api.chat.completions.create(
-        model="any", messages=[{"role": "user", "content": text}], stream=True,
-        stream_options={"include_usage": True}, temperature=0, **kwargs,
+        model="any",
+        messages=[{"role": "user", "content": text}],
+        stream=True,
+        stream_options={"include_usage": True},
+        temperature=0,
+        **kwargs,
     )
     pieces, finish, usage, last = [], None, None, None
     async for chunk in stream:
@@ -65,7 +69,9 @@ def test_eight_concurrent_clients_share_decode_steps(config):
     async def main():
         async with Serving(config) as (client, _server, url):
             api = openai_client(url)
-            replies = await asyncio.gather(*(stream_chat(api, q, max_tokens=32, extra_body={"ignore_eos": True}) for q in questions))
+            replies = await asyncio.gather(
+                *(stream_chat(api, q, max_tokens=32, extra_body={"ignore_eos": True}) for q in questions)
+            )
             await api.close()
             return replies, list(client.recent_steps())
 
@@ -87,9 +93,19 @@ def test_sampling_fields_are_honoured(config):
             hot = dict(temperature=1.5, top_k=100, min_p=0.0, repeat_penalty=1.0, max_tokens=24)
             seeded = [await post("/v1/chat/completions", chat("Write a word.", seed=7, **hot)) for _ in range(2)]
             other = await post("/v1/chat/completions", chat("Write a word.", seed=8, **hot))
-            exact = await post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 20, "ignore_eos": True,
-                                                   "cache_prompt": False, "unknown_field": {"x": 1}})
-            stopped = await post("/v1/chat/completions", chat("Count from 1 to 10, separated by commas.", stop=[","], max_tokens=40))
+            exact = await post(
+                "/v1/completions",
+                {
+                    "prompt": "Once upon a time",
+                    "max_tokens": 20,
+                    "ignore_eos": True,
+                    "cache_prompt": False,
+                    "unknown_field": {"x": 1},
+                },
+            )
+            stopped = await post(
+                "/v1/chat/completions", chat("Count from 1 to 10, separated by commas.", stop=[","], max_tokens=40)
+            )
             return seeded, other, exact, stopped
 
     seeded, other, exact, stopped = run(main())
@@ -123,7 +139,9 @@ def test_health_and_metrics(config):
     values = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
     p = "batch_playground_"
     assert float(values[f"{p}generated_tokens_total"]) >= 2
-    assert float(values[f'{p}requests_total{{reason="length"}}']) + float(values.get(f'{p}requests_total{{reason="stop"}}', 0)) == 2
+    assert (
+        float(values[f'{p}requests_total{{reason="length"}}']) + float(values.get(f'{p}requests_total{{reason="stop"}}', 0)) == 2
+    )
     assert 0.4 < float(values[f"{p}kv_cache_hit_rate"]) < 0.6  # the second request reused all but one token
     assert float(values[f"{p}kv_cells_used"]) > 0
     assert float(values[f"{p}kv_cells_used"]) + float(values[f"{p}kv_cells_free"]) == float(values[f"{p}kv_cells_total"])

@@ -19,7 +19,10 @@ BAD_BODIES = {
     "no messages": (b'{"model": "x"}', "'messages'"),
     "messages not a list": (json.dumps({"messages": "hi"}), "'messages' must be a list"),
     "bad role": (json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}), "role"),
-    "image part": (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}), "text parts"),
+    "image part": (
+        json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
+        "text parts",
+    ),
     "temperature a string": (json.dumps(chat("hi", temperature="hot")), "'temperature' must be a number"),
     "temperature 1e9": (json.dumps(chat("hi", temperature=1e9)), "'temperature' must be between"),
     "temperature NaN": (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "finite"),
@@ -170,7 +173,9 @@ def test_beyond_the_queue_bound_requests_get_503_with_retry_after(config):
 def test_a_dead_engine_is_reported_by_health_and_requests_get_503(config):
     async def main():
         async with Serving(config) as (client, _server, url), aiohttp.ClientSession() as http:
-            stream = await http.post(f"{url}/v1/chat/completions", json=chat("Story", max_tokens=4000, ignore_eos=True, stream=True))
+            stream = await http.post(
+                f"{url}/v1/chat/completions", json=chat("Story", max_tokens=4000, ignore_eos=True, stream=True)
+            )
             await stream.content.readline()
             client._thread.call(lambda engine: (_ for _ in ()).throw(SystemExit("injected fault")))
             rest = await asyncio.wait_for(stream.read(), 10)  # the open stream ends at once, with the reason
@@ -194,8 +199,13 @@ def test_the_api_key_scheme_is_case_insensitive_and_odd_headers_get_401(config):
     async def main():
         async with Serving(config, api_key="sesame") as (_client, _server, url), aiohttp.ClientSession() as http:
             out = {}
-            for name, header in {"lower": "bearer sesame", "upper": "BEARER sesame", "non-ascii": "Bearer sésame",
-                                 "no scheme": "sesame", "bytes": "Bearer \udcff"}.items():
+            for name, header in {
+                "lower": "bearer sesame",
+                "upper": "BEARER sesame",
+                "non-ascii": "Bearer sésame",
+                "no scheme": "sesame",
+                "bytes": "Bearer \udcff",
+            }.items():
                 try:
                     async with http.get(f"{url}/v1/models", headers={"Authorization": header}) as r:
                         out[name] = r.status

@@ -38,7 +38,9 @@ ENDPOINTS = [
 # text with what JSON lets through and UTF-8 does not: lone surrogates, control characters, NUL
 text = st.text(st.characters(codec=None, exclude_categories=()), max_size=30)
 numbers = st.one_of(
-    st.integers(-(2**70), 2**70), st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0, -1, 1, 2**31, 2**63, 1e308])
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0, -1, 1, 2**31, 2**63, 1e308]),
 )
 # a body that could be served always says how long its reply may be (the default of 256 tokens
 # would make a valid example slow): "messages" and "prompt" appear only in the bodies below
@@ -51,7 +53,10 @@ json_values = st.recursive(
     max_leaves=20,
 )
 message = st.fixed_dictionaries(
-    {"role": st.one_of(st.sampled_from(["system", "user", "assistant", "developer"]), json_values), "content": st.one_of(text, json_values)}
+    {
+        "role": st.one_of(st.sampled_from(["system", "user", "assistant", "developer"]), json_values),
+        "content": st.one_of(text, json_values),
+    }
 )
 # a valid chat with some of its fields replaced by anything
 chat_body = st.fixed_dictionaries(
@@ -75,7 +80,11 @@ completion_body = st.fixed_dictionaries(
 # a chat the engine serves: reaches the template, the tokenizer and a decode
 valid_chat = st.fixed_dictionaries(
     {
-        "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=60)}), min_size=1, max_size=6),
+        "messages": st.lists(
+            st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=60)}),
+            min_size=1,
+            max_size=6,
+        ),
         "max_tokens": st.integers(1, 6),
     },
     optional={
@@ -100,7 +109,13 @@ raw_bodies = st.sampled_from(
         json.dumps(chat("x" * 3_000_000, max_tokens=2)).encode(),
     ]
 )
-bodies = st.one_of(valid_chat.map(lambda b: json.dumps(b).encode()), completion_body.map(lambda b: json.dumps(b).encode()), chat_body.map(lambda b: json.dumps(b).encode()), json_values.map(lambda v: json.dumps(v).encode()), raw_bodies)
+bodies = st.one_of(
+    valid_chat.map(lambda b: json.dumps(b).encode()),
+    completion_body.map(lambda b: json.dumps(b).encode()),
+    chat_body.map(lambda b: json.dumps(b).encode()),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    raw_bodies,
+)
 
 
 class Beside:

@@ -43,8 +43,13 @@ def test_screenshot_command_writes_a_png(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BATCH_PLAYGROUND_HOME=str(tmp_path / "home"))
     result = subprocess.run(
         [sys.executable, "-m", "app", "--panes", "2", "--prompt", "hi", "--screenshot", str(png), "--exit-when-done"],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     image = QImage(str(png))
-    assert 700 <= image.width() <= 800 and 500 <= image.height() <= 800  # the whole window, fitted to the 800x800 offscreen screen
+    assert (
+        700 <= image.width() <= 800 and 500 <= image.height() <= 800
+    )  # the whole window, fitted to the 800x800 offscreen screen

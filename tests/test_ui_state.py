@@ -95,7 +95,10 @@ def test_a_reply_saved_while_streaming_comes_back_cut_with_a_notice(tmp_path):
     saved = json.loads(store.path(chat.chat_id).read_text())
     assert saved["messages"][-1] == {"role": "assistant", "content": "Once upon", "streaming": True}
     again = store.load(chat.chat_id)
-    assert again.messages[1:] == [{"role": "assistant", "content": "Once upon", "cut": True}, {"role": NOTICE, "content": CUT_BY_EXIT}]
+    assert again.messages[1:] == [
+        {"role": "assistant", "content": "Once upon", "cut": True},
+        {"role": NOTICE, "content": CUT_BY_EXIT},
+    ]
     assert again.streaming is None
     assert again.for_model("")[-1] == {"role": "assistant", "content": "Once upon"}
 
@@ -142,8 +145,15 @@ def test_metrics_from_events():
     store.on_events([TokenEvent("r1", "a", 1, 10.5), TokenEvent("r1", "b", 1, 10.6), TokenEvent("r1", "", 0, 10.6)])
     m = store.panes["pane"]
     assert math.isclose(m.ttft_s, 0.5) and np.allclose(m.itl.view()[1], [0.1])
-    stats = RequestStats("r1", prompt_tokens=30, cached_tokens=20, evaluated_tokens=10, gen_tokens=2,
-                         conversation_cached_tokens=20, conversation_evaluated_tokens=40)
+    stats = RequestStats(
+        "r1",
+        prompt_tokens=30,
+        cached_tokens=20,
+        evaluated_tokens=10,
+        gen_tokens=2,
+        conversation_cached_tokens=20,
+        conversation_evaluated_tokens=40,
+    )
     store.on_events([FinishEvent("r1", FinishReason.STOP, "ab", stats)])
     # the readout shows the conversation's running rate; the plot gets the request's own
     assert math.isclose(m.kv_hit_rate, 1 / 3) and m.context_tokens == 32
@@ -167,8 +177,15 @@ def test_pane_params_round_trip_through_qsettings(tmp_path):
 
 def test_engine_settings_round_trip_including_the_overflow_policy(tmp_path):
     ini = str(tmp_path / "settings.ini")
-    chosen = EngineConfig("model.gguf", n_ctx=2048, n_batch=256, capacity=3, n_threads=1,
-                          mode=ServingMode.SEQUENTIAL, overflow=OverflowPolicy.TRUNCATE)
+    chosen = EngineConfig(
+        "model.gguf",
+        n_ctx=2048,
+        n_batch=256,
+        capacity=3,
+        n_threads=1,
+        mode=ServingMode.SEQUENTIAL,
+        overflow=OverflowPolicy.TRUNCATE,
+    )
     AppSettings(QSettings(ini, QSettings.Format.IniFormat)).set_engine_config(chosen)
     restored = AppSettings(QSettings(ini, QSettings.Format.IniFormat)).engine_config("default.gguf")
     assert restored == chosen

@@ -6,13 +6,12 @@ import asyncio
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
+from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
 from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
-
-from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
 
 
 def _spec(name):

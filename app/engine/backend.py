@@ -87,9 +87,7 @@ class Batch:
         self.logits = np.zeros(capacity, dtype=np.int8)
         int_p = ctypes.POINTER(ctypes.c_int32)
         base = self.seq_id.ctypes.data
-        self._seq_id_rows = (int_p * capacity)(
-            *(ctypes.cast(base + 4 * i, int_p) for i in range(capacity))
-        )
+        self._seq_id_rows = (int_p * capacity)(*(ctypes.cast(base + 4 * i, int_p) for i in range(capacity)))
         self.struct = ll.llama_batch(
             n_tokens=0,
             token=self.token.ctypes.data_as(int_p),

@@ -66,13 +66,20 @@ class SamplingParams:
 
     def problem(self) -> str | None:
         """What is out of range (llama.cpp's samplers would misbehave or abort on it), or None."""
-        numbers = {"temperature": (self.temperature, 0.0, 1e6), "top_p": (self.top_p, 0.0, 1.0), "min_p": (self.min_p, 0.0, 1.0),
-                   "repeat_penalty": (self.repeat_penalty, 0.0, 1e6)}
+        numbers = {
+            "temperature": (self.temperature, 0.0, 1e6),
+            "top_p": (self.top_p, 0.0, 1.0),
+            "min_p": (self.min_p, 0.0, 1.0),
+            "repeat_penalty": (self.repeat_penalty, 0.0, 1e6),
+        }
         for name, (value, lo, hi) in numbers.items():
             if not isinstance(value, (int, float)) or not (math.isfinite(value) and lo <= value <= hi):
                 return f"{name} must be a number between {lo:g} and {hi:g}; got {value!r}"
-        integers = {"top_k": (self.top_k, 0, 2**31 - 1), "repeat_last_n": (self.repeat_last_n, 0, 65536),
-                    "max_tokens": (self.max_tokens, 1, 2**63 - 1)}
+        integers = {
+            "top_k": (self.top_k, 0, 2**31 - 1),
+            "repeat_last_n": (self.repeat_last_n, 0, 65536),
+            "max_tokens": (self.max_tokens, 1, 2**63 - 1),
+        }
         for name, (value, lo, hi) in integers.items():
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 return f"{name} must be a whole number between {lo} and {hi}; got {value!r}"

@@ -49,10 +49,25 @@ def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals
     rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
     window = f"over the last {RATE_WINDOW_S:g} s"
     return [
-        ("gauge", "generation_tokens_per_second", f"tokens generated per second {window}", sum(st.n_decode for st in steps) / RATE_WINDOW_S),
-        ("gauge", "prompt_tokens_per_second", f"prompt tokens read per second {window}", sum(st.n_prefill_tokens for st in steps) / RATE_WINDOW_S),
+        (
+            "gauge",
+            "generation_tokens_per_second",
+            f"tokens generated per second {window}",
+            sum(st.n_decode for st in steps) / RATE_WINDOW_S,
+        ),
+        (
+            "gauge",
+            "prompt_tokens_per_second",
+            f"prompt tokens read per second {window}",
+            sum(st.n_prefill_tokens for st in steps) / RATE_WINDOW_S,
+        ),
         ("gauge", "sequences_per_step", f"mean sequences in one decode step {window}", _mean([st.n_seqs for st in steps])),
-        ("gauge", "kv_cache_hit_rate", "cached / (cached + evaluated) prompt tokens, all requests", 0.0 if math.isnan(rate) else rate),
+        (
+            "gauge",
+            "kv_cache_hit_rate",
+            "cached / (cached + evaluated) prompt tokens, all requests",
+            0.0 if math.isnan(rate) else rate,
+        ),
         ("gauge", "kv_cells_used", "KV cells holding tokens", s.cells_used),
         ("gauge", "kv_cells_free", "KV cells free", s.cells_total - s.cells_used),
         ("gauge", "kv_cells_total", "KV cells in the pool", s.cells_total),

@@ -150,7 +150,9 @@ def _check_text(text: str, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise BadRequest(f"{where} holds a character that is not valid Unicode ({e.reason}) at position {e.start}", where) from None
+        raise BadRequest(
+            f"{where} holds a character that is not valid Unicode ({e.reason}) at position {e.start}", where
+        ) from None
     return text
 
 

@@ -125,7 +125,9 @@ class ApiServer:
         except BadRequest as e:
             return web.json_response(error_body(str(e), param=e.param), status=400)
         except Busy:
-            body = error_body(f"the server is busy: {self.max_queue} requests are in flight; try again shortly", "unavailable_error")
+            body = error_body(
+                f"the server is busy: {self.max_queue} requests are in flight; try again shortly", "unavailable_error"
+            )
             return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
         except EngineError as e:  # the engine thread ended: the request cannot be served until a restart
             return web.json_response(error_body(str(e), "unavailable_error"), status=503)

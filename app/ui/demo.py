@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--panes", type=int)
     parser.add_argument("--prompt", action="append", help="broadcast this; repeat for later turns")
     parser.add_argument("--screenshot", metavar="PNG")
-    parser.add_argument("--screenshot-after-tokens", type=int, metavar="N", help="take it once every pane has N tokens of its last reply")
+    parser.add_argument(
+        "--screenshot-after-tokens", type=int, metavar="N", help="take it once every pane has N tokens of its last reply"
+    )
     parser.add_argument("--exit-when-done", action="store_true")
     return run_app(parser.parse_args(argv))
 

@@ -26,8 +26,10 @@ class EngineBanner(QFrame):
 
     def show_failure(self, reason: str) -> None:
         # the reason says what stopped and why, e.g. "the engine stopped after an internal error: ..."
-        self._say(f"<b>{html.escape(reason[:1].upper() + reason[1:])}.</b> Your chats are kept; "
-                  "a reply that was streaming keeps its text.")
+        self._say(
+            f"<b>{html.escape(reason[:1].upper() + reason[1:])}.</b> Your chats are kept; "
+            "a reply that was streaming keeps its text."
+        )
 
     def show_restarting(self) -> None:
         self.label.setText("Restarting the engine…")

@@ -174,7 +174,9 @@ class EnginePanel(QWidget):
         )
 
     def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Pick a GGUF model", os.path.dirname(self.model_path.text()), "GGUF models (*.gguf);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Pick a GGUF model", os.path.dirname(self.model_path.text()), "GGUF models (*.gguf);;All files (*)"
+        )
         if path:
             self.model_path.setText(path)
 

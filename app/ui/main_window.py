@@ -201,7 +201,10 @@ class MainWindow(QMainWindow):
             return self.store.load(chat_id) or Chat(chat_id, self._free_name())
         except UnreadableChat as e:
             chat = Chat.new(self._free_name())
-            chat.add(NOTICE, f"The saved chat could not be read ({e.reason}); its file was kept as {e.kept_as.name}. This is a new chat.")
+            chat.add(
+                NOTICE,
+                f"The saved chat could not be read ({e.reason}); its file was kept as {e.kept_as.name}. This is a new chat.",
+            )
             self.settings.set_pane_params(chat.chat_id, self.settings.pane_params(chat_id))
             return chat
 
@@ -316,7 +319,9 @@ class MainWindow(QMainWindow):
             await self._remove_pane(free)
             self.add_pane(chat, index)
         elif self.add_pane(chat) is None:
-            self.chat_list.say(f"No free pane: close a pane, clear one, or raise the parallel capacity ({self.capacity}) in the Engine panel.")
+            self.chat_list.say(
+                f"No free pane: close a pane, clear one, or raise the parallel capacity ({self.capacity}) in the Engine panel."
+            )
             return
         self.chat_list.say(f"Opened “{chat.name}”.")
 
@@ -491,4 +496,3 @@ class MainWindow(QMainWindow):
             self._closed = True
             self.close()
             self.sigClosed.emit()
-

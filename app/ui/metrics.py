@@ -160,4 +160,3 @@ class MetricsStore:
         elif not recent:
             self.seqs_per_step.push(now, 0.0)
         # else a step is longer than a tick: no new point rather than a false drop to zero
-

@@ -11,7 +11,7 @@ from app.server.server import ApiServer
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """"host:port" (or a bare port, on loopback) -> (host, port); ValueError with the reason."""
+    """ "host:port" (or a bare port, on loopback) -> (host, port); ValueError with the reason."""
     host, _, port = text.strip().rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected host:port, e.g. 127.0.0.1:8080; got {text!r}")

@@ -130,7 +130,9 @@ class AppSettings:
         base = PaneParams()
         self.q.beginGroup(f"pane-{chat_id}")
         try:
-            values = {f.name: self._get(f.name, _stored(f.name, getattr(base, f.name)), _kind(f.name)) for f in fields(PaneParams)}
+            values = {
+                f.name: self._get(f.name, _stored(f.name, getattr(base, f.name)), _kind(f.name)) for f in fields(PaneParams)
+            }
         finally:
             self.q.endGroup()
         values["seed"] = None if values["seed"] < 0 else values["seed"]

@@ -122,7 +122,13 @@ async def measure_window(model_path: str, n_threads: int | None) -> dict:
     gui_cpu = time.thread_time() - gui_cpu0  # this is the GUI thread: qasync runs asyncio on it
     meter.stop()
     await bench.close()
-    return {"tok_s": bench.tokens / wall, "tokens": bench.tokens, "wall_s": wall, "stall_ms": meter.worst_ms, "gui_cpu": gui_cpu / wall}
+    return {
+        "tok_s": bench.tokens / wall,
+        "tokens": bench.tokens,
+        "wall_s": wall,
+        "stall_ms": meter.worst_ms,
+        "gui_cpu": gui_cpu / wall,
+    }
 
 
 async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens: int, phase_s: float) -> dict:
@@ -150,14 +156,12 @@ async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens
     await bench.close()
     phases = phases[1:]  # the first holds the prompts' prefill, which generates nothing
     rates = [_rate(steps, start + SETTLE_S, end) for _, start, end, _ in phases]
-    costs = [
-        100 * (1 - rates[i] / ((rates[i - 1] + rates[i + 1]) / 2))
-        for i in range(1, len(phases) - 1)
-        if phases[i][0]
-    ]
+    costs = [100 * (1 - rates[i] / ((rates[i - 1] + rates[i + 1]) / 2)) for i in range(1, len(phases) - 1) if phases[i][0]]
     if not costs:
-        raise ValueError(f"the stream ended before a shown phase had minimized ones on both sides: "
-                         f"give it more tokens than {max_tokens} a pane, or shorter phases than {phase_s} s")
+        raise ValueError(
+            f"the stream ended before a shown phase had minimized ones on both sides: "
+            f"give it more tokens than {max_tokens} a pane, or shorter phases than {phase_s} s"
+        )
     gui = {flag: [p[3] / (p[2] - p[1]) for p in phases if p[0] == flag] for flag in (True, False)}
     return {
         "costs": costs,
@@ -196,8 +200,10 @@ async def main_async(args) -> int:
         window = await measure_window(model, args.threads)
         stalls.append(window["stall_ms"])
         rates["window"].append(window["tok_s"])
-        print(f"window:   {window['tok_s']:.1f} tok/s aggregate ({window['tokens']} tokens in {window['wall_s']:.2f} s), "
-              f"longest event-loop stall {window['stall_ms']:.0f} ms, GUI thread busy {100 * window['gui_cpu']:.0f}% of a core")
+        print(
+            f"window:   {window['tok_s']:.1f} tok/s aggregate ({window['tokens']} tokens in {window['wall_s']:.2f} s), "
+            f"longest event-loop stall {window['stall_ms']:.0f} ms, GUI thread busy {100 * window['gui_cpu']:.0f}% of a core"
+        )
         if headless:
             rates["headless"].append(headless["tok_s"])
             costs.append(100 * (1 - window["tok_s"] / headless["tok_s"]))
@@ -206,8 +212,10 @@ async def main_async(args) -> int:
         cost = ""
         if costs:
             of_medians = 100 * (1 - statistics.median(rates["window"]) / statistics.median(rates["headless"]))
-            cost = (f"the window costs {statistics.median(costs):.1f}% (median of the pairs; "
-                    f"{of_medians:.1f}% from the median tok/s of each side), ")
+            cost = (
+                f"the window costs {statistics.median(costs):.1f}% (median of the pairs; "
+                f"{of_medians:.1f}% from the median tok/s of each side), "
+            )
         print(f"over {args.repeats} runs: {cost}longest stall {max(stalls):.0f} ms")
     return 0
 
@@ -222,14 +230,19 @@ async def interleaved(model: str, args) -> int:
             return 2
         costs += run["costs"]
         stalls.append(run["stall_ms"])
-        print(f"shown {run['shown_tok_s']:.1f} tok/s, minimized {run['minimized_tok_s']:.1f} tok/s (medians of the phases); "
-              f"the window costs {statistics.median(run['costs']):.1f}% (median of {len(run['costs'])} shown phases against "
-              f"their neighbours); GUI thread busy {100 * run['gui_shown']:.0f}% of a core shown, "
-              f"{100 * run['gui_minimized']:.0f}% minimized; longest stall {run['stall_ms']:.0f} ms (restoring the window "
-              "included)", flush=True)
+        print(
+            f"shown {run['shown_tok_s']:.1f} tok/s, minimized {run['minimized_tok_s']:.1f} tok/s (medians of the phases); "
+            f"the window costs {statistics.median(run['costs']):.1f}% (median of {len(run['costs'])} shown phases against "
+            f"their neighbours); GUI thread busy {100 * run['gui_shown']:.0f}% of a core shown, "
+            f"{100 * run['gui_minimized']:.0f}% minimized; longest stall {run['stall_ms']:.0f} ms (restoring the window "
+            "included)",
+            flush=True,
+        )
     if args.repeats > 1:
-        print(f"over {args.repeats} runs: the window costs {statistics.median(costs):.1f}% (median of {len(costs)} shown phases), "
-              f"longest stall {max(stalls):.0f} ms")
+        print(
+            f"over {args.repeats} runs: the window costs {statistics.median(costs):.1f}% (median of {len(costs)} shown phases), "
+            f"longest stall {max(stalls):.0f} ms"
+        )
     return 0
 
 
@@ -239,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--compare", action="store_true", help="run the headless bench first, in this process")
     parser.add_argument("--repeats", type=int, default=1, help="alternate the runs this many times; print medians")
-    parser.add_argument("--interleave", action="store_true",
-                        help="one long stream per run, the window shown and minimized in turns; compare the phases")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="one long stream per run, the window shown and minimized in turns; compare the phases",
+    )
     parser.add_argument("--interleave-tokens", type=int, default=256, help="tokens per pane in an interleaved run")
     parser.add_argument("--phase", type=float, default=1.5, help="seconds per interleaved phase")
     args = parser.parse_args(argv)
