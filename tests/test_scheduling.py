@@ -240,3 +240,42 @@ def test_bench_prompts_can_mark_conversations_high_priority(model_path, tmp_path
     path.write_text('{"turns": ["Hi!"], "priority": "urgent"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="load.jsonl:1"):
         load_prompts(str(path))
+
+
+def test_switching_to_sequential_pauses_the_streams_already_running_and_each_resumes_in_turn(config):
+    """The live switch is the demo of what batching buys: it must show at once, not at the next admission."""
+    from app.engine.events import FinishEvent, TokenEvent
+    from app.engine.params import ServingMode
+
+    arrivals: dict[str, list[float]] = {f"r{i}": [] for i in range(4)}
+
+    async def stream(client, i: int) -> FinishEvent:
+        async for event in client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=60, ignore_eos=True), request_id=f"r{i}"):
+            if isinstance(event, TokenEvent) and event.n_tokens:
+                arrivals[event.request_id].append(asyncio.get_running_loop().time())
+            if isinstance(event, FinishEvent):
+                return event
+        raise AssertionError("no final event")
+
+    async def main():
+        async with Started(config) as client:
+            streams = [asyncio.ensure_future(stream(client, i)) for i in range(4)]
+            while min(len(a) for a in arrivals.values()) < 5:  # all four generate together
+                await asyncio.sleep(0.01)
+            await client.set_mode(ServingMode.SEQUENTIAL)
+            switched = asyncio.get_running_loop().time()
+            paused = client.snapshot.paused
+            finals = await asyncio.gather(*streams)
+            steps = [s for s in client.recent_steps() if s.t_end > switched]
+            return finals, switched, paused, steps, client.snapshot
+
+    finals, switched, paused, steps, snapshot = run(main())
+    assert all(f.stats.gen_tokens == 60 for f in finals) and snapshot.preemptions == 0  # paused, not preempted
+    assert paused == 3
+    assert max(s.n_decode for s in steps) == 1  # from the switch on, one stream a step
+    # in turn: each stream's tokens after the switch come in one run, before the next stream's
+    after = sorted(
+        (min(t for t in times if t > switched), rid) for rid, times in arrivals.items() if any(t > switched for t in times)
+    )
+    spans = [(min(t for t in arrivals[rid] if t > switched), max(arrivals[rid])) for _, rid in after]
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))

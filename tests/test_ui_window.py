@@ -244,11 +244,20 @@ def test_apply_reloads_without_losing_chats(run_window):
     run_window(scenario, panes=1)
 
 
-def test_sequential_switch_is_live(run_window):
+def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window, qtbot):
     async def scenario(window):
-        window.engine_panel.sequential.setChecked(True)
-        await until(lambda: window.client.config.mode.value == "sequential", timeout=10)
-        mode = await window.client.call(lambda engine: engine.scheduler.max_running)
-        assert mode == 1
+        set_params(window, LONG)
+        window.broadcast("Tell me a long story about a lighthouse.")
+        await until(lambda: all(window.metrics.panes[p.key].gen_tokens >= 2 for p in window.panes), what="four streams")
+        window.engine_dock.show()
+        qtbot.mouseClick(window.engine_panel.sequential, Qt.MouseButton.LeftButton)
+        await until(lambda: window.client.snapshot.paused == 3, timeout=10, what="three paused streams")
+        window.tick()
+        window._refresh_readouts()
+        status = window.status_label.text()
+        window.stop_all()
+        await until(lambda: window.is_idle)
+        return status
 
-    run_window(scenario, panes=1)
+    status = run_window(scenario, panes=4)
+    assert status.startswith("sequential · running 1 · paused 3")

@@ -52,9 +52,10 @@ class Engine:
         return self.backend.info
 
     def set_mode(self, mode: ServingMode) -> None:
-        """Switch between batched and sequential serving while requests run: it applies to admissions."""
+        """Switch between batched and sequential serving at once: streams beyond the new limit pause, keeping their cells."""
         self.config = self.config.with_(mode=mode)
         self.scheduler.max_running = 1 if mode is ServingMode.SEQUENTIAL else self.config.capacity
+        self.snapshot = self._snapshot()  # readers see the paused streams before the next step
 
     def set_policy(self, policy: Policy) -> None:
         """Change the scheduling policy; the next step follows it."""
@@ -249,4 +250,5 @@ class Engine:
             preemptions=self.scheduler.preemptions,
             steps=self._n_steps,
             generated_tokens=self._generated,
+            paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
         )

@@ -60,9 +60,19 @@ class Scheduler:
 
     # -- the plan of one step ----------------------------------------------------------------
 
+    def stepping(self) -> list[Sequence]:
+        """The running sequences that get this step: the first `batch_limit` of them (the highest
+        priority first under the priority policy). The others are paused: they keep their cells and
+        resume in turn, so lowering the limit (sequential serving, the adaptive batch) applies at once."""
+        running = self.running
+        if self.policy is Policy.PRIORITY:
+            running = sorted(running, key=lambda s: -s.request.priority)
+        return running[: self.batch_limit]
+
     def schedule(self, _depth: int = 0) -> Plan:
         plan: Plan = []
-        decoding = self._room_for_decodes()
+        stepping = self.stepping()
+        decoding = self._room_for_decodes(stepping)
         budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
@@ -70,6 +80,8 @@ class Scheduler:
             if planned >= budget:
                 break
             reserved = planned + decoding  # the cells of decodes still to come stay theirs
+            if seq.status is SequenceStatus.RUNNING and seq not in stepping:
+                continue  # paused beyond the batch limit
             if seq.status is SequenceStatus.RUNNING and seq.is_decoding:
                 n = 1
                 decoding -= 1
@@ -88,9 +100,9 @@ class Scheduler:
             return self.schedule(_depth + 1)
         return plan
 
-    def _room_for_decodes(self) -> int:
-        """Make sure every generating sequence has a cell for its next token; return how many there are."""
-        decoding = [s for s in self.running if s.is_decoding]
+    def _room_for_decodes(self, stepping: list[Sequence]) -> int:
+        """Make sure every generating sequence of this step has a cell for its next token; return how many."""
+        decoding = [s for s in stepping if s.is_decoding]
         while decoding and not self.kv.make_room(len(decoding)):
             victim = preemption_victim(self.policy, self.running)
             self._preempt(victim)

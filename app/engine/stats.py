@@ -164,3 +164,4 @@ class EngineSnapshot:
     preemptions: int
     steps: int
     generated_tokens: int
+    paused: int = 0  # running sequences beyond the batch limit: they keep their cells and wait their turn

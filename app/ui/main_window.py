@@ -427,7 +427,8 @@ class MainWindow(QMainWindow):
         s = self.client.snapshot
         if s is not None:
             self.status_label.setText(
-                f"{self.client.config.mode.value} · running {s.running} · waiting {s.waiting} · "
+                f"{self.client.config.mode.value} · running {s.running - s.paused}"
+                f"{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
                 f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions} · steps {s.steps}"
             )
 
