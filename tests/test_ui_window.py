@@ -251,7 +251,8 @@ def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens >= 2 for p in window.panes), what="four streams")
         window.engine_dock.show()
         qtbot.mouseClick(window.engine_panel.sequential, Qt.MouseButton.LeftButton)
-        await until(lambda: window.client.snapshot.paused == 3, timeout=10, what="three paused streams")
+        switched = lambda: window.client.config.mode.value == "sequential" and window.client.snapshot.paused == 3  # noqa: E731
+        await until(switched, timeout=10, what="sequential, with three paused streams")
         window.tick()
         window._refresh_readouts()
         status = window.status_label.text()
