@@ -125,14 +125,13 @@ def test_plots_get_points_for_each_pane(run_window):
     run_window(scenario, panes=3)
 
 
-def test_slider_change_reaches_the_engine(run_window):
+def test_slider_change_reaches_the_engine(run_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
         set_params(window, LONG)
         for name, value in (("temperature", 1.3), ("top_k", 7), ("top_p", 0.5), ("min_p", 0.1), ("repeat_penalty", 1.25)):
             pane.params_editor.sliders[name].setValue(_spec(name).to_int(value))
-        pane.params_editor.seed_edit.setText("1234")
-        pane.params_editor.seed_edit.editingFinished.emit()
+        type_seed(pane, qtbot, "1234", Qt.Key.Key_Return)
         pane.send("Count from one to fifty.")
         await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 1, what="the first token")
         running = await window.client.call(lambda engine: [s.params for s in engine.scheduler.running])
@@ -145,16 +144,59 @@ def test_slider_change_reaches_the_engine(run_window):
     run_window(scenario, panes=1)
 
 
-def test_copy_settings_to_all_panes(run_window):
+def open_settings(pane, qtbot) -> None:
+    """Open the pane's ⚙ in the window in front, as a person has it: Tab moves focus only there."""
+    pane.window().activateWindow()
+    qtbot.waitUntil(pane.window().isActiveWindow, timeout=2000)
+    if not pane.settings_button.isChecked():
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+    assert pane.params_area.isVisible()
+
+
+def type_seed(pane, qtbot, text: str, finish: Qt.Key) -> None:
+    """Replace the seed field's text as a person does, then press `finish` (Tab or Enter)."""
+    open_settings(pane, qtbot)
+    field = pane.params_editor.seed_edit
+    qtbot.mouseClick(field, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(field, Qt.Key.Key_Backspace)
+    qtbot.keyClicks(field, text)
+    qtbot.keyClick(field, finish)
+
+
+def test_copy_settings_to_all_panes(run_window, qtbot):
     async def scenario(window):
         first = window.panes[0]
-        first.params_editor.sliders["max_tokens"].setValue(_spec("max_tokens").to_int(64))
-        first.params_editor.system_edit.setPlainText("Be brief.")
-        first.params_editor.copyToAllRequested.emit()
-        assert all(p.params == first.params for p in window.panes)
-        assert window.panes[2].params.max_tokens == 64
+        open_settings(first, qtbot)
+        editor = first.params_editor
+        qtbot.mouseClick(editor.sliders["max_tokens"], Qt.MouseButton.LeftButton)
+        qtbot.keyClick(editor.sliders["max_tokens"], Qt.Key.Key_Home)
+        qtbot.mouseClick(editor.system_edit.viewport(), Qt.MouseButton.LeftButton)
+        qtbot.keyClicks(editor.system_edit, "Be brief.")
+        type_seed(first, qtbot, "7", Qt.Key.Key_Tab)
+        first.params_area.ensureWidgetVisible(editor.copy_button)
+        qtbot.mouseClick(editor.copy_button, Qt.MouseButton.LeftButton)
+        assert (first.params.max_tokens, first.params.system_prompt, first.params.seed) == (16, "Be brief.", 7)
+        for pane in window.panes[1:]:
+            assert pane.params == first.params
+            assert window.settings.pane_params(pane.key) == first.params  # and saved
+            assert pane.params_editor.seed_edit.text() == "7"
 
     run_window(scenario, panes=3)
+
+
+def test_a_cleared_seed_is_random_again(run_window, qtbot):
+    async def scenario(window):
+        pane = window.panes[0]
+        for finish in (Qt.Key.Key_Tab, Qt.Key.Key_Return):
+            type_seed(pane, qtbot, "42", finish)
+            assert pane.params.seed == 42 and window.settings.pane_params(pane.key).seed == 42
+            type_seed(pane, qtbot, "", finish)
+            assert pane.params_editor.seed_edit.text() == ""  # the field shows "random"
+            assert pane.params.seed is None and pane.params.sampling().seed is None  # the request has none
+            assert window.settings.pane_params(pane.key).seed is None  # nor what is saved
+
+    run_window(scenario, panes=1)
 
 
 def test_closing_a_pane_while_it_generates_leaves_no_work(run_window):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QIntValidator
+from PySide6.QtGui import QIntValidator, QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -49,6 +49,16 @@ SLIDERS = (
 )
 
 
+class SeedValidator(QIntValidator):
+    """A seed, or nothing (random). QLineEdit finishes an edit only on acceptable text, and to
+    QIntValidator empty text is not: a cleared field kept the old seed."""
+
+    def validate(self, text: str, pos: int):
+        if not text.strip():
+            return QValidator.State.Acceptable
+        return super().validate(text, pos)
+
+
 class PaneParamsEditor(QWidget):
     """Sliders + seed + system prompt bound to one PaneParams; emits `paramsChanged` on every edit."""
 
@@ -67,7 +77,7 @@ class PaneParamsEditor(QWidget):
             form.addRow(spec.label, self._slider_row(spec))
         self.seed_edit = QLineEdit()
         self.seed_edit.setPlaceholderText("random")
-        self.seed_edit.setValidator(QIntValidator(0, 2**31 - 1))
+        self.seed_edit.setValidator(SeedValidator(0, 2**31 - 1))
         self.seed_edit.editingFinished.connect(self._on_seed)
         form.addRow("Seed", self.seed_edit)
         self.system_edit = QPlainTextEdit()
@@ -79,7 +89,9 @@ class PaneParamsEditor(QWidget):
         self.high_priority.toggled.connect(lambda on: self._update(high_priority=on))
         form.addRow("", self.high_priority)
         self.endpoint_edits = self._endpoint_rows(form)
-        form.addRow("", QPushButton("Copy these settings to all panes", clicked=self.copyToAllRequested.emit))
+        self.copy_button = QPushButton("Copy these settings to all panes")
+        self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`
+        form.addRow("", self.copy_button)
         self.set_params(params)
 
     @property
