@@ -128,6 +128,12 @@ def test_code_blocks_are_monospace_and_text_is_escaped():
     assert "<pre" in html and "monospace" in html and "if a &lt; b:" in html and "done" in html
 
 
+def test_a_fence_is_three_backticks_at_the_start_of_a_line():
+    assert "<pre" not in chat_html([{"role": "assistant", "content": "use ``` to fence code"}])
+    inline = chat_html([{"role": "assistant", "content": "```python print(1)``` inline"}])
+    assert "<pre" not in inline and 'monospace;">python print(1)</span> inline' in inline
+
+
 def test_ring_keeps_the_newest_points_in_order():
     ring = Ring(4)
     for i in range(6):

@@ -47,6 +47,25 @@ def test_shift_enter_is_a_new_line(run_window):
     run_window(scenario, panes=1)
 
 
+def test_a_users_backticks_show_as_typed(run_window, qtbot):
+    typed = ["use ``` to fence code", "```python print(1)``` inline, **not bold**"]
+
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, QUICK)
+        for line in typed:
+            qtbot.keyClicks(pane.input, line)
+            qtbot.keyClick(pane.input, Qt.Key.Key_Return)
+            await until(lambda: not pane.is_busy, what="the reply")
+        document = pane.transcript.document()
+        for line in typed:
+            assert f"You\n{line}\n" in pane.transcript.toPlainText()  # not cut at the backticks
+            found = document.find(line)
+            assert not found.isNull() and found.charFormat().fontFamilies() is None  # the text's font, not code's
+
+    run_window(scenario, panes=1)
+
+
 def test_stop_cancels_the_reply(run_window):
     async def scenario(window):
         pane = window.panes[0]

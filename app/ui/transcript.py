@@ -11,7 +11,9 @@ from PySide6.QtWidgets import QTextBrowser
 
 from .chat_store import NOTICE
 
-_FENCE = re.compile(r"```[^\n]*\n?(.*?)(?:```|$)", re.S)
+# a fence, as in Markdown, is ``` at the start of a line (an info string without backticks after it) and
+# ends at the next such line or the text's end: ``` inside a line is text
+_FENCE = re.compile(r"^```[^`\n]*$\n?(.*?)(?:^```[ \t]*$\n?|\Z)", re.M | re.S)
 LINE_SEPARATOR = "\u2028"  # what <br> becomes in a QTextDocument
 _MONO = "font-family: 'DejaVu Sans Mono', monospace;"
 
@@ -20,9 +22,14 @@ def message_html(role: str, text: str) -> str:
     if role == NOTICE:
         return f'<p style="color:#a15c00;"><i>{html.escape(text)}</i></p>'
     if role == "user":
-        body = _body_html(text)
+        body = _typed_html(text)
         return f'<table width="100%" cellpadding="6" bgcolor="#e8eef8"><tr><td><b>You</b><br>{body}</td></tr></table>'
     return f'<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br>{_body_html(text)}</p>'
+
+
+def _typed_html(text: str) -> str:
+    """A user's message as they typed it: no Markdown read into it, spaces and line breaks kept."""
+    return f'<span style="white-space:pre-wrap;">{html.escape(text)}</span>'
 
 
 def _body_html(text: str) -> str:
@@ -38,14 +45,14 @@ def _body_html(text: str) -> str:
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)([^\n]+?)(?<!`)\1(?!`)")  # between equal runs of backticks
 
 
 def _para(text: str) -> str:
     """Escaped text; **bold** and `code` as the model means them."""
     out = html.escape(text.strip("\n"))
     out = _BOLD.sub(r"<b>\1</b>", out)
-    out = _INLINE_CODE.sub(rf'<span style="{_MONO}">\1</span>', out)
+    out = _INLINE_CODE.sub(rf'<span style="{_MONO}">\2</span>', out)
     return out.replace("\n", "<br>")
 
 
