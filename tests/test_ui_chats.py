@@ -3,6 +3,7 @@ that fail, exports that fail; driven through the window's own buttons, on the re
 
 from __future__ import annotations
 
+import json
 import shutil
 
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -196,3 +197,24 @@ def test_an_export_that_fails_shows_a_warning(run_window, home, qtbot, monkeypat
         box.close()
 
     run_window(scenario, panes=1)
+
+
+def test_an_export_gets_the_chosen_formats_extension_and_says_where(run_window, home, qtbot, monkeypatch):
+    chosen = []  # what the user picks in the dialog: a name without an extension, and a filter
+    monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: chosen.pop())
+    saved_chats(home, ["Lunch", "Supper"], shown=["Lunch"])
+
+    async def scenario(window):
+        pane = window.panes[0]
+        chosen.append((str(home / "lunch"), "Markdown (*.md)"))
+        qtbot.mouseClick(pane.export_button, Qt.MouseButton.LeftButton)
+        assert not (home / "lunch").exists()
+        assert (home / "lunch.md").read_text(encoding="utf-8").startswith("# Lunch\n\n**You:**\n\nquestion 0")
+        assert window.statusBar().currentMessage() == "Exported to lunch.md"
+        show_chat_list(window, qtbot)
+        chosen.append((str(home / "supper"), "JSON (*.json)"))
+        click_chat(window, qtbot, "chat1", window.chat_list.export_button)
+        assert json.loads((home / "supper.json").read_text(encoding="utf-8"))["name"] == "Supper"
+        assert window.statusBar().currentMessage() == "Exported to supper.json"
+
+    run_window(scenario, panes=None)

@@ -23,6 +23,7 @@ from app.ui.chat_store import (
     export_chat,
     to_markdown,
 )
+from app.ui.dialogs import with_filter_suffix
 from app.ui.metrics import MetricsStore, Ring
 from app.ui.settings import AppSettings, PaneParams
 from app.ui.transcript import chat_html
@@ -121,6 +122,12 @@ def test_export_markdown_and_json(tmp_path):
     export_chat(chat, str(tmp_path / "c.json"))
     assert (tmp_path / "c.md").read_text() == to_markdown(chat) and "**You:**" in to_markdown(chat)
     assert json.loads((tmp_path / "c.json").read_text())["messages"][1]["content"] == "a"
+
+
+def test_an_export_name_gets_the_chosen_filters_extension_unless_it_has_a_formats():
+    assert with_filter_suffix("/tmp/notes.v2", "JSON (*.json)") == "/tmp/notes.v2.json"
+    assert with_filter_suffix("/tmp/c.JSON", "Markdown (*.md)") == "/tmp/c.JSON"  # typed: it decides
+    assert with_filter_suffix("/tmp/c", "") == "/tmp/c.md"  # no filter said: the dialog's first
 
 
 def test_code_blocks_are_monospace_and_text_is_escaped():

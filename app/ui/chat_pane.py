@@ -68,6 +68,7 @@ class ChatPane(QFrame):
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
     sigTextReceived = Signal()  # streamed text waits to be shown: the window flushes the panes soon
+    sigExported = Signal(object)  # Path: the chat was exported there (the window says so)
 
     def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
         super().__init__(parent)
@@ -244,7 +245,9 @@ class ChatPane(QFrame):
             self.input.clear()
 
     def _on_export(self) -> None:
-        export_with_dialog(self, self.chat)
+        written = export_with_dialog(self, self.chat)
+        if written is not None:
+            self.sigExported.emit(written)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)

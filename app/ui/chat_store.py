@@ -233,9 +233,13 @@ def to_markdown(chat: Chat) -> str:
     return "\n".join(parts)
 
 
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+EXPORT_SUFFIXES = (*MARKDOWN_SUFFIXES, ".json")
+
+
 def export_chat(chat: Chat, path: str) -> None:
     """Markdown for .md files, JSON otherwise; raises OSError when the file cannot be written."""
-    if path.lower().endswith((".md", ".markdown")):
+    if path.lower().endswith(MARKDOWN_SUFFIXES):
         text = to_markdown(chat)
     else:
         text = json.dumps(chat.to_json(), ensure_ascii=False, indent=1)

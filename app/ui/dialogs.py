@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from .chat_store import Chat, export_chat
+from .chat_store import EXPORT_SUFFIXES, Chat, export_chat
 
 
 def warn(parent: QWidget, title: str, text: str) -> QMessageBox:
@@ -17,12 +19,27 @@ def warn(parent: QWidget, title: str, text: str) -> QMessageBox:
     return box
 
 
-def export_with_dialog(parent: QWidget, chat: Chat) -> None:
-    """Ask where, then write Markdown or JSON; a file that cannot be written is a warning, not a crash."""
-    path, _ = QFileDialog.getSaveFileName(parent, "Export chat", f"{chat.name}.md", "Markdown (*.md);;JSON (*.json)")
+EXPORT_FILTERS = {"Markdown (*.md)": ".md", "JSON (*.json)": ".json"}  # the dialog's filters, and their extensions
+
+
+def export_with_dialog(parent: QWidget, chat: Chat) -> Path | None:
+    """Ask where, then write Markdown or JSON; the file written, or None when cancelled or it could
+    not be written (a warning, not a crash)."""
+    path, chosen = QFileDialog.getSaveFileName(parent, "Export chat", f"{chat.name}.md", ";;".join(EXPORT_FILTERS))
     if not path:
-        return
+        return None
+    path = with_filter_suffix(path, chosen)
     try:
         export_chat(chat, path)
     except OSError as e:
         warn(parent, "The chat could not be exported", f"{path}: {e.strerror or e}")
+        return None
+    return Path(path)
+
+
+def with_filter_suffix(path: str, chosen_filter: str) -> str:
+    """The chosen filter's extension added to a name that has none of the formats' (the file's
+    extension decides the format it is written in); Markdown, the dialog's first filter, by default."""
+    if Path(path).suffix.lower() in EXPORT_SUFFIXES:
+        return path
+    return path + EXPORT_FILTERS.get(chosen_filter, ".md")

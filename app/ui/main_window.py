@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent
@@ -219,6 +220,7 @@ class MainWindow(QMainWindow):
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
         pane.sigCloseRequested.connect(self.close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
+        pane.sigExported.connect(self._show_exported)
         self.panes.insert(len(self.panes) if index is None else index, pane)
         self.plots.add_pane(pane.key, colour)
         self._save(chat)
@@ -346,8 +348,11 @@ class MainWindow(QMainWindow):
     def export_chat(self, chat_id: str) -> None:
         pane = self._pane_of(chat_id)
         chat = pane.chat if pane is not None else self._load_listed(chat_id)
-        if chat is not None:
-            export_with_dialog(self.chat_list, chat)
+        if chat is not None and (written := export_with_dialog(self.chat_list, chat)) is not None:
+            self._show_exported(written)
+
+    def _show_exported(self, path: Path) -> None:
+        self.statusBar().showMessage(f"Exported to {path.name}", 10000)
 
     def _load_listed(self, chat_id: str) -> Chat | None:
         """A listed chat from its file; one that is gone or unreadable leaves the list, saying why."""
