@@ -234,3 +234,26 @@ def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(c
     again, step = run(main())
     assert again.stats.evaluated_tokens == 1 and again.stats.cached_tokens == again.stats.prompt_tokens - 1
     assert (step.n_tokens, step.n_decode, step.n_prefill_tokens) == (1, 0, 1)
+
+
+def test_ignore_eos_bans_end_of_generation_tokens(config):
+    """With ignore_eos no end-of-turn token is ever drawn (llama.cpp's -inf bias), so a reply runs to
+    max_tokens with only visible tokens and the next turn's cached prefix does not break on a hidden one."""
+    question = user("Say yes.")
+
+    async def main():
+        async with Started(config) as client:
+            plain = await collect(client.generate(question, GREEDY.with_(max_tokens=64)))
+            banned = await collect(client.generate(question, GREEDY.with_(max_tokens=64, ignore_eos=True)))
+            sampled = await collect(
+                client.generate(question, SamplingParams(temperature=1.5, seed=7, max_tokens=64, ignore_eos=True))
+            )
+            eog = await client.call(lambda e: set(e.backend.eog_tokens))
+            return plain, banned, sampled, eog
+
+    (plain_events, plain), (banned_events, banned), (sampled_events, sampled), eog = run(main())
+    assert eog, "the model names no end-of-generation token"
+    assert plain.reason is FinishReason.STOP and token_ids(plain_events)[-1] in eog  # the greedy reply ends itself
+    for events, final in ((banned_events, banned), (sampled_events, sampled)):
+        assert final.reason is FinishReason.LENGTH and final.stats.gen_tokens == 64
+        assert not eog & set(token_ids(events))

@@ -7,6 +7,7 @@ the engine thread's lock, so the model is never freed under it); nothing else im
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -140,6 +141,7 @@ class LlamaBackend:
         self.bos_text = self._token_text(ll.llama_vocab_bos(self.vocab))
         self.eos_text = self._token_text(ll.llama_vocab_eos(self.vocab))
         self.special_texts = self._special_texts()
+        self.eog_tokens = tuple(t for t in range(ll.llama_vocab_n_tokens(self.vocab)) if ll.llama_vocab_is_eog(self.vocab, t))
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -257,6 +259,8 @@ class LlamaBackend:
     def new_sampler(self, params: SamplingParams, seed: int, history: list[int]):
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         add = ll.llama_sampler_chain_add
+        if params.ignore_eos:  # as llama.cpp does: an end-of-generation token can never be drawn
+            add(chain, self._ban(self.eog_tokens))
         if params.repeat_penalty != 1.0:
             n_vocab = ll.llama_vocab_n_tokens(self.vocab)
             add(chain, ll.llama_sampler_init_penalties(n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
@@ -273,6 +277,10 @@ class LlamaBackend:
         for token in history[-params.repeat_last_n :] if params.repeat_penalty != 1.0 else ():
             ll.llama_sampler_accept(chain, token)
         return chain
+
+    def _ban(self, tokens: tuple[int, ...]):
+        biases = (ll.llama_logit_bias * len(tokens))(*((t, -math.inf) for t in tokens))
+        return ll.llama_sampler_init_logit_bias(ll.llama_vocab_n_tokens(self.vocab), len(tokens), biases)
 
     def logits(self, row: int) -> np.ndarray:
         """A copy of the logits the last decode produced at batch row `row`."""

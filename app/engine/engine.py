@@ -172,7 +172,7 @@ class Engine:
         seq.stats.on_token(now)
         self._generated += 1
         params = seq.params
-        if not params.ignore_eos and self.backend.is_eog(token):
+        if self.backend.is_eog(token):  # never drawn with ignore_eos: its sampler bans them
             events.append(TokenEvent(seq.request_id, "", 1, now, token))
             self._finish(seq, FinishReason.STOP, events)
             return
