@@ -136,6 +136,7 @@ class LlamaBackend:
         self.batch = Batch(config.n_batch)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
+        self._spellings: dict[int, bytes] = {}
         self.info = self._read_info(config.model_path)
         self.chat_template = self._meta("tokenizer.chat_template")
         self.bos_text = self._token_text(ll.llama_vocab_bos(self.vocab))
@@ -227,6 +228,16 @@ class LlamaBackend:
             n = ll.llama_token_to_piece(self.vocab, token, self._piece_buf, 256, 0, False)
             cached = self._piece_buf.raw[: max(n, 0)]
             self._pieces[token] = cached
+        return cached
+
+    def spell(self, token: int) -> bytes:
+        """The bytes a token stands for, control tokens written out (<|im_end|>), as a chat template
+        writes them; cached per token, and safe on the prompt thread (a buffer of its own)."""
+        cached = self._spellings.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(256)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+            cached = self._spellings[token] = buf.raw[: max(n, 0)]
         return cached
 
     def _token_text(self, token: int) -> str:

@@ -11,6 +11,7 @@ from .adaptive import AdaptiveBatch
 from .backend import LlamaBackend
 from .chat_template import ChatTemplate
 from .events import Event, FinishEvent, FinishReason, TokenEvent
+from .history import TokenHistory
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
 from .prompt import Prompt, PromptBuilder
@@ -23,6 +24,7 @@ Sink = Callable[[list[Event]], None]
 STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
 EARLY_CANCELS_KEPT = 256
 CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
+HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes a token)
 
 
 class Engine:
@@ -38,7 +40,16 @@ class Engine:
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)
         template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
-        self.prompts = PromptBuilder(template, self.backend.tokenize, self.n_ctx, config.overflow, self.backend.special_texts)
+        self.history = TokenHistory(HISTORIES_KEPT)
+        self.prompts = PromptBuilder(
+            template,
+            self.backend.tokenize,
+            self.n_ctx,
+            config.overflow,
+            self.backend.special_texts,
+            self.history if config.kv_reuse else None,
+            self.backend.spell,
+        )
         self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
@@ -205,6 +216,8 @@ class Engine:
             seq.sampler = None
         seq.stats.t_finish = time.monotonic()
         self.conversations.add(seq.stats)
+        if seq.request.conversation_id is not None:
+            self.history.remember(seq.request.conversation_id, seq.tokens)
         events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice))
 
     def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:

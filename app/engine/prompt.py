@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .chat_template import ChatTemplate, Message
 from .errors import RequestError
+from .history import TokenHistory, kept_prefix
 from .params import OverflowPolicy
 from .sequence import Request
 
@@ -29,16 +30,23 @@ class PromptBuilder:
     def __init__(
         self,
         template: ChatTemplate,
-        tokenize: Callable[[str], list[int]],
+        tokenize: Callable[..., list[int]],
         n_ctx: int,
         policy: OverflowPolicy,
         special_texts: tuple[str, ...] = (),
+        history: TokenHistory | None = None,
+        spell: Callable[[int], bytes] | None = None,
     ):
+        """`tokenize(text, add_special=True)`; `history` and `spell` (a token's bytes, control
+        tokens written out) let a later turn keep its conversation's exact tokens."""
         self._template = template
         self._tokenize = tokenize
         self.n_ctx = n_ctx
         self.policy = policy
         self._special_texts = special_texts
+        self._history = history
+        self._spell = spell
+        self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
 
     def prepare(self, request: Request) -> Prompt:
         """build() that never raises: a request it cannot read gets a Prompt with the reason."""
@@ -58,7 +66,7 @@ class PromptBuilder:
             self._check_fits(len(tokens))
             return tokens, None
         messages = list(request.messages)
-        tokens = self._render(messages)
+        tokens = self._render(messages, self._history_of(request))
         if self.policy is OverflowPolicy.STOP or self._fits(len(tokens), request):
             self._check_fits(len(tokens))
             return tokens, None
@@ -75,16 +83,38 @@ class PromptBuilder:
                     f"{where} holds {sum(counts.values())} chat-format markers (such as {most}); at most {MAX_MARKERS_IN_TEXT}"
                 )
 
-    def _render(self, messages: list[Message]) -> list[int]:
+    def _history_of(self, request: Request):
+        return self._history.get(request.conversation_id) if self._history is not None else None
+
+    def _render(self, messages: list[Message], history=None) -> list[int]:
         if not messages:
             raise RequestError("the conversation is empty")
-        return self._encode(self._template.render(messages))
+        text = self._template.render(messages)
+        if history:
+            return self._encode_after(history, text)
+        return self._encode(text)
+
+    def _encode_after(self, history, text: str) -> list[int]:
+        """The conversation's own tokens for as much of `text` as they spell, then the rest tokenized."""
+        data = self._utf8(text)
+        n, pos = kept_prefix(history, data, self._lead, self._spell)
+        if n == 0:
+            return self._encode(text)
+        rest = data[pos:].decode("utf-8")
+        return history[:n].tolist() + (self._tokenize(rest, add_special=False) if rest else [])
+
+    @staticmethod
+    def _utf8(text: str) -> bytes:
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise _unencodable(e) from None
 
     def _encode(self, text: str) -> list[int]:
         try:
             return self._tokenize(text)
-        except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 for it, so no tokens either
-            raise RequestError(f"the text holds a character UTF-8 cannot encode ({e.reason}) at position {e.start}") from None
+        except UnicodeEncodeError as e:
+            raise _unencodable(e) from None
 
     def _fits(self, n_prompt: int, request: Request) -> bool:
         # leave room for a reply of a sensible size, not only for the first token
@@ -133,6 +163,11 @@ class PromptBuilder:
             if self._fits(int(kept), request):
                 return k
         return len(cuts) - 1
+
+
+def _unencodable(e: UnicodeEncodeError) -> RequestError:
+    # a lone surrogate: no UTF-8 for it, so no tokens either
+    return RequestError(f"the text holds a character UTF-8 cannot encode ({e.reason}) at position {e.start}")
 
 
 def _first_fitting(n: int, fits: Callable[[int], bool], guess: int) -> int:

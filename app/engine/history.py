@@ -1,0 +1,58 @@
+"""Each conversation's exact tokens, so that its next turn's prompt keeps them instead of re-tokenizing.
+
+Tokenizing a rendered chat need not give back the tokens the model generated (BPE is not unique:
+" don't" may come back as " don" + "'t"); where it differs, the cached prefix ends early and the
+rest of the history is computed again. So a later turn's prompt keeps the longest run of the
+conversation's own tokens whose text starts the newly rendered prompt, and tokenizes only the rest.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+
+class TokenHistory:
+    """The tokens (prompt and reply) of each recent conversation's last request, least recent forgotten.
+
+    Written by the engine thread when a request ends, read by the prompt thread: a conversation's
+    entry is replaced whole, never changed in place.
+    """
+
+    def __init__(self, kept: int):
+        self._kept = kept
+        self._tokens: OrderedDict[str, array] = OrderedDict()
+
+    def remember(self, conversation_id: str, tokens: Sequence[int]) -> None:
+        self._tokens[conversation_id] = array("i", tokens)  # 4 bytes a token
+        self._tokens.move_to_end(conversation_id)
+        while len(self._tokens) > self._kept:
+            self._tokens.popitem(last=False)
+
+    def get(self, conversation_id: str | None) -> array | None:
+        return None if conversation_id is None else self._tokens.get(conversation_id)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+
+def kept_prefix(history: Sequence[int], text: bytes, lead: Sequence[int], spell: Callable[[int], bytes]) -> tuple[int, int]:
+    """How many leading tokens of `history` spell the start of `text`, and how many bytes they spell.
+
+    `lead` are the tokens the tokenizer puts before any text (a BOS): they spell nothing. A token
+    spelling nothing else ends the run (it would be invisible in the text), and the run never ends
+    inside a UTF-8 character, so the rest of the text can be tokenized on its own.
+    """
+    n = len(lead) if lead and list(history[: len(lead)]) == list(lead) else 0
+    start, pos = n, 0
+    for token in history[start:]:
+        piece = spell(token)
+        if not piece or not text.startswith(piece, pos):
+            break
+        pos += len(piece)
+        n += 1
+    while n > start and pos < len(text) and text[pos] & 0xC0 == 0x80:  # a continuation byte
+        n -= 1
+        pos -= len(spell(history[n]))
+    return (n, pos) if n > start else (0, 0)
