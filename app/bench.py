@@ -126,11 +126,30 @@ def load_prompts(path: str) -> list[Conversation]:
 
 
 def conversations_for(s: BenchSettings) -> list[Conversation]:
+    """The load: the built-in chats, or the prompt file's, cycled when asked for more than it holds
+    (conversations to fill every parallel lane, turns up to --turns; see cycled_note)."""
     if not s.prompts:
         return builtin_conversations(s.parallel, s.turns, s.system)
-    if s.system is not None:
-        return [Conversation(c.system or s.system, c.turns, c.priority) for c in s.prompts]
-    return s.prompts
+    count = max(len(s.prompts), s.parallel)
+    conversations = []
+    for i in range(count):
+        c = s.prompts[i % len(s.prompts)]
+        turns = [c.turns[t % len(c.turns)] for t in range(max(s.turns, len(c.turns)))]
+        conversations.append(Conversation(c.system or s.system, turns, c.priority))
+    return conversations
+
+
+def cycled_note(s: BenchSettings) -> str | None:
+    """What the run repeated from a prompt file that held less than was asked for."""
+    if not s.prompts:
+        return None
+    parts = []
+    if s.parallel > len(s.prompts):
+        parts.append(f"its {len(s.prompts)} conversations cycled to fill {s.parallel} parallel lanes")
+    short = sum(1 for c in s.prompts if len(c.turns) < s.turns)
+    if short:
+        parts.append(f"the turns of {short} conversations cycled to {s.turns}")
+    return f"the prompt file held less than asked: {'; '.join(parts)}" if parts else None
 
 
 def engine_config(s: BenchSettings, conversations: list[Conversation]) -> EngineConfig:
@@ -191,20 +210,26 @@ async def _run_lane(client, lane_index, conversations, parallel, params, progres
     for i, conv in enumerate(conversations):
         conv_index = lane_index + i * parallel
         messages = [{"role": "system", "content": conv.system}] if conv.system else []
+        history = None  # cells the conversation's last turn left: its prompt and reply
         for turn, text in enumerate(conv.turns):
             messages.append({"role": "user", "content": text})
             final = await client.complete(messages, params, conversation_id=f"bench-{conv_index}", priority=conv.priority)
             if final.error:
                 raise RuntimeError(f"conversation {conv_index}, turn {turn}: {final.error}")
             messages.append({"role": "assistant", "content": final.text})
-            records.append(_request_record(conv_index, turn, conv.priority, final))
+            records.append(_request_record(conv_index, turn, conv.priority, final, history))
+            # every token but the last sampled one, which was never decoded
+            history = final.stats.prompt_tokens + final.stats.gen_tokens - 1
             if progress:
                 progress(f"conversation {conv_index} turn {turn}: {final.stats.gen_tokens} tokens")
     return records
 
 
-def _request_record(conversation: int, turn: int, priority: Priority, final: FinishEvent) -> dict:
+def _request_record(conversation: int, turn: int, priority: Priority, final: FinishEvent, history: int | None) -> dict:
+    """One request's figures; `history` is what its conversation's earlier turns left in the cache
+    at best, so the ideal hit rate is that history cached and only the new turn evaluated."""
     st = final.stats
+    ideal_cached = None if history is None else min(history, st.prompt_tokens - 1)
     return {
         "conversation": conversation,
         "turn": turn,
@@ -220,6 +245,7 @@ def _request_record(conversation: int, turn: int, priority: Priority, final: Fin
         "itl_mean_s": statistics.fmean(st.itl) if st.itl else math.nan,
         "itl": st.itl,
         "kv_hit_rate": st.kv_hit_rate,
+        "ideal_cached_tokens": ideal_cached,
         "conversation_hit_rate": st.conversation_hit_rate,
         "preemptions": st.preemptions,
         "finish_reason": final.reason.value,
@@ -250,6 +276,7 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "n_threads": config.n_threads,
         "max_tokens": s.max_tokens,
         "turns": n_turns,
+        "notes": [note for note in [cycled_note(s)] if note],
         "agg_tok_s": gen / wall,
         "gen_tokens": gen,
         "wall_s": wall,
@@ -268,6 +295,7 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "kv_hit_rate_by_turn": [
             hit_rate(sum(r["cached_tokens"] for r in rs), sum(r["evaluated_tokens"] for r in rs)) for rs in by_turn
         ],
+        "kv_hit_rate_ideal_by_turn": [_ideal_hit_rate(rs) for rs in by_turn],
         "ttft_p50_by_turn_s": [percentile([r["ttft_s"] for r in rs], 50) for rs in by_turn],
         "evictions": snapshot.evictions,
         "preemptions": snapshot.preemptions,
@@ -277,6 +305,14 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "mean_batch_limit": statistics.fmean(st.batch_limit for st in steps) if steps else math.nan,
         "requests": records,
     }
+
+
+def _ideal_hit_rate(records: list[dict]) -> float | None:
+    """The hit rate had every earlier turn stayed cached whole (None on first turns: no history)."""
+    if any(r["ideal_cached_tokens"] is None for r in records):
+        return None
+    cached = sum(r["ideal_cached_tokens"] for r in records)
+    return hit_rate(cached, sum(r["prompt_tokens"] for r in records) - cached)
 
 
 def format_table(runs: list[dict]) -> str:

@@ -1,0 +1,35 @@
+"""The headless benchmark's load and its figures."""
+
+from __future__ import annotations
+
+from helpers import run
+
+from app.bench import BenchSettings, Conversation, conversations_for, cycled_note, run_bench
+
+
+def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
+    prompts = [Conversation("be brief", ["a", "b"]), Conversation(None, ["c"])]
+    settings = BenchSettings("model.gguf", parallel=5, turns=3, prompts=prompts)
+    load = conversations_for(settings)
+    assert [c.turns for c in load] == [["a", "b", "a"], ["c", "c", "c"]] * 2 + [["a", "b", "a"]]
+    assert [c.system for c in load] == ["be brief", None] * 2 + ["be brief"]
+    assert cycled_note(settings) == (
+        "the prompt file held less than asked: its 2 conversations cycled to fill 5 parallel lanes; "
+        "the turns of 2 conversations cycled to 3"
+    )
+    enough = BenchSettings("model.gguf", parallel=2, turns=1, prompts=prompts)
+    assert [c.turns for c in conversations_for(enough)] == [["a", "b"], ["c"]] and cycled_note(enough) is None
+
+
+def test_later_turns_find_their_whole_history_cached(model_path):
+    """With room for every conversation, each later turn evaluates only its new part: the hit rate by
+    turn equals the ideal the benchmark reports beside it."""
+    settings = BenchSettings(model_path, parallel=2, turns=3, max_tokens=24, ignore_eos=True, n_threads=2)
+    result = run(run_bench(settings))
+    actual, ideal = result["kv_hit_rate_by_turn"], result["kv_hit_rate_ideal_by_turn"]
+    assert ideal[0] is None and all(0.5 < rate < 1 for rate in ideal[1:])
+    assert actual[1:] == ideal[1:]
+    assert [r["cached_tokens"] for r in result["requests"] if r["turn"]] == [
+        r["ideal_cached_tokens"] for r in result["requests"] if r["turn"]
+    ]
+    assert result["notes"] == []
