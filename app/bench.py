@@ -73,6 +73,7 @@ class BenchSettings:
     prompts: list[Conversation] | None = None
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the adaptive batch keeps the latency under it
+    engine_settings: tuple[tuple[str, object], ...] = ()  # more EngineConfig fields: llama.cpp's flags
 
     @property
     def label(self) -> str:
@@ -170,6 +171,7 @@ def engine_config(s: BenchSettings, conversations: list[Conversation]) -> Engine
         policy=s.policy,
         itl_target_ms=s.itl_target_ms,
     )
+    config = config.with_(**dict(s.engine_settings))
     return config.with_(n_threads=s.n_threads) if s.n_threads else config
 
 
@@ -193,10 +195,13 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         cpu1 = os.times()
         snapshot = client.snapshot
         steps = client.recent_steps(wall)
+        info = client.model_info
     finally:
         await client.close()
     records = [r for lane in results for r in lane]
-    return _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshot, steps)
+    run = _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshot, steps)
+    run["kv_pool_bytes"] = info.kv_bytes  # the pool's memory, as llama.cpp allocated it
+    return run
 
 
 async def warm_up(client: EngineClient) -> None:
@@ -274,6 +279,7 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "n_ctx": config.n_ctx,
         "n_batch": config.n_batch,
         "n_threads": config.n_threads,
+        "engine_settings": {name: getattr(value, "value", value) for name, value in s.engine_settings},
         "max_tokens": s.max_tokens,
         "turns": n_turns,
         "notes": [note for note in [cycled_note(s)] if note],

@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from .engine.errors import ModelLoadError
-from .engine.params import EngineConfig, Policy, ServingMode
+from .engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -41,6 +41,94 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _gpu_layers(text: str) -> int:
+    if text.strip().lower() == "all":
+        return GPU_LAYERS_ALL
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of layers or 'all', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more, or 'all'")
+    return value
+
+
+def _not_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+# llama.cpp's own flags, with its names and meanings; set only when given (argparse.SUPPRESS), so
+# the window keeps its saved settings for the rest, and a flag before a subcommand is not undone by it
+ENGINE_FLAGS = {  # flag: EngineConfig field
+    "gpu_layers": "gpu_layers",
+    "main_gpu": "main_gpu",
+    "flash_attn": "flash_attn",
+    "cache_type_k": "cache_type_k",
+    "cache_type_v": "cache_type_v",
+    "mlock": "use_mlock",
+    "no_mmap": "use_mmap",
+    "threads": "n_threads",
+    "threads_batch": "n_threads_batch",
+    "ctx": "n_ctx",
+}
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str, threads: bool = True) -> None:
+    group = parser.add_argument_group("llama.cpp settings (its flag names and meanings)")
+    quiet = argparse.SUPPRESS
+    group.add_argument(
+        "-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", type=_gpu_layers, default=quiet, metavar="N|all",
+        help="layers to put on the GPU (default: all when llama.cpp is built for a GPU, else 0)",
+    )  # fmt: skip
+    group.add_argument("-mg", "--main-gpu", type=_not_negative, default=quiet, metavar="I", help="the GPU to use (default 0)")
+    group.add_argument(
+        "-fa", "--flash-attn", choices=[f.value for f in FlashAttn], default=quiet, help="flash attention (default auto)"
+    )
+    types = [t.value for t in CacheType]
+    group.add_argument("-ctk", "--cache-type-k", choices=types, default=quiet, help="KV cache type for K (default f16)")
+    group.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        choices=types,
+        default=quiet,
+        help="KV cache type for V (default f16; quantized needs flash attention)",
+    )
+    group.add_argument("--mlock", action="store_true", default=quiet, help="keep the model in RAM (no swapping)")
+    group.add_argument("--no-mmap", action="store_true", default=quiet, help="read the model into memory instead of mapping it")
+    if threads:
+        group.add_argument("-t", "--threads", type=_positive, default=quiet, help="threads for decoding (default: all cores)")
+    group.add_argument(
+        "-tb", "--threads-batch", type=_positive, default=quiet, help="threads for prompt batches (default: --threads)"
+    )
+    group.add_argument("-c", "--ctx", type=_not_negative, default=quiet, help=ctx_help)
+
+
+def engine_overrides(args: argparse.Namespace) -> dict:
+    """The EngineConfig fields the command line set, in EngineConfig's types."""
+    changes = {}
+    for flag, name in ENGINE_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if flag == "flash_attn":
+            value = FlashAttn(value)
+        elif flag.startswith("cache_type"):
+            value = CacheType(value)
+        elif flag == "no_mmap":
+            value = not value
+        changes[name] = value
+    problem = EngineConfig(model_path="", **changes).problem()
+    if problem:
+        raise ValueError(problem)
+    return changes
+
+
+AUTO_CTX = "KV cells shared by all sequences (default 0: sized from the model, the panes and the free memory)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batch-playground", description=__doc__)
     parser.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
@@ -48,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt", help="broadcast this message to every pane at start")
     parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
     parser.add_argument("--exit-when-done", action="store_true", help="quit once every pane has finished")
+    _add_engine_flags(parser, AUTO_CTX)
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")
     bench.add_argument("--model", dest="bench_model", metavar="PATH", help="GGUF model file")
@@ -59,8 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--system", help="system prompt for every conversation (@FILE reads a file)")
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=42)
-    bench.add_argument("--threads", type=_positive)
-    bench.add_argument("--ctx", type=_positive, help="KV cells shared by all sequences (default: enough for all)")
+    _add_engine_flags(bench, "KV cells shared by all sequences (default: enough for every conversation)")
     bench.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
@@ -85,9 +173,8 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"require this key (default: ${API_KEY_ENV})")
     serve.add_argument("--alias", help="the model name clients see (default: the file name)")
     serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
-    serve.add_argument("--ctx", type=_positive, default=8192, help="KV cells shared by all sequences")
     serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
-    serve.add_argument("--threads", type=_positive)
+    _add_engine_flags(serve, AUTO_CTX)
     serve.add_argument(
         "--max-queue",
         type=_positive,
@@ -98,6 +185,7 @@ def _add_serve_parser(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        args.engine_overrides = engine_overrides(args)
         if args.command == "bench":
             return _bench(args)
         if args.command == "serve":
@@ -132,12 +220,13 @@ def _bench(args) -> int:
         seed=args.seed,
         turns=args.turns,
         system=system,
-        n_threads=args.threads,
-        n_ctx=args.ctx,
+        n_threads=getattr(args, "threads", None),
+        n_ctx=getattr(args, "ctx", None) or None,
         n_batch=args.batch,
         prompts=prompts,
         policy=Policy(args.policy),
         itl_target_ms=args.itl_target_ms if args.adaptive else None,
+        engine_settings=tuple((k, v) for k, v in args.engine_overrides.items() if k not in ("n_ctx", "n_threads")),
     )
     if args.guide:
         rows = guide_rows(base)
@@ -160,14 +249,12 @@ def _bench(args) -> int:
 def _serve(args) -> int:
     from .default_model import default_model_path
     from .engine.backend import check_gguf_file
-    from .engine.params import EngineConfig
     from .server.run import serve
 
     model = args.serve_model or default_model_path()
     check_gguf_file(model)
-    config = EngineConfig(model_path=model, n_ctx=args.ctx, n_batch=max(args.batch, args.parallel), capacity=args.parallel)
-    if args.threads:
-        config = config.with_(n_threads=args.threads)
+    config = EngineConfig(model_path=model, n_batch=max(args.batch, args.parallel), capacity=args.parallel)
+    config = config.with_(**args.engine_overrides)
     return asyncio.run(serve(config, args.host, args.port, args.api_key, args.alias, args.max_queue))
 
 

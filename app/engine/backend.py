@@ -9,19 +9,32 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 
 import llama_cpp as ll
 import numpy as np
 
 from .errors import ModelLoadError
-from .params import EngineConfig, SamplingParams
+from .params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SamplingParams
+from .pool import KVShape, default_pool, format_bytes, free_memory_bytes, halvings
 
 _GGUF_MAGIC = b"GGUF"
 _backend_lock = threading.Lock()
+_load_lock = threading.Lock()  # one load at a time: its log lines are read back to see where the model went
 _backend_ready = False
 _log_tail: list[str] = []  # last lines llama.cpp logged: the reason a load failed
+_load_log: list[str] | None = None  # every line of the load in progress
+
+_CACHE_GGML_TYPES = {CacheType.F16: ll.GGML_TYPE_F16, CacheType.Q8_0: ll.GGML_TYPE_Q8_0, CacheType.Q4_0: ll.GGML_TYPE_Q4_0}
+_FLASH_ATTN_TYPES = {
+    FlashAttn.ON: ll.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    FlashAttn.OFF: ll.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    FlashAttn.AUTO: ll.LLAMA_FLASH_ATTN_TYPE_AUTO,
+}
 
 
 @ll.llama_log_callback
@@ -31,6 +44,20 @@ def _on_log(level: int, text: bytes, _user_data) -> None:
     if line:
         _log_tail.append(line)
         del _log_tail[:-20]
+        if _load_log is not None:
+            _load_log.append(line)
+
+
+@contextmanager
+def _recording_load():
+    """Keep every line llama.cpp logs meanwhile: where it put the weights and the KV pool."""
+    global _load_log
+    with _load_lock:
+        _load_log = lines = []
+        try:
+            yield lines
+        finally:
+            _load_log = None
 
 
 def _init_backend() -> None:
@@ -43,8 +70,51 @@ def _init_backend() -> None:
 
 
 @dataclass(frozen=True)
+class Device:
+    """One ggml backend device: the CPU, a GPU, an accelerator."""
+
+    name: str
+    description: str
+    kind: str  # "CPU", "GPU", "iGPU", "accelerator"
+    free_bytes: int
+    total_bytes: int
+
+    def __str__(self) -> str:
+        memory = f", {format_bytes(self.total_bytes)} ({format_bytes(self.free_bytes)} free)" if self.total_bytes else ""
+        return f"{self.name} ({self.kind}): {self.description}{memory}"
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """What this llama.cpp build can run on."""
+
+    cpu_features: tuple[str, ...]  # those llama_print_system_info reports as present
+    gpu_offload: bool  # llama_supports_gpu_offload: a GPU backend is built in
+    devices: tuple[Device, ...]  # empty when the device API cannot be reached
+
+    @property
+    def gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.kind != "CPU")
+
+    def summary(self) -> str:
+        """One line: "CPU only (AVX2, ...)" or the GPUs and their memory."""
+        cpu = f"CPU features: {' '.join(self.cpu_features) or 'none reported'}"
+        if not self.gpu_offload or not self.gpus:
+            return f"CPU only · {cpu}"
+        return " · ".join([*(str(d) for d in self.gpus), cpu])
+
+    def as_json(self) -> dict:
+        return {
+            "gpu_offload": self.gpu_offload,
+            "cpu_features": list(self.cpu_features),
+            "devices": [d.__dict__ for d in self.devices],
+            "summary": self.summary(),
+        }
+
+
+@dataclass(frozen=True)
 class ModelInfo:
-    """What the user sees of a loaded model."""
+    """What the user sees of a loaded model: its facts, and where llama.cpp put it."""
 
     path: str
     name: str
@@ -53,6 +123,88 @@ class ModelInfo:
     n_params: int
     n_ctx_train: int
     n_ctx: int  # the context (KV cells) actually allocated
+    n_layer: int = 0
+    gpu_layers: int = 0  # layers offloaded to a GPU
+    weights: tuple[tuple[str, int], ...] = ()  # (llama.cpp's buffer, bytes): "CPU_Mapped", "CUDA0", ...
+    kv_bytes: int = 0  # the KV pool's memory
+    kv_bytes_per_cell: int = 0
+    kv_devices: tuple[str, ...] = ()  # where the pool lives
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"  # what llama.cpp chose: "on", "off" (or "auto" when it did not say)
+    pool_reason: str = ""  # how the pool's size was chosen
+    notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
+    build: BuildInfo | None = None
+
+    def placement(self) -> str:
+        """Where the model went, in one line."""
+        weights = ", ".join(f"{name} {format_bytes(size)}" for name, size in self.weights) or "?"
+        kv_where = "/".join(self.kv_devices) or "?"
+        return (
+            f"{self.gpu_layers}/{self.n_layer + 1} layers on a GPU · weights: {weights} · "
+            f"KV pool: {self.n_ctx} cells, {format_bytes(self.kv_bytes)} on {kv_where} "
+            f"(K {self.cache_type_k}, V {self.cache_type_v}, flash attention {self.flash_attn})"
+        )
+
+    def as_json(self) -> dict:
+        return {
+            "n_layer": self.n_layer,
+            "gpu_layers": self.gpu_layers,
+            "weights_bytes": dict(self.weights),
+            "kv_bytes": self.kv_bytes,
+            "kv_bytes_per_cell": self.kv_bytes_per_cell,
+            "kv_devices": list(self.kv_devices),
+            "cache_type_k": self.cache_type_k,
+            "cache_type_v": self.cache_type_v,
+            "flash_attn": self.flash_attn,
+            "pool": self.pool_reason,
+            "notices": list(self.notices),
+        }
+
+
+_DEVICE_KINDS = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator"}
+
+
+def build_info() -> BuildInfo:
+    """CPU features from llama_print_system_info; devices from ggml's backend device API (found in
+    llama-cpp-python's library, which links ggml), or none when it cannot be reached."""
+    _init_backend()
+    text = ll.llama_print_system_info().decode("utf-8", errors="replace")
+    features = tuple(m.group(1) for m in re.finditer(r"(\w+) = 1", text))
+    return BuildInfo(features, bool(ll.llama_supports_gpu_offload()), _devices())
+
+
+def _devices() -> tuple[Device, ...]:
+    lib = getattr(getattr(ll, "llama_cpp", None), "_lib", None)
+    names = ("ggml_backend_dev_count", "ggml_backend_dev_get", "ggml_backend_dev_name", "ggml_backend_dev_memory")
+    if lib is None or not all(hasattr(lib, n) for n in names):
+        return ()
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+        getattr(lib, name).restype = ctypes.c_char_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+    lib.ggml_backend_dev_memory.restype = None
+    devices = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        devices.append(
+            Device(
+                name=lib.ggml_backend_dev_name(dev).decode(errors="replace"),
+                description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                kind=_DEVICE_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
+                free_bytes=free.value,
+                total_bytes=total.value,
+            )
+        )
+    return tuple(devices)
 
 
 def check_gguf_file(path: str) -> None:
@@ -127,17 +279,26 @@ class LlamaBackend:
     def __init__(self, config: EngineConfig):
         _init_backend()
         check_gguf_file(config.model_path)
+        problem = config.problem()
+        if problem:
+            raise ModelLoadError(problem)
         self.config = config
-        self.model = self._load_model(config.model_path)
-        self.vocab = ll.llama_model_get_vocab(self.model)
-        self.ctx = self._new_context(config)
+        self.build = build_info()
+        self.notices: list[str] = []
+        with _recording_load() as load_log:
+            self.model = self._load_model(config)
+            self.vocab = ll.llama_model_get_vocab(self.model)
+            self.kv_shape = self._kv_shape()
+            self.ctx = self._open_context(config)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self._placement = _placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
         self._piece_buf = ctypes.create_string_buffer(256)
         self._pieces: dict[int, bytes] = {}
         self._spellings: dict[int, bytes] = {}
         self.info = self._read_info(config.model_path)
+        self.notices = list(self.info.notices)
         self.chat_template = self._meta("tokenizer.chat_template")
         self.bos_text = self._token_text(ll.llama_vocab_bos(self.vocab))
         self.eos_text = self._token_text(ll.llama_vocab_eos(self.vocab))
@@ -146,12 +307,16 @@ class LlamaBackend:
 
     # -- loading ---------------------------------------------------------------------------
 
-    def _load_model(self, path: str):
+    def _load_model(self, config: EngineConfig):
         params = ll.llama_model_default_params()
         # AMX weight packing crashes llama_decode (ggml_backend_amx_mul_mat, llama.cpp issue 20824;
         # seen here with SmolLM2 Q4_1 on a Sapphire Rapids CPU): where the build has AMX, load the
         # weights without extra buffer types
         params.use_extra_bufts = not _build_has_amx()
+        params.n_gpu_layers = self.n_gpu_layers = self._gpu_layers(config)
+        params.main_gpu = self._main_gpu(config)
+        params.load_mode = self._load_mode(config)
+        path = config.model_path
         _log_tail.clear()
         model = ll.llama_model_load_from_file(path.encode(), params)
         if not model:
@@ -159,23 +324,118 @@ class LlamaBackend:
             raise ModelLoadError(f"cannot load model {os.path.basename(path)}: {reason}")
         return model
 
-    def _new_context(self, config: EngineConfig):
+    def _gpu_layers(self, config: EngineConfig) -> int:
+        """llama.cpp's n_gpu_layers: by default all when a GPU backend is built in; on a CPU-only build 0."""
+        has_gpu = self.build.gpu_offload
+        if config.gpu_layers is None:
+            return GPU_LAYERS_ALL if has_gpu else 0
+        if config.gpu_layers != 0 and not has_gpu:
+            asked = "all" if config.gpu_layers == GPU_LAYERS_ALL else config.gpu_layers
+            self.notices.append(
+                f"GPU layers {asked} ignored: this llama.cpp build is CPU only (rebuild it for a GPU: see the README)"
+            )
+            return 0
+        return config.gpu_layers
+
+    def _main_gpu(self, config: EngineConfig) -> int:
+        gpus = len(self.build.gpus)
+        if not self.build.gpu_offload:
+            if config.main_gpu:
+                self.notices.append(f"main GPU {config.main_gpu} ignored: this llama.cpp build is CPU only")
+            return 0
+        if gpus and config.main_gpu >= gpus:
+            raise ModelLoadError(f"there is no GPU {config.main_gpu}: this machine has {gpus} (0 to {gpus - 1})")
+        return config.main_gpu
+
+    def _load_mode(self, config: EngineConfig) -> int:
+        mlock, mmap = config.use_mlock, config.use_mmap
+        if mlock and not ll.llama_supports_mlock():
+            self.notices.append("mlock ignored: this system cannot lock the model in memory")
+            mlock = False
+        if mmap and not ll.llama_supports_mmap():
+            mmap = False
+        if mmap and not mlock:
+            return ll.LLAMA_LOAD_MODE_AUTO  # llama.cpp's default: it maps the file where it can
+        return {
+            (True, True): ll.LLAMA_LOAD_MODE_MMAP_MLOCK,
+            (False, True): ll.LLAMA_LOAD_MODE_MLOCK,
+            (False, False): ll.LLAMA_LOAD_MODE_NONE,
+        }[(mmap, mlock)]
+
+    def _kv_shape(self) -> KVShape:
+        """What one KV cell holds, from the model: layers, and per layer the K and V row widths."""
+        n_head = max(1, ll.llama_model_n_head(self.model))
+        n_head_kv = ll.llama_model_n_head_kv(self.model) or n_head
+        arch = self._meta("general.architecture") or ""
+        head_k = _int(self._meta(f"{arch}.attention.key_length")) or ll.llama_model_n_embd(self.model) // n_head
+        head_v = _int(self._meta(f"{arch}.attention.value_length")) or head_k
+        return KVShape(ll.llama_model_n_layer(self.model), head_k * n_head_kv, head_v * n_head_kv)
+
+    def _open_context(self, config: EngineConfig):
+        """The context with the asked (or default) pool; one that cannot be allocated is halved until it
+        can, with a notice; a quantized V cache that llama.cpp refuses falls back to f16."""
+        bytes_per_cell = self.kv_shape.bytes_per_cell(config.cache_type_k, config.cache_type_v)
+        free = self._pool_memory_free()
+        if config.n_ctx:
+            n_ctx, self.pool_reason = config.n_ctx, "as set"
+        else:
+            choice = default_pool(bytes_per_cell, ll.llama_model_n_ctx_train(self.model), config.capacity, free)
+            n_ctx, self.pool_reason = choice.n_ctx, f"automatic: {choice.reason}"
+        # a pool larger than the free memory is not even tried: the kernel may grant it and then kill
+        # the process when it is touched
+        fits = (lambda n: n * bytes_per_cell <= free) if free else (lambda n: True)
+        first_reason = ""
+        for n in chain([n_ctx] if fits(n_ctx) else [], halvings(n_ctx, fits)):
+            ctx = ll.llama_init_from_model(self.model, self._context_params(config, n))
+            if not ctx and config.cache_type_v.is_quantized and "flash_attn" in _last_error():
+                self.notices.append(
+                    f"V cache {config.cache_type_v.value} needs flash attention, which llama.cpp did not enable "
+                    "for this model and device: the V cache is f16"
+                )
+                config = config.with_(cache_type_v=CacheType.F16)
+                bytes_per_cell = self.kv_shape.bytes_per_cell(config.cache_type_k, config.cache_type_v)
+                ctx = ll.llama_init_from_model(self.model, self._context_params(config, n))
+            if ctx:
+                if n != n_ctx:
+                    why = (
+                        first_reason
+                        or f"it needs {format_bytes(n_ctx * bytes_per_cell)}, more than the {format_bytes(free)} free"
+                    )
+                    self.notices.append(
+                        f"could not allocate a KV pool of {n_ctx} cells ({why}): using {n} cells "
+                        f"({format_bytes(n * bytes_per_cell)})"
+                    )
+                self.cache_types = (config.cache_type_k, config.cache_type_v)
+                return ctx
+            first_reason = first_reason or _last_error() or "out of memory"
+        ll.llama_model_free(self.model)
+        self.model = None
+        reason = first_reason or f"{format_bytes(n_ctx * bytes_per_cell)} needed, {format_bytes(free or 0)} free"
+        raise ModelLoadError(f"cannot create a context of {n_ctx} tokens, nor a smaller one: {reason}")
+
+    def _pool_memory_free(self) -> int | None:
+        """The memory the pool will come from: the GPUs' when layers are offloaded, else the RAM."""
+        gpus = self.build.gpus
+        if gpus and self.n_gpu_layers != 0:
+            return sum(d.free_bytes for d in gpus) or None
+        return free_memory_bytes()
+
+    def _context_params(self, config: EngineConfig, n_ctx: int):
         params = ll.llama_context_default_params()
-        params.n_ctx = config.n_ctx
+        params.n_ctx = n_ctx
         params.n_batch = config.n_batch
         params.n_ubatch = config.n_batch
         params.n_seq_max = config.capacity
         params.n_threads = config.n_threads
-        params.n_threads_batch = config.n_threads
+        params.n_threads_batch = config.threads_batch
+        params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
+        params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
+        params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
         params.kv_unified = True  # one pool of cells; seq_cp shares cells instead of copying
         params.swa_full = True  # sliding-window models keep whole prefixes, so they can be reused
         params.no_perf = True
-        ctx = ll.llama_init_from_model(self.model, params)
-        if not ctx:
-            ll.llama_model_free(self.model)
-            reason = _last_error() or "out of memory?"
-            raise ModelLoadError(f"cannot create a context of {config.n_ctx} tokens: {reason}")
-        return ctx
+        _log_tail.clear()
+        return params
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -191,6 +451,11 @@ class LlamaBackend:
         buf = ctypes.create_string_buffer(256)
         ll.llama_model_desc(self.model, buf, len(buf))
         desc = buf.value.decode("utf-8", errors="replace")
+        place = self._placement
+        type_k, type_v = self.cache_types
+        per_cell = self.kv_shape.bytes_per_cell(type_k, type_v)
+        if "kv_types" in place and place["kv_types"] != (type_k.value, type_v.value):
+            self.notices.append(f"llama.cpp stores the KV cache as K {place['kv_types'][0]}, V {place['kv_types'][1]}")
         return ModelInfo(
             path=path,
             name=self._meta("general.name") or os.path.basename(path),
@@ -199,6 +464,18 @@ class LlamaBackend:
             n_params=ll.llama_model_n_params(self.model),
             n_ctx_train=ll.llama_model_n_ctx_train(self.model),
             n_ctx=self.n_ctx,
+            n_layer=ll.llama_model_n_layer(self.model),
+            gpu_layers=place.get("gpu_layers", 0),
+            weights=tuple(place.get("weights", ())),
+            kv_bytes=place.get("kv_bytes") or per_cell * self.n_ctx,
+            kv_bytes_per_cell=per_cell,
+            kv_devices=tuple(place.get("kv_devices", ())) or ("CPU",),
+            cache_type_k=type_k.value,
+            cache_type_v=type_v.value,
+            flash_attn=place.get("flash_attn", "auto"),
+            pool_reason=self.pool_reason,
+            notices=tuple(self.notices) + tuple(place.get("notices", ())),
+            build=self.build,
         )
 
     def close(self) -> None:
@@ -313,11 +590,51 @@ class LlamaBackend:
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
 
+    def seq_state_size(self, seq_id: int) -> int:
+        """The bytes of one sequence's KV state (its cells' K and V rows, in the cache's types)."""
+        return ll.llama_state_seq_get_size(self.ctx, seq_id)
+
     def seq_pos_max(self, seq_id: int) -> int:
         return ll.llama_memory_seq_pos_max(self.memory, seq_id)
 
     def clear_memory(self) -> None:
         ll.llama_memory_clear(self.memory, True)
+
+
+_MIB = 1 << 20
+
+
+def _placement_from_log(lines: list[str]) -> dict:
+    """Where llama.cpp put the model, from what it logged while loading: the layers it offloaded, the
+    size of each weights buffer and of each KV buffer, the cache types, whether flash attention is on."""
+    place: dict = {"weights": [], "kv_devices": [], "notices": []}
+    kv_mib = 0.0
+    for line in lines:
+        if m := re.search(r"offloaded (\d+)/(\d+) layers to GPU", line):
+            place["gpu_layers"] = int(m.group(1))
+        elif m := re.search(r"(\S+) model buffer size =\s*([\d.]+) MiB", line):
+            place["weights"].append((m.group(1), round(float(m.group(2)) * _MIB)))
+        elif m := re.search(r"(\S+) KV buffer size =\s*([\d.]+) MiB", line):
+            kv_mib += float(m.group(2))
+            place["kv_devices"].append(m.group(1))
+        elif m := re.search(r"K \((\w+)\):.*V \((\w+)\):", line):
+            place["kv_types"] = (m.group(1), m.group(2))
+        elif (m := re.search(r"flash_attn\s*=\s*(enabled|disabled)", line)) or (
+            m := re.search(r"Flash Attention (enabled|disabled)", line)
+        ):
+            place["flash_attn"] = "on" if m.group(1) == "enabled" else "off"
+        elif "mlock" in line.lower() and ("failed" in line.lower() or "warning" in line.lower()):
+            place["notices"].append(f"mlock failed: {line.split(': ', 1)[-1]}")
+    if kv_mib:
+        place["kv_bytes"] = round(kv_mib * _MIB)
+    return place
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        return 0
 
 
 def _build_has_amx() -> bool:

@@ -43,6 +43,36 @@ _POLICY_HELP = {
 }
 
 
+class FlashAttn(str, Enum):
+    """llama.cpp's --flash-attn: auto lets llama.cpp decide per device and model."""
+
+    ON = "on"
+    OFF = "off"
+    AUTO = "auto"
+
+
+class CacheType(str, Enum):
+    """A KV cache data type (llama.cpp's --cache-type-k/-v); bytes_per_value is its storage cost."""
+
+    F16 = "f16"
+    Q8_0 = "q8_0"
+    Q4_0 = "q4_0"
+
+    @property
+    def bytes_per_value(self) -> float:
+        return _CACHE_TYPE_BYTES[self]
+
+    @property
+    def is_quantized(self) -> bool:
+        return self is not CacheType.F16
+
+
+# ggml's block sizes: q8_0 stores 32 values in 34 bytes, q4_0 in 18
+_CACHE_TYPE_BYTES = {CacheType.F16: 2.0, CacheType.Q8_0: 34 / 32, CacheType.Q4_0: 18 / 32}
+
+GPU_LAYERS_ALL = -1  # llama.cpp's n_gpu_layers < 0: every layer
+
+
 class Priority(IntEnum):
     NORMAL = 0
     HIGH = 1
@@ -100,7 +130,8 @@ def default_threads() -> int:
 @dataclass(frozen=True)
 class EngineConfig:
     model_path: str
-    n_ctx: int = 8192  # KV cells shared by all sequences
+    # KV cells shared by all sequences; 0: sized from the model and the machine (pool.py)
+    n_ctx: int = 0
     # token budget of one decode step: on a CPU a 512-token step freezes every stream for seconds;
     # 128 reads prompts as fast (measured) and lets streams and first tokens through sooner
     n_batch: int = 128
@@ -111,6 +142,43 @@ class EngineConfig:
     overflow: OverflowPolicy = OverflowPolicy.STOP
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the batch size adapts to keep the latency under it
+    # llama.cpp's own settings, with its flag names' meanings (-ngl, -mg, -fa, -ctk, -ctv, -tb)
+    gpu_layers: int | None = None  # None: all when the build has a GPU backend, else 0; GPU_LAYERS_ALL: all
+    main_gpu: int = 0
+    flash_attn: FlashAttn = FlashAttn.AUTO
+    cache_type_k: CacheType = CacheType.F16
+    cache_type_v: CacheType = CacheType.F16
+    use_mlock: bool = False
+    use_mmap: bool = True
+    n_threads_batch: int | None = None  # threads for prompt batches; None: n_threads
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
+
+    def problem(self) -> str | None:
+        """Why llama.cpp could not honour these settings on any build (a one-line reason), or None."""
+        for name in ("cache_type_k", "cache_type_v"):
+            value = getattr(self, name)
+            if not isinstance(value, CacheType):
+                kinds = ", ".join(t.value for t in CacheType)
+                return f"unknown KV cache type {value!r} for {name}: use one of {kinds}"
+        if not isinstance(self.flash_attn, FlashAttn):
+            return f"flash attention must be on, off or auto; got {self.flash_attn!r}"
+        if self.cache_type_v.is_quantized and self.flash_attn is FlashAttn.OFF:
+            return (
+                f"a quantized V cache ({self.cache_type_v.value}) needs flash attention: "
+                "turn flash attention on (or auto), or use an f16 V cache"
+            )
+        if self.gpu_layers is not None and self.gpu_layers < GPU_LAYERS_ALL:
+            return f"GPU layers must be a number of layers or all; got {self.gpu_layers}"
+        if self.main_gpu < 0:
+            return f"the main GPU is a device index, 0 or more; got {self.main_gpu}"
+        if self.n_ctx < 0:
+            return f"the context must be a number of KV cells, or 0 for automatic; got {self.n_ctx}"
+        if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):
+            return "thread counts must be 1 or more"
+        return None
+
+    @property
+    def threads_batch(self) -> int:
+        return self.n_threads_batch or self.n_threads

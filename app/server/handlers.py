@@ -28,6 +28,8 @@ async def models(request: web.Request) -> web.Response:
     server = request.app[SERVER]
     info = server.client.model_info
     meta = {"n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "n_params": info.n_params, "size": info.size_bytes}
+    # where the model went (layers offloaded, the KV pool's memory) and what the build can run on
+    meta |= {**info.as_json(), "placement": info.placement(), "build": info.build.as_json() if info.build else None}
     model = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
     return web.json_response({"object": "list", "data": [model]})
 

@@ -21,6 +21,10 @@ async def serve(
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError: the command line prints it
     server = ApiServer(client, api_key, alias, max_queue=max_queue)
+    info = client.model_info
+    print(f"{info.build.summary()}\n{info.placement()}; pool {info.pool_reason}", file=sys.stderr)
+    for notice in info.notices:
+        print(f"notice: {notice}", file=sys.stderr)
     try:
         try:
             url = await server.start(host, port)
@@ -28,7 +32,7 @@ async def serve(
             print(f"error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 2
         print(
-            f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {config.n_ctx} KV cells, "
+            f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {info.n_ctx} KV cells, "
             f"{server.max_queue} requests in flight at most)",
             flush=True,
         )

@@ -62,7 +62,8 @@ class EnginePanel(QWidget):
         self.model_facts.setStyleSheet("color: #444;")
         form.addRow("", self.model_facts)
         self.capacity = _spin(1, MAX_PANES)
-        self.n_ctx = _spin(512, 131072, 512)
+        self.n_ctx = _spin(0, 1 << 20, 512)
+        self.n_ctx.setSpecialValueText("automatic")  # 0: sized from the model, the panes and the free memory
         self.n_batch = _spin(8, 4096, 64)
         self.n_threads = _spin(1, os.cpu_count() or 64)
         form.addRow("Parallel capacity", self.capacity)

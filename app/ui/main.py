@@ -77,6 +77,7 @@ async def _main(args) -> int:
         config = config.with_(model_path=args.model)
     if args.panes:
         config = config.with_(capacity=max(config.capacity, args.panes))
+    config = config.with_(**getattr(args, "engine_overrides", {}))  # llama.cpp's flags on the command line
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError here: the command line prints it
     settings.set_engine_config(config)
