@@ -376,16 +376,17 @@ class LlamaBackend:
         can, with a notice; a quantized V cache that llama.cpp refuses falls back to f16."""
         bytes_per_cell = self.kv_shape.bytes_per_cell(config.cache_type_k, config.cache_type_v)
         free = self._pool_memory_free()
+        automatic = default_pool(bytes_per_cell, ll.llama_model_n_ctx_train(self.model), config.capacity, free)
         if config.n_ctx:
             n_ctx, self.pool_reason = config.n_ctx, "as set"
         else:
-            choice = default_pool(bytes_per_cell, ll.llama_model_n_ctx_train(self.model), config.capacity, free)
-            n_ctx, self.pool_reason = choice.n_ctx, f"automatic: {choice.reason}"
+            n_ctx, self.pool_reason = automatic.n_ctx, f"automatic: {automatic.reason}"
         # a pool larger than the free memory is not even tried: the kernel may grant it and then kill
-        # the process when it is touched
+        # the process when it is touched; and a smaller one is never larger than the automatic pool
         fits = (lambda n: n * bytes_per_cell <= free) if free else (lambda n: True)
         first_reason = ""
-        for n in chain([n_ctx] if fits(n_ctx) else [], halvings(n_ctx, fits)):
+        smaller = halvings(n_ctx, lambda n: n <= automatic.n_ctx and fits(n))
+        for n in chain([n_ctx] if fits(n_ctx) else [], smaller):
             ctx = ll.llama_init_from_model(self.model, self._context_params(config, n))
             if not ctx and config.cache_type_v.is_quantized and "flash_attn" in _last_error():
                 self.notices.append(
