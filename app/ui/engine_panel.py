@@ -1,9 +1,11 @@
-"""The engine panel: model file and its facts, capacity/context/batch/threads, Apply; and, live,
-batched/sequential serving, the scheduling policy and the adaptive batch's latency target."""
+"""The engine panel: model file and its facts, capacity/context/batch/threads and llama.cpp's settings
+(GPU layers, flash attention, KV cache types, mlock/mmap), what the build runs on and where the model
+went, Apply; and, live, batched/sequential serving, the scheduling policy and the adaptive batch."""
 
 from __future__ import annotations
 
 import os
+from html import escape
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -27,7 +29,8 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
-from app.engine.params import EngineConfig, OverflowPolicy, Policy, ServingMode
+from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, OverflowPolicy, Policy, ServingMode
+from app.engine.pool import format_bytes
 
 from .settings import MAX_PANES
 
@@ -70,6 +73,10 @@ class EnginePanel(QWidget):
         form.addRow("Context (KV cells)", self.n_ctx)
         form.addRow("Batch size", self.n_batch)
         form.addRow("Threads", self.n_threads)
+        self.n_threads_batch = _spin(0, os.cpu_count() or 64)
+        self.n_threads_batch.setSpecialValueText("as decoding")  # 0: the decode thread count
+        form.addRow("Prompt threads", self.n_threads_batch)
+        self._llama_rows(form)
         self.overflow = QComboBox()
         self.overflow.addItem("stop with a message", OverflowPolicy.STOP.value)  # Qt keeps the plain string
         self.overflow.addItem("drop the oldest turns", OverflowPolicy.TRUNCATE.value)
@@ -88,6 +95,41 @@ class EnginePanel(QWidget):
         self.status.setWordWrap(True)
         form.addRow("", self.status)
         self.show_config(client.config)
+
+    def _llama_rows(self, form: QFormLayout) -> None:
+        """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, --mlock, --no-mmap."""
+        self.gpu_layers = QLineEdit(placeholderText="automatic", toolTip="A number of layers, or all (llama.cpp's -ngl)")
+        self.main_gpu = _spin(0, 15)
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.gpu_layers, 1)
+        layout.addWidget(QLabel("main GPU"))
+        layout.addWidget(self.main_gpu)
+        form.addRow("GPU layers", row)
+        self.flash_attn = QComboBox(toolTip="llama.cpp's -fa; a quantized V cache needs it")
+        for value in FlashAttn:
+            self.flash_attn.addItem(value.value, value.value)
+        form.addRow("Flash attention", self.flash_attn)
+        self.cache_type_k, self.cache_type_v = QComboBox(), QComboBox()
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for label, box in (("K", self.cache_type_k), ("V", self.cache_type_v)):
+            for value in CacheType:
+                box.addItem(value.value, value.value)
+            layout.addWidget(QLabel(label))
+            layout.addWidget(box, 1)
+        form.addRow("KV cache type", row)
+        self.use_mlock = QCheckBox("mlock", toolTip="Keep the model in RAM: never swapped out")
+        self.use_mmap = QCheckBox("mmap", toolTip="Map the model file instead of reading it into memory")
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.use_mlock)
+        layout.addWidget(self.use_mmap)
+        layout.addStretch(1)
+        form.addRow("Model memory", row)
 
     def _model_row(self) -> QWidget:
         row = QWidget()
@@ -135,6 +177,15 @@ class EnginePanel(QWidget):
         self.n_ctx.setValue(config.n_ctx)
         self.n_batch.setValue(config.n_batch)
         self.n_threads.setValue(config.n_threads)
+        self.n_threads_batch.setValue(config.n_threads_batch or 0)
+        layers = config.gpu_layers
+        self.gpu_layers.setText("" if layers is None else "all" if layers == GPU_LAYERS_ALL else str(layers))
+        self.main_gpu.setValue(config.main_gpu)
+        self.flash_attn.setCurrentIndex(self.flash_attn.findData(config.flash_attn.value))
+        self.cache_type_k.setCurrentIndex(self.cache_type_k.findData(config.cache_type_k.value))
+        self.cache_type_v.setCurrentIndex(self.cache_type_v.findData(config.cache_type_v.value))
+        self.use_mlock.setChecked(config.use_mlock)
+        self.use_mmap.setChecked(config.use_mmap)
         self.overflow.setCurrentIndex(self.overflow.findData(config.overflow.value))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
@@ -156,23 +207,44 @@ class EnginePanel(QWidget):
             self.model_facts.setText("not loaded")
             return
         size = f"{info.size_bytes / 1e6:.0f} MB"
-        self.model_facts.setText(
-            f"<b>{info.name}</b><br>{info.description} · {size} · trained context {info.n_ctx_train} · using {info.n_ctx}"
-        )
+        lines = [
+            f"<b>{escape(info.name)}</b>",
+            f"{escape(info.description)} · {size} · trained context {info.n_ctx_train}",
+            f"KV pool: {info.n_ctx} cells, {format_bytes(info.kv_bytes)} ({escape(info.pool_reason)})",
+            escape(info.placement()),
+        ]
+        if info.build is not None:
+            lines.append(f"Build: {escape(info.build.summary())}")
+            self.gpu_layers.setPlaceholderText("automatic: all" if info.build.gpu_offload else "automatic: 0 (CPU-only build)")
+        lines += [f'<span style="color:#a05a00;">{escape(notice)}</span>' for notice in info.notices]
+        self.model_facts.setText("<br>".join(lines))
 
     def set_min_capacity(self, panes: int) -> None:
         """The engine must hold a sequence for every open pane."""
         self.capacity.setMinimum(max(1, panes))
 
     def edited_config(self) -> EngineConfig:
-        return self.client.config.with_(
+        """The settings as edited; ValueError with a one-line reason for what llama.cpp cannot take."""
+        config = self.client.config.with_(
             model_path=self.model_path.text().strip(),
             capacity=self.capacity.value(),
             n_ctx=self.n_ctx.value(),
             n_batch=max(self.n_batch.value(), self.capacity.value()),
             n_threads=self.n_threads.value(),
+            n_threads_batch=self.n_threads_batch.value() or None,
+            gpu_layers=_gpu_layers(self.gpu_layers.text()),
+            main_gpu=self.main_gpu.value(),
+            flash_attn=FlashAttn(self.flash_attn.currentData()),
+            cache_type_k=CacheType(self.cache_type_k.currentData()),
+            cache_type_v=CacheType(self.cache_type_v.currentData()),
+            use_mlock=self.use_mlock.isChecked(),
+            use_mmap=self.use_mmap.isChecked(),
             overflow=OverflowPolicy(self.overflow.currentData()),
         )
+        problem = config.problem()
+        if problem:
+            raise ValueError(problem)
+        return config
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -183,7 +255,11 @@ class EnginePanel(QWidget):
 
     @asyncSlot()
     async def apply(self) -> None:
-        config = self.edited_config()
+        try:
+            config = self.edited_config()
+        except ValueError as e:
+            self._show_error(str(e), loaded=False)
+            return
         self.apply_button.setEnabled(False)
         self.status.setText("loading…")
         try:
@@ -198,11 +274,13 @@ class EnginePanel(QWidget):
         self.show_model_facts()
         self.sigConfigApplied.emit(config)
 
-    def _show_error(self, reason: str) -> None:
-        """A non-blocking dialog (tests and the event loop go on) plus the reason in the panel."""
+    def _show_error(self, reason: str, loaded: bool = True) -> None:
+        """A non-blocking dialog (tests and the event loop go on) plus the reason in the panel;
+        `loaded`: a reload was tried (else the settings were refused before it)."""
         self.last_error = reason
-        self.status.setText(f'<span style="color:#b00020;">Kept the previous model: {reason}</span>')
-        self.error_box = QMessageBox(QMessageBox.Icon.Warning, "The model could not be loaded", reason, parent=self)
+        title = "The model could not be loaded" if loaded else "These settings cannot be used"
+        self.status.setText(f'<span style="color:#b00020;">Kept the previous model: {escape(reason)}</span>')
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, reason, parent=self)
         self.error_box.setInformativeText("The previous model is still loaded.")
         self.error_box.open()
 
@@ -233,3 +311,15 @@ class EnginePanel(QWidget):
     def _show_itl_target(self) -> None:
         self.itl_target.setEnabled(self.adaptive.isChecked())
         self.itl_target_label.setText(f"{self.itl_target.value()} ms" if self.adaptive.isChecked() else "off")
+
+
+def _gpu_layers(text: str) -> int | None:
+    """The GPU layers field: empty for automatic, "all", or a number of layers."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    if text == "all":
+        return GPU_LAYERS_ALL
+    if not text.isdigit():
+        raise ValueError(f"GPU layers must be a number of layers or all; got {text!r}")
+    return int(text)

@@ -1,0 +1,124 @@
+"""The engine panel's llama.cpp settings, typed and clicked into the real widgets: what the build runs
+on, where the model went and the pool's memory are shown; a change reaches llama.cpp on Apply; what
+the build cannot honour falls back with a notice, and what no build can is refused."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from ui_fixtures import until
+
+from app.client import EngineClient
+from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
+from app.ui.engine_panel import EnginePanel
+
+
+@pytest.fixture
+def panel(loop, qtbot, model_path):
+    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=2048, n_batch=128, capacity=2, n_threads=2))
+    loop.run_until_complete(client.start())
+    panel = EnginePanel(client)
+    qtbot.addWidget(panel)
+    panel.show()
+    yield panel
+    if panel.error_box:
+        panel.error_box.close()
+    loop.run_until_complete(client.close())
+
+
+def choose(qtbot, combo, text: str) -> None:
+    """Pick an item of a combo box by typing its name, as a keyboard user does."""
+    combo.setFocus()
+    qtbot.keyClicks(combo, text)
+    assert combo.currentText() == text
+
+
+def type_number(qtbot, spin, text: str) -> None:
+    qtbot.mouseClick(spin.lineEdit(), Qt.MouseButton.LeftButton)
+    qtbot.keyClick(spin, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(spin, text)
+    qtbot.keyClick(spin, Qt.Key.Key_Tab)
+
+
+async def click_apply(qtbot, panel) -> None:
+    panel.status.setText("")
+    qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+    await until(lambda: panel.status.text() and panel.status.text() != "loading…", what="the reload")
+
+
+def test_the_panel_shows_the_build_the_placement_and_the_pool(panel):
+    facts = panel.model_facts.text()
+    assert "Build: CPU only · CPU features:" in facts
+    assert "KV pool: 2048 cells, 45.0 MiB (as set)" in facts  # 2048 × 23,040 bytes
+    assert "0/31 layers on a GPU · weights: CPU_Mapped" in facts
+    assert "K f16, V f16, flash attention on" in facts  # auto: llama.cpp turned it on for the CPU
+    assert panel.gpu_layers.placeholderText() == "automatic: 0 (CPU-only build)"
+    assert panel.n_ctx.value() == 2048 and panel.flash_attn.currentText() == "auto"
+
+
+def test_q8_0_cache_flash_attention_and_threads_reach_llama_cpp(loop, qtbot, panel):
+    async def scenario():
+        choose(qtbot, panel.flash_attn, "on")
+        choose(qtbot, panel.cache_type_k, "q8_0")
+        choose(qtbot, panel.cache_type_v, "q8_0")
+        type_number(qtbot, panel.n_threads_batch, "1")
+        qtbot.mouseClick(panel.use_mmap, Qt.MouseButton.LeftButton)  # off: read into memory
+        await click_apply(qtbot, panel)
+        assert panel.status.text() == "reloaded" and panel.last_error == ""
+        config, info = panel.client.config, panel.client.model_info
+        assert (config.flash_attn, config.cache_type_k, config.cache_type_v) == (FlashAttn.ON, CacheType.Q8_0, CacheType.Q8_0)
+        assert config.n_threads_batch == 1 and config.use_mmap is False
+        assert (info.cache_type_k, info.cache_type_v, info.flash_attn) == ("q8_0", "q8_0", "on")
+        assert info.weights[0][0] == "CPU"  # not mapped
+        assert "KV pool: 2048 cells, 23.9 MiB" in panel.model_facts.text()  # 34/64 of f16's 45.0 MiB
+
+    loop.run_until_complete(scenario())
+
+
+def test_gpu_layers_on_a_cpu_only_build_fall_back_with_a_notice_in_the_panel(loop, qtbot, panel):
+    async def scenario():
+        qtbot.keyClicks(panel.gpu_layers, "all")
+        await click_apply(qtbot, panel)
+        assert panel.status.text() == "reloaded"
+        assert panel.client.config.gpu_layers == GPU_LAYERS_ALL and panel.client.model_info.gpu_layers == 0
+        assert "GPU layers all ignored: this llama.cpp build is CPU only" in panel.model_facts.text()
+
+    loop.run_until_complete(scenario())
+
+
+def test_a_quantized_v_cache_without_flash_attention_is_refused(loop, qtbot, panel):
+    async def scenario():
+        choose(qtbot, panel.flash_attn, "off")
+        choose(qtbot, panel.cache_type_v, "q4_0")
+        qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+        await until(lambda: panel.last_error, what="the refusal")
+        assert panel.last_error.startswith("a quantized V cache (q4_0) needs flash attention")
+        assert panel.error_box.isVisible() and panel.error_box.windowTitle() == "These settings cannot be used"
+        assert panel.client.config.cache_type_v is CacheType.F16  # the engine was not touched
+
+    loop.run_until_complete(scenario())
+
+
+def test_bad_gpu_layers_text_is_refused(loop, qtbot, panel):
+    async def scenario():
+        qtbot.keyClicks(panel.gpu_layers, "lots")
+        qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+        await until(lambda: panel.last_error, what="the refusal")
+        assert panel.last_error == "GPU layers must be a number of layers or all; got 'lots'"
+
+    loop.run_until_complete(scenario())
+
+
+def test_the_context_field_takes_a_size_or_automatic(loop, qtbot, panel):
+    async def scenario():
+        type_number(qtbot, panel.n_ctx, "1024")
+        await click_apply(qtbot, panel)
+        assert panel.client.model_info.n_ctx == 1024 and "(as set)" in panel.model_facts.text()
+        type_number(qtbot, panel.n_ctx, "0")
+        assert panel.n_ctx.text() == "automatic"
+        await click_apply(qtbot, panel)
+        info = panel.client.model_info
+        assert info.n_ctx == 16384 and info.pool_reason == "automatic: 2 × the training context 8192"
+        assert "KV pool: 16384 cells, 360.0 MiB (automatic: 2 × the training context 8192)" in panel.model_facts.text()
+
+    loop.run_until_complete(scenario())
