@@ -595,6 +595,17 @@ class LlamaBackend:
         """The bytes of one sequence's KV state (its cells' K and V rows, in the cache's types)."""
         return ll.llama_state_seq_get_size(self.ctx, seq_id)
 
+    def seq_save(self, seq_id: int) -> tuple[object, int]:
+        """A copy of one sequence's cells (llama.cpp's sequence state) and its size in bytes."""
+        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
+        state = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ctx, state, size, seq_id)
+        return (state, size) if written == size else (None, 0)
+
+    def seq_restore(self, seq_id: int, state, size: int) -> bool:
+        """Put saved cells back under `seq_id`; False when they find no room."""
+        return ll.llama_state_seq_set_data(self.ctx, state, size, seq_id) == size
+
     def seq_pos_max(self, seq_id: int) -> int:
         return ll.llama_memory_seq_pos_max(self.memory, seq_id)
 

@@ -12,6 +12,7 @@ from .backend import LlamaBackend
 from .chat_template import ChatTemplate
 from .events import Event, FinishEvent, FinishReason, TokenEvent
 from .history import TokenHistory
+from .host_cache import DEFAULT_BUDGET_MIB, HostCache
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
 from .prompt import Prompt, PromptBuilder
@@ -35,7 +36,8 @@ class Engine:
         self._sink = sink
         self.backend = LlamaBackend(config)
         self.n_ctx = self.backend.n_ctx
-        self.kv = KVCacheManager(self.backend, config.capacity, self.n_ctx, config.kv_reuse)
+        host = HostCache(DEFAULT_BUDGET_MIB << 20)
+        self.kv = KVCacheManager(self.backend, config.capacity, self.n_ctx, config.kv_reuse, host)
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)
@@ -246,6 +248,8 @@ class Engine:
             batch_limit=scheduler.batch_limit,
         )
         self.steps.append(step)
+        if step.n_prefill_tokens >= step.n_tokens // 2 > 0:  # mostly prompt: what a token of it costs now
+            self.kv.recompute_s_per_token = step.decode_s / step.n_tokens
         if scheduler.limits is not None:
             scheduler.limits.observe(step)
         self._n_steps += 1
@@ -264,4 +268,17 @@ class Engine:
             steps=self._n_steps,
             generated_tokens=self._generated,
             paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
+            **self._tier_figures(),
+        )
+
+    def _tier_figures(self) -> dict[str, int]:
+        host = self.kv.host
+        if host is None:
+            return {}
+        return dict(
+            saved_entries=len(host),
+            saved_bytes=host.bytes_used,
+            saves=host.saves,
+            restores=host.restores,
+            restored_tokens=host.restored_tokens,
         )

@@ -12,6 +12,8 @@ from __future__ import annotations
 from enum import Enum, auto
 from typing import Protocol
 
+from .host_cache import HostCache, SavedCells
+from .prefix import common_prefix_len
 from .sequence import Sequence
 
 # a waiting request that shares at least this many more tokens with a prompt being read right now
@@ -19,24 +21,15 @@ from .sequence import Sequence
 MIN_SHARED_PREFIX = 32
 
 
+# a saved state is restored only when it holds this many more tokens than the pool can give
+MIN_RESTORE_GAIN = 16
+
+
 class Memory(Protocol):
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
-
-
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    """Length of the common prefix of two token lists (slice compares run in C)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    def seq_save(self, seq_id: int) -> tuple[object, int]: ...
+    def seq_restore(self, seq_id: int, state: object, size: int) -> bool: ...
 
 
 class Slot:
@@ -62,11 +55,13 @@ class Acquire(Enum):
 
 
 class KVCacheManager:
-    def __init__(self, memory: Memory, n_slots: int, n_cells: int, reuse: bool = True):
+    def __init__(self, memory: Memory, n_slots: int, n_cells: int, reuse: bool = True, host: HostCache | None = None):
         self._mem = memory
         self.slots = [Slot(i) for i in range(n_slots)]
         self.n_cells = n_cells
         self.reuse = reuse
+        self.host = host if reuse else None  # evicted cells saved to RAM
+        self.recompute_s_per_token: float | None = None  # the engine's latest measure of prompt reading
         self._refs: dict[int, int] = {}
         self._next_cell = 0
         self._clock = 0
@@ -88,11 +83,12 @@ class KVCacheManager:
 
     # -- admission -------------------------------------------------------------------------
 
-    def acquire(self, seq: Sequence, reading: list[Sequence]) -> Acquire:
+    def acquire(self, seq: Sequence, reading: list[Sequence], reserved: int = 0) -> Acquire:
         """Give `seq` a slot that already holds the longest cached prefix of its tokens.
 
         `reading` are the running sequences still reading their prompt: if one of them is about to
-        compute a longer prefix of this prompt than any slot holds, wait for it instead.
+        compute a longer prefix of this prompt than any slot holds, wait for it instead. `reserved`
+        cells are promised to this step's other tokens.
         """
         target = seq.tokens
         dst = self._pick_slot(seq.request.conversation_id)
@@ -101,22 +97,68 @@ class KVCacheManager:
         src, n = self._longest_prefix(target) if self.reuse else (dst, 0)
         if self.reuse and self._should_wait(target, n, reading):
             return Acquire.DEFER
-        n = min(n, len(target) - 1)  # evaluate at least one token: its logits start the reply
         if dst.tokens and dst.owner != seq.request.conversation_id:
-            self.evictions += 1  # another conversation's cells give way
-        if src is dst or n == 0:
-            n = self._truncate(dst, n)
-        else:
-            self._truncate(dst, 0)
-            self._copy(src, dst, n)
+            self._give_way(dst)
+        n, restored = self._fill(dst, target, src, min(n, len(target) - 1), reserved)
         dst.owner = seq.request.conversation_id
         dst.sequence = seq
         dst.last_used = self._tick()
         seq.slot_id = dst.seq_id
         seq.num_computed = n
         seq.stats.cached_tokens += n
+        seq.stats.restored_tokens += restored
         seq.stats.evaluated_tokens += len(target) - n
         return Acquire.GRANTED
+
+    def _fill(self, dst: Slot, target: list[int], src: Slot | None, n: int, reserved: int) -> tuple[int, int]:
+        """Give `dst` the longest reusable prefix of `target` (restored from RAM, kept, or copied
+        from `src`, which holds `n` tokens of it); return (tokens it holds, tokens restored)."""
+        restored = self._restore(dst, target, n, reserved)
+        if restored:
+            return restored, restored
+        if restored == 0:  # tried and failed: making room may have evicted `src`
+            src, n = self._longest_prefix(target)
+            n = min(n, len(target) - 1)
+        if src is dst or n == 0:
+            return self._truncate(dst, n), 0
+        self._truncate(dst, 0)
+        self._copy(src, dst, n)
+        return n, 0
+
+    def _restorable(self, target: list[int], n_pool: int) -> tuple[str, int, SavedCells] | None:
+        """The saved cells sharing the most of `target`, when they beat the pool's `n_pool` tokens
+        and copying them back is cheaper than computing them: (owner, tokens kept, cells)."""
+        if self.host is None:
+            return None
+        owner, n = self.host.best(target)
+        n = min(n, len(target) - 1)
+        if owner is None or n < n_pool + MIN_RESTORE_GAIN:
+            return None
+        saved = self.host.get(owner)
+        if not self.host.cheaper_than(saved.size, (n - n_pool) * (self.recompute_s_per_token or 0.0)):
+            return None
+        return owner, n, saved
+
+    def _restore(self, dst: Slot, target: list[int], n_pool: int, reserved: int) -> int | None:
+        """Restore into `dst` what `_restorable` finds: the tokens kept, 0 if that failed, None if
+        not tried (nothing worth it, or no room for all its cells now)."""
+        found = self._restorable(target, n_pool)
+        if found is None:
+            return None
+        owner, n, saved = found
+        if self.free_cells + self._freeable() < reserved + len(saved.tokens):
+            return None
+        self._truncate(dst, 0)
+        if not self.make_room(reserved + len(saved.tokens)) or not self.host.restore(self._mem, dst.seq_id, saved):
+            self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
+            return 0
+        first = self._next_cell
+        self._next_cell += len(saved.tokens)
+        dst.tokens = list(saved.tokens)
+        dst.cells = list(range(first, self._next_cell))
+        self._refs.update(dict.fromkeys(dst.cells, 1))
+        self.host.taken(owner, n)
+        return self._truncate(dst, n)
 
     def _pick_slot(self, conversation_id: str | None) -> Slot | None:
         idle = [s for s in self.slots if s.is_idle]
@@ -172,8 +214,9 @@ class KVCacheManager:
             self._truncate(slot, 0)
 
     def preempt(self, seq: Sequence) -> None:
-        """Take a running request's cells back; it will recompute them when it resumes."""
+        """Take a running request's cells back; it restores or recomputes them when it resumes."""
         slot = self.slots[seq.slot_id]
+        self._save(slot, seq.request.conversation_id or seq.request_id)
         self._truncate(slot, 0)
         slot.owner = None
         slot.sequence = None
@@ -184,10 +227,18 @@ class KVCacheManager:
 
     def could_fit(self, tokens: list[int], reserved: int) -> bool:
         """Whether a prompt's uncached part fits beside `reserved` cells, counting idle slots as
-        freeable. Evicts nothing: the idle slot it would evict may hold this very prefix."""
+        freeable. Evicts nothing: the idle slot it would evict may hold this very prefix. Cells
+        saved in RAM come back whole (none shared), so a prompt that would restore them waits for
+        room for all of them rather than compute them again."""
         cached = self._longest_prefix(tokens)[1] if self.reuse else 0
-        freeable = sum(len(s.cells) for s in self.slots if s.is_idle)
-        return self.free_cells + freeable >= reserved + len(tokens) - cached
+        needed = len(tokens) - cached
+        found = self._restorable(tokens, cached)
+        if found is not None:
+            needed = len(found[2].tokens) + len(tokens) - found[1]
+        return self.free_cells + self._freeable() >= reserved + needed
+
+    def _freeable(self) -> int:
+        return sum(len(s.cells) for s in self.slots if s.is_idle)
 
     def make_room(self, n: int) -> bool:
         """Evict idle slots, least recently used first, until `n` cells are free."""
@@ -199,14 +250,25 @@ class KVCacheManager:
         return True
 
     def evict(self, slot: Slot) -> None:
+        self._give_way(slot)
         self._truncate(slot, 0)
         slot.owner = None
+
+    def _give_way(self, slot: Slot) -> None:
+        """The slot's conversation loses its cells: they go to RAM first, when worth keeping."""
         self.evictions += 1
+        self._save(slot, slot.owner or f"slot {slot.seq_id} at {self._tick()}")
+
+    def _save(self, slot: Slot, owner: str) -> None:
+        if self.host is not None and self.host.worth_saving(len(slot.tokens)):
+            self.host.save(self._mem, slot.seq_id, owner, slot.tokens)
 
     def clear(self) -> None:
         for s in self.slots:
             self._truncate(s, 0)
             s.owner = None
+        if self.host is not None:
+            self.host.clear()
 
     # -- cells -----------------------------------------------------------------------------
 

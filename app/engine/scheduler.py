@@ -118,7 +118,7 @@ class Scheduler:
             # joining now would only be preempted again: wait until running requests free cells
             return 0, False
         reading = [s for s in self.running if s.num_pending > 1]
-        outcome = self.kv.acquire(seq, reading)
+        outcome = self.kv.acquire(seq, reading, reserved)
         if outcome == Acquire.NO_SLOT:
             return 0, False
         if outcome == Acquire.DEFER:

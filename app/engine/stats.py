@@ -30,6 +30,7 @@ class RequestStats:
     conversation_id: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens whose KV cells were reused
+    restored_tokens: int = 0  # of those, cells brought back from RAM
     evaluated_tokens: int = 0  # prompt tokens computed (again, after a preemption)
     gen_tokens: int = 0
     preemptions: int = 0
@@ -165,3 +166,9 @@ class EngineSnapshot:
     steps: int
     generated_tokens: int
     paused: int = 0  # running sequences beyond the batch limit: they keep their cells and wait their turn
+    # the RAM tier: evicted cells kept in host memory
+    saved_entries: int = 0
+    saved_bytes: int = 0
+    saves: int = 0
+    restores: int = 0
+    restored_tokens: int = 0
