@@ -8,6 +8,7 @@ conversation's own tokens whose text starts the newly rendered prompt, and token
 
 from __future__ import annotations
 
+import codecs
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -40,19 +41,25 @@ class TokenHistory:
 def kept_prefix(history: Sequence[int], text: bytes, lead: Sequence[int], spell: Callable[[int], bytes]) -> tuple[int, int]:
     """How many leading tokens of `history` spell the start of `text`, and how many bytes they spell.
 
-    `lead` are the tokens the tokenizer puts before any text (a BOS): they spell nothing. A token
-    spelling nothing else ends the run (it would be invisible in the text), and the run never ends
-    inside a UTF-8 character, so the rest of the text can be tokenized on its own.
+    Tokens spell their bytes as the reply showed them: decoded as UTF-8, bytes that are no text
+    becoming U+FFFD, as the text stream does (a sampled token can be a stray byte). `lead` are the
+    tokens the tokenizer puts before any text (a BOS): they spell nothing. A token spelling nothing
+    else ends the run (it would be invisible in the text), and the run ends only where no character
+    is half read, so the rest of the text can be tokenized on its own.
     """
     n = len(lead) if lead and list(history[: len(lead)]) == list(lead) else 0
-    start, pos = n, 0
-    for token in history[start:]:
+    start = n
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    kept, pos = (n, 0), 0
+    for i, token in enumerate(history[start:], start + 1):
         piece = spell(token)
-        if not piece or not text.startswith(piece, pos):
+        held = decoder.getstate()[0]
+        shown = decoder.decode(piece).encode("utf-8")
+        if not piece or not text.startswith(shown, pos):
             break
-        pos += len(piece)
-        n += 1
-    while n > start and pos < len(text) and text[pos] & 0xC0 == 0x80:  # a continuation byte
-        n -= 1
-        pos -= len(spell(history[n]))
-    return (n, pos) if n > start else (0, 0)
+        if held and not 0x80 <= piece[0] <= 0xBF:  # the bytes held were no character: they end at token i-1
+            kept = (i - 1, pos + len(held.decode("utf-8", errors="replace").encode("utf-8")))
+        pos += len(shown)
+        if not decoder.getstate()[0]:  # no character half read: a place the rest can start
+            kept = (i, pos)
+    return kept if kept[0] > start else (0, 0)
