@@ -73,6 +73,7 @@ ENGINE_FLAGS = {  # flag: EngineConfig field
     "threads": "n_threads",
     "threads_batch": "n_threads_batch",
     "ctx": "n_ctx",
+    "cache_ram": "cache_ram_mib",
 }
 
 
@@ -104,6 +105,10 @@ def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str, threads: b
         "-tb", "--threads-batch", type=_positive, default=quiet, help="threads for prompt batches (default: --threads)"
     )
     group.add_argument("-c", "--ctx", type=_not_negative, default=quiet, help=ctx_help)
+    group.add_argument(
+        "-cram", "--cache-ram", type=_not_negative, default=quiet, metavar="MiB",
+        help="host memory for KV cells evicted from the pool, restored when their chat returns (default 8192; 0: none)",
+    )  # fmt: skip
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:

@@ -100,7 +100,7 @@ def test_a_quantized_k_cache_or_flash_attention_alone_is_fine():
 # -- the command line ------------------------------------------------------------------------------
 
 LLAMA_FLAGS = ["-ngl", "all", "-mg", "0", "-fa", "off", "-ctk", "q8_0", "-ctv", "f16", "--mlock", "--no-mmap"]
-LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024"]
+LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024", "-cram", "512"]
 EXPECTED = {
     "gpu_layers": GPU_LAYERS_ALL,
     "main_gpu": 0,
@@ -112,6 +112,7 @@ EXPECTED = {
     "n_threads": 2,
     "n_threads_batch": 1,
     "n_ctx": 1024,
+    "cache_ram_mib": 512,
 }
 
 
@@ -127,7 +128,7 @@ def test_llama_cpp_flags_parse_into_engine_config_fields(command):
 def test_long_flag_names_and_layer_counts():
     args = build_parser().parse_args(
         ["serve", "--gpu-layers", "12", "--main-gpu", "1", "--flash-attn", "auto", "--cache-type-k", "q4_0"]
-        + ["--cache-type-v", "q8_0", "--threads-batch", "3", "--ctx", "0"]
+        + ["--cache-type-v", "q8_0", "--threads-batch", "3", "--ctx", "0", "--cache-ram", "0"]
     )
     assert engine_overrides(args) == {
         "gpu_layers": 12,
@@ -137,6 +138,7 @@ def test_long_flag_names_and_layer_counts():
         "cache_type_v": CacheType.Q8_0,
         "n_threads_batch": 3,
         "n_ctx": 0,
+        "cache_ram_mib": 0,
     }
     assert engine_overrides(build_parser().parse_args(["serve", "--n-gpu-layers", "0"])) == {"gpu_layers": 0}
 

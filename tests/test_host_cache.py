@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids
+from serving import Serving
 
 from app.engine.host_cache import HostCache, SavedCells
 from app.engine.params import GREEDY
@@ -69,6 +71,29 @@ def test_a_preempted_reply_resumes_from_ram(config):
     assert snapshot.preemptions >= 1 and snapshot.restores >= 1
     preempted = [f for f in finals if f.stats.preemptions]
     assert preempted and all(f.stats.restored_tokens > 0 for f in preempted)
+
+
+def test_metrics_show_the_ram_tier_and_cache_ram_0_turns_it_off(config):
+    small = config.with_(n_ctx=1024, capacity=2)
+
+    async def turns(cache_ram_mib: int) -> dict[str, float]:
+        async with (
+            Serving(small.with_(cache_ram_mib=cache_ram_mib)) as (client, _server, url),
+            aiohttp.ClientSession() as http,
+        ):
+            params = GREEDY.with_(max_tokens=8)
+            _, first = await collect(client.generate(chat(), params, conversation_id="a"))
+            await collect(client.generate(chat(story=OTHER), params, conversation_id="b"))  # pushes "a" out
+            await collect(client.generate(chat(first.text), params, conversation_id="a"))
+            async with http.get(f"{url}/metrics") as r:
+                text = await r.text()
+        pairs = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("batch_playground_kv_ram"))
+        return {name.removeprefix("batch_playground_kv_ram_"): float(value) for name, value in pairs}
+
+    on, off = run(turns(64)), run(turns(0))
+    assert on["saves_total"] >= 1 and on["restores_total"] == 1 and on["restored_tokens_total"] > 500
+    assert on["entries"] >= 1 and 0 < on["bytes"] <= 64 << 20  # "b", pushed out in turn
+    assert off == dict.fromkeys(on, 0.0)
 
 
 class FakeMemory:

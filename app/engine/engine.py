@@ -12,7 +12,7 @@ from .backend import LlamaBackend
 from .chat_template import ChatTemplate
 from .events import Event, FinishEvent, FinishReason, TokenEvent
 from .history import TokenHistory
-from .host_cache import DEFAULT_BUDGET_MIB, HostCache
+from .host_cache import HostCache
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
 from .prompt import Prompt, PromptBuilder
@@ -36,7 +36,7 @@ class Engine:
         self._sink = sink
         self.backend = LlamaBackend(config)
         self.n_ctx = self.backend.n_ctx
-        host = HostCache(DEFAULT_BUDGET_MIB << 20)
+        host = HostCache(config.cache_ram_mib << 20) if config.cache_ram_mib > 0 else None
         self.kv = KVCacheManager(self.backend, config.capacity, self.n_ctx, config.kv_reuse, host)
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)

@@ -15,7 +15,6 @@ from typing import Protocol
 
 from .prefix import common_prefix_len
 
-DEFAULT_BUDGET_MIB = 4096
 MIN_SAVED_TOKENS = 32  # fewer are as cheap to recompute as to keep
 
 

@@ -123,6 +123,9 @@ class SamplingParams:
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)
 
 
+DEFAULT_CACHE_RAM_MIB = 8192  # llama-server's default; only cells the pool evicts use it
+
+
 def default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -151,6 +154,8 @@ class EngineConfig:
     use_mlock: bool = False
     use_mmap: bool = True
     n_threads_batch: int | None = None  # threads for prompt batches; None: n_threads
+    # the KV cache's RAM tier (llama-server's --cache-ram): MiB of host memory for evicted cells; 0: none
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
@@ -175,6 +180,8 @@ class EngineConfig:
             return f"the main GPU is a device index, 0 or more; got {self.main_gpu}"
         if self.n_ctx < 0:
             return f"the context must be a number of KV cells, or 0 for automatic; got {self.n_ctx}"
+        if self.cache_ram_mib < 0:
+            return f"the RAM cache is a number of MiB, or 0 for none; got {self.cache_ram_mib}"
         if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):
             return "thread counts must be 1 or more"
         return None

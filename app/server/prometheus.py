@@ -82,6 +82,11 @@ def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals
         ("counter", "prompt_tokens_evaluated_total", "prompt tokens computed", totals.evaluated_tokens),
         ("counter", "evictions_total", "idle conversations evicted from the KV cache", s.evictions),
         ("counter", "preemptions_total", "running requests preempted for room", s.preemptions),
+        ("gauge", "kv_ram_entries", "evicted sequences whose KV cells are kept in host RAM", s.saved_entries),
+        ("gauge", "kv_ram_bytes", "host RAM holding evicted KV cells", s.saved_bytes),
+        ("counter", "kv_ram_saves_total", "sequences' KV cells saved to host RAM", s.saves),
+        ("counter", "kv_ram_restores_total", "sequences' KV cells restored from host RAM", s.restores),
+        ("counter", "kv_ram_restored_tokens_total", "prompt tokens restored from host RAM, not computed", s.restored_tokens),
     ]
 
 
