@@ -237,6 +237,18 @@ class KVCacheManager:
             needed = len(found[2].tokens) + len(tokens) - found[1]
         return self.free_cells + self._freeable() >= reserved + needed
 
+    def is_cheap(self, tokens: list[int], reserved: int, cached_share: float = 0.5) -> bool:
+        """Whether a prompt has at least `cached_share` of its tokens in the pool (or in RAM) and
+        the rest fits in the cells free beside `reserved`: admitting it evicts no one's cells."""
+        if not self.reuse:
+            return False
+        cached = self._longest_prefix(tokens)[1]
+        needed = len(tokens) - cached
+        found = self._restorable(tokens, cached)
+        if found is not None:
+            cached, needed = found[1], len(found[2].tokens) + len(tokens) - found[1]
+        return cached >= cached_share * len(tokens) and needed <= self.free_cells - reserved
+
     def _freeable(self) -> int:
         return sum(len(s.cells) for s in self.slots if s.is_idle)
 

@@ -20,6 +20,8 @@ from .sequence import Sequence, SequenceStatus
 
 Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens to evaluate)
 
+MAX_BYPASSES = 8  # a waiting request is passed by cheaper, cached ones at most this many times
+
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, n_batch: int, max_running: int, policy: Policy = Policy.DECODE_FIRST):
@@ -31,6 +33,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        self.bypasses = 0  # admissions that went ahead of an earlier waiting request
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -76,7 +79,9 @@ class Scheduler:
         budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
-        for seq in service_order(self.policy, self.running, self.waiting):
+        blocked: Sequence | None = None  # the first waiting request that did not go in
+        order = service_order(self.policy, self.running, self.waiting)
+        for i, seq in enumerate(order):
             if planned >= budget:
                 break
             reserved = planned + decoding  # the cells of decodes still to come stay theirs
@@ -87,8 +92,17 @@ class Scheduler:
                 decoding -= 1
             elif seq.status is SequenceStatus.RUNNING:
                 n = self._chunk(seq, budget - planned, reserved)
+            elif admitting and self._cached_go_first(seq, order[i + 1 :], reserved):
+                blocked, admitting = seq, False
+                continue
             elif admitting:
                 n, admitting = self._admit(seq, budget - planned, reserved)
+                blocked = None if admitting else seq
+            elif self._may_pass(seq, blocked, reserved):
+                n, _ = self._admit(seq, budget - planned, reserved)
+                if seq.status is SequenceStatus.RUNNING:
+                    blocked.bypassed += 1
+                    self.bypasses += 1
             else:
                 continue
             if n:
@@ -129,6 +143,26 @@ class Scheduler:
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
         return self._chunk(seq, budget, reserved), True
+
+    # -- cache-aware admission under pressure ----------------------------------------------------
+    # When admitting the next waiting request would evict idle conversations' cells (or cannot
+    # happen at all yet), requests behind it whose prompts are mostly cached and fit in the free
+    # cells go first: they cost little and evict nobody. Each waiting request is passed so at most
+    # MAX_BYPASSES times, after which everyone waits for it: no request starves.
+
+    def _cached_go_first(self, seq: Sequence, later: list[Sequence], reserved: int) -> bool:
+        if seq.bypassed >= MAX_BYPASSES or self.kv.is_cheap(seq.tokens, reserved, cached_share=0.0):
+            return False
+        return any(self._may_pass(other, seq, reserved) for other in later if other.status is SequenceStatus.WAITING)
+
+    def _may_pass(self, seq: Sequence, blocked: Sequence | None, reserved: int) -> bool:
+        return (
+            blocked is not None
+            and seq.status is SequenceStatus.WAITING
+            and blocked.bypassed < MAX_BYPASSES
+            and seq.request.priority >= blocked.request.priority
+            and self.kv.is_cheap(seq.tokens, reserved)
+        )
 
     def _make_way_for(self, seq: Sequence) -> bool:
         """Under the priority policy, a waiting request takes the slot of a lower-priority one."""

@@ -38,6 +38,7 @@ class Sequence:
         self.num_computed = 0  # leading tokens whose KV cells this sequence's slot holds
         self.status = SequenceStatus.WAITING
         self.slot_id: int | None = None  # the llama.cpp sequence id whose cells it uses (the KV manager's slot)
+        self.bypassed = 0  # requests admitted ahead of it while it waited for room (bounded)
         self.sampler = None
         self.row = -1  # batch row whose logits this sequence samples in the current step
         self.stream = TextStream(request.params.stop)
