@@ -241,6 +241,7 @@ def _request_record(conversation: int, turn: int, priority: Priority, final: Fin
         "priority": priority.name.lower(),
         "prompt_tokens": st.prompt_tokens,
         "cached_tokens": st.cached_tokens,
+        "restored_tokens": st.restored_tokens,
         "evaluated_tokens": st.evaluated_tokens,
         "gen_tokens": st.gen_tokens,
         "queued_s": st.queued_s,
@@ -305,6 +306,9 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "ttft_p50_by_turn_s": [percentile([r["ttft_s"] for r in rs], 50) for rs in by_turn],
         "evictions": snapshot.evictions,
         "preemptions": snapshot.preemptions,
+        "ram_saves": snapshot.saves,  # the KV cache's RAM tier (--cache-ram)
+        "ram_restores": snapshot.restores,
+        "ram_restored_tokens": snapshot.restored_tokens,
         "cpu_util": cpu_s / (wall * (os.cpu_count() or 1)),
         "mean_batch_tokens": statistics.fmean(st.n_tokens for st in steps) if steps else math.nan,
         "mean_batch_seqs": statistics.fmean(st.n_seqs for st in steps) if steps else math.nan,

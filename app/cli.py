@@ -245,10 +245,32 @@ def _bench(args) -> int:
             _print_perf_lines(run)
         runs.append(run)
     print(format_table(runs))
+    for run in runs:
+        _print_turns(run)
+        for note in run["notes"]:
+            print(f"note: {note}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"runs": _without_nan(runs)}, f, indent=1)
     return 0
+
+
+def _print_turns(run: dict) -> None:
+    """A multi-turn run's figures by turn: hit rate (and the ideal: every earlier turn cached), TTFT."""
+    if run["turns"] < 2:
+        return
+
+    def figures(values, fmt):
+        return " ".join("-" if v is None or v != v else fmt.format(v) for v in values)
+
+    print(f"{run['configuration']}, {run['parallel']} parallel, by turn:")
+    print(f"  KV hit rate        {figures(run['kv_hit_rate_by_turn'], '{:.3f}')}")
+    print(f"  ideal KV hit rate  {figures(run['kv_hit_rate_ideal_by_turn'], '{:.3f}')}")
+    print(f"  TTFT p50 s         {figures(run['ttft_p50_by_turn_s'], '{:.2f}')}")
+    print(
+        f"  evictions {run['evictions']}, preemptions {run['preemptions']}; RAM tier: {run['ram_saves']} saved, "
+        f"{run['ram_restores']} restored ({run['ram_restored_tokens']} tokens)"
+    )
 
 
 def _serve(args) -> int:
