@@ -32,6 +32,7 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
+from app.engine.stats import EngineSnapshot
 from app.server.server import ApiServer
 
 from .benchmark_dock import BenchmarkPanel
@@ -431,11 +432,7 @@ class MainWindow(QMainWindow):
             pane.refresh_readout()
         s = self.client.snapshot
         if s is not None:
-            self.status_label.setText(
-                f"{self.client.config.mode.value} · running {s.running - s.paused}"
-                f"{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
-                f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions} · steps {s.steps}"
-            )
+            self.status_label.setText(engine_status(self.client.config.mode.value, s))
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
@@ -502,3 +499,14 @@ class MainWindow(QMainWindow):
             self._closed = True
             self.close()
             self.sigClosed.emit()
+
+
+def engine_status(mode: str, s: EngineSnapshot) -> str:
+    """The status bar's line: what runs and waits, the pool, and the RAM tier once it was used."""
+    text = (
+        f"{mode} · running {s.running - s.paused}{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
+        f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions}"
+    )
+    if s.saves:
+        text += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
+    return f"{text} · steps {s.steps}"
