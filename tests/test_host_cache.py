@@ -73,6 +73,30 @@ def test_a_preempted_reply_resumes_from_ram(config):
     assert preempted and all(f.stats.restored_tokens > 0 for f in preempted)
 
 
+def test_preempted_replies_sharing_their_prompt_save_and_restore_only_their_own_cells(config):
+    """Four replies to one story share its cells; those preempted for room save only the cells
+    past it and share it again when they come back."""
+    tight = config.with_(n_ctx=768, capacity=4)
+    story = STORY[: len(STORY) * 5 // 7]  # 400 tokens: with four replies of 120, past 768 cells
+    params = GREEDY.with_(max_tokens=120, ignore_eos=True)
+
+    async def main():
+        async with Started(tight) as client:
+            asks = [[{"role": "user", "content": story + f"Question {i}: who lived there?"}] for i in range(4)]
+            finals = await asyncio.gather(
+                *(collect(client.generate(ask, params, conversation_id=f"s{i}")) for i, ask in enumerate(asks))
+            )
+            return [f for _, f in finals], client.snapshot
+
+    finals, snapshot = run(main())
+    assert all(f.stats.gen_tokens == 120 for f in finals)
+    assert snapshot.preemptions >= 1 and snapshot.restores >= 1
+    restored = [f for f in finals if f.stats.restored_tokens]
+    assert restored and all(f.stats.cached_tokens >= f.stats.restored_tokens > f.stats.prompt_tokens for f in restored)
+    story_cells = 400 * 23_040  # SmolLM2-135M's f16 cells: what a whole copy would hold
+    assert snapshot.saved_entries == 0 or snapshot.saved_bytes < snapshot.saved_entries * story_cells
+
+
 def test_metrics_show_the_ram_tier_and_cache_ram_0_turns_it_off(config):
     small = config.with_(n_ctx=1024, capacity=2)
 

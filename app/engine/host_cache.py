@@ -25,9 +25,14 @@ class StateMemory(Protocol):
 
 @dataclass(frozen=True)
 class SavedCells:
-    tokens: list[int]  # the tokens whose cells the state holds, position = index
-    state: object  # llama.cpp's sequence state (an opaque buffer)
+    tokens: list[int]  # the sequence's tokens, position = index
+    state: object  # llama.cpp's sequence state (an opaque buffer) of the cells from `start` on
     size: int  # its bytes
+    start: int = 0  # cells before it were shared with another sequence: the pool gives them back
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.tokens) - self.start
 
 
 class HostCache:
@@ -47,11 +52,12 @@ class HostCache:
     def worth_saving(self, n_tokens: int) -> bool:
         return n_tokens >= MIN_SAVED_TOKENS and self.budget_bytes > 0
 
-    def save(self, memory: StateMemory, seq_id: int, owner: str, tokens: list[int]) -> None:
-        """Copy a sequence's cells to RAM under `owner` (replacing what it saved before)."""
+    def save(self, memory: StateMemory, seq_id: int, owner: str, tokens: list[int], start: int = 0) -> None:
+        """Copy a sequence's cells (those it holds from position `start` on) to RAM under `owner`,
+        replacing what it saved before."""
         state, size = memory.seq_save(seq_id)
         if state is not None and size <= self.budget_bytes:
-            self.put(owner, SavedCells(list(tokens), state, size))
+            self.put(owner, SavedCells(list(tokens), state, size, start))
 
     def restore(self, memory: StateMemory, seq_id: int, saved: SavedCells) -> bool:
         t0 = time.perf_counter()

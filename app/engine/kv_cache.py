@@ -135,6 +135,8 @@ class KVCacheManager:
         if owner is None or n < n_pool + MIN_RESTORE_GAIN:
             return None
         saved = self.host.get(owner)
+        if saved.start > n_pool:  # its shared prefix is no longer in the pool
+            return None
         if not self.host.cheaper_than(saved.size, (n - n_pool) * (self.recompute_s_per_token or 0.0)):
             return None
         return owner, n, saved
@@ -146,17 +148,22 @@ class KVCacheManager:
         if found is None:
             return None
         owner, n, saved = found
-        if self.free_cells + self._freeable() < reserved + len(saved.tokens):
+        if self.free_cells + self._freeable() < reserved + saved.n_cells:
             return None
         self._truncate(dst, 0)
-        if not self.make_room(reserved + len(saved.tokens)) or not self.host.restore(self._mem, dst.seq_id, saved):
+        room = self.make_room(reserved + saved.n_cells)
+        src, held = self._longest_prefix(target)  # making room may have evicted the shared prefix
+        if not room or held < saved.start or not self.host.restore(self._mem, dst.seq_id, saved):
             self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
+        if saved.start:
+            self._copy(src, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
         first = self._next_cell
-        self._next_cell += len(saved.tokens)
+        self._next_cell += saved.n_cells
+        new_cells = range(first, self._next_cell)
         dst.tokens = list(saved.tokens)
-        dst.cells = list(range(first, self._next_cell))
-        self._refs.update(dict.fromkeys(dst.cells, 1))
+        dst.cells = dst.cells[: saved.start] + list(new_cells)
+        self._refs.update(dict.fromkeys(new_cells, 1))
         self.host.taken(owner, n)
         return self._truncate(dst, n)
 
@@ -234,7 +241,7 @@ class KVCacheManager:
         needed = len(tokens) - cached
         found = self._restorable(tokens, cached)
         if found is not None:
-            needed = len(found[2].tokens) + len(tokens) - found[1]
+            needed = found[2].n_cells + len(tokens) - found[1]
         return self.free_cells + self._freeable() >= reserved + needed
 
     def is_cheap(self, tokens: list[int], reserved: int, cached_share: float = 0.5) -> bool:
@@ -246,7 +253,7 @@ class KVCacheManager:
         needed = len(tokens) - cached
         found = self._restorable(tokens, cached)
         if found is not None:
-            cached, needed = found[1], len(found[2].tokens) + len(tokens) - found[1]
+            cached, needed = found[1], found[2].n_cells + len(tokens) - found[1]
         return cached >= cached_share * len(tokens) and needed <= self.free_cells - reserved
 
     def _freeable(self) -> int:
@@ -272,8 +279,26 @@ class KVCacheManager:
         self._save(slot, slot.owner or f"slot {slot.seq_id} at {self._tick()}")
 
     def _save(self, slot: Slot, owner: str) -> None:
-        if self.host is not None and self.host.worth_saving(len(slot.tokens)):
-            self.host.save(self._mem, slot.seq_id, owner, slot.tokens)
+        """Copy the slot's cells to RAM; a prefix it shares with another slot (a system prompt) is
+        left out: restoring shares it again instead of holding a copy."""
+        if self.host is None:
+            return
+        holder, start = self._sharing(slot)
+        if start < MIN_SHARED_PREFIX or not self._mem.seq_rm(slot.seq_id, 0, start):
+            holder, start = None, 0
+        if self.host.worth_saving(len(slot.tokens) - start):
+            self.host.save(self._mem, slot.seq_id, owner, slot.tokens, start)
+        if holder is not None:
+            self._mem.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
+
+    def _sharing(self, slot: Slot) -> tuple[Slot | None, int]:
+        """The other slot sharing the most leading cells with `slot`, and how many."""
+        best, best_n = None, 0
+        for other in self.slots:
+            n = common_prefix_len(other.cells, slot.cells) if other is not slot else 0
+            if n > best_n:
+                best, best_n = other, n
+        return best, best_n
 
     def clear(self) -> None:
         for s in self.slots:
