@@ -152,3 +152,19 @@ def test_the_real_engine_under_pressure_finishes_every_turn(config):
     assert all(r in ("stop", "length") for chat_reasons in reasons for r in chat_reasons)
     assert snapshot.evictions >= 1  # the pool was under pressure
     assert bypasses <= 4 * 3 * MAX_BYPASSES
+
+
+def test_a_request_is_not_admitted_into_the_cells_running_replies_are_about_to_write():
+    kv = KVCacheManager(CellBook(), n_slots=4, n_cells=1000)
+    scheduler = Scheduler(kv, n_batch=512, max_running=4)
+    writing = turn(0, 0, 600, max_tokens=100, arrival=0)  # will write 100 more cells
+    scheduler.add(writing)
+    while writing.num_generated == 0:
+        step(scheduler)
+    late = turn(1, 0, 360, max_tokens=4, arrival=1)  # fits the 399 free cells now, not beside 64 of headroom
+    scheduler.add(late)
+    step(scheduler)
+    assert late.status is SequenceStatus.WAITING and kv.free_cells >= 360
+    while late.status is SequenceStatus.WAITING:
+        step(scheduler)
+    assert writing.stats.preemptions == 0 and writing.status is SequenceStatus.FINISHED

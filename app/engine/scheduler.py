@@ -20,6 +20,7 @@ from .sequence import Sequence, SequenceStatus
 
 Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens to evaluate)
 
+HEADROOM = 64  # tokens of each running reply kept free for it when admitting others
 MAX_BYPASSES = 8  # a waiting request is passed by cheaper, cached ones at most this many times
 
 
@@ -128,8 +129,8 @@ class Scheduler:
         """Admit a waiting sequence and plan its first chunk: (tokens planned, whether to go on admitting)."""
         if len(self.running) >= self.batch_limit and not self._make_way_for(seq):
             return 0, False
-        if self.running and not self.kv.could_fit(seq.tokens, reserved):
-            # joining now would only be preempted again: wait until running requests free cells
+        if self.running and not self.kv.could_fit(seq.tokens, reserved + self._headroom()):
+            # joining now would soon be preempted, or preempt another: wait until running requests free cells
             return 0, False
         reading = [s for s in self.running if s.num_pending > 1]
         outcome = self.kv.acquire(seq, reading, reserved)
@@ -163,6 +164,11 @@ class Scheduler:
             and seq.request.priority >= blocked.request.priority
             and self.kv.is_cheap(seq.tokens, reserved)
         )
+
+    def _headroom(self) -> int:
+        """Cells the running replies will take soon: what each has left to write, up to HEADROOM
+        tokens. Admitting into them would preempt a reply a few steps later."""
+        return sum(min(s.params.max_tokens - s.num_generated, HEADROOM) for s in self.running)
 
     def _make_way_for(self, seq: Sequence) -> bool:
         """Under the priority policy, a waiting request takes the slot of a lower-priority one."""
