@@ -94,7 +94,7 @@ def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, 
         click(pane.regenerate_button)
         assert pane.is_busy
         await until(lambda: not pane.is_busy, what="the regenerated reply")
-        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
 
         click(pane.export_button)
         assert "dragon" in exported.read_text(encoding="utf-8")

@@ -143,8 +143,8 @@ def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_windo
         assert [p.chat.messages for p in window.panes] == before
         first.input.clear()
         await send(first, "Hello again")
-        assert [m["role"] for m in first.chat.messages[-2:]] == ["user", "assistant"]
-        assert first.chat.messages[-1]["content"].strip()
+        assert [m["role"] for m in first.chat.messages[-3:]] == ["user", "assistant", NOTICE]
+        assert first.chat.messages[-2]["content"].strip()
 
     run_window(scenario, panes=2)
 

@@ -10,6 +10,7 @@ import pytest
 from spawn import free_port, running, serve_command
 from ui_fixtures import QUICK, set_params, start_long_reply, until
 
+from app.ui.chat_store import NOTICE
 from app.ui.main_window import API_KEY
 from app.ui.pane_params import PaneParamsEditor
 from app.ui.settings import AppSettings, PaneParams, open_qsettings
@@ -31,7 +32,7 @@ def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serv
         remote.send("What is the capital of France?")
         await until(lambda: not remote.is_busy, what="the remote reply")
         assert window.client.snapshot.steps == steps_before, "the local engine served the remote pane"
-        assert [m["role"] for m in remote.chat.messages] == ["user", "assistant"]
+        assert [m["role"] for m in remote.chat.messages] == ["user", "assistant", NOTICE]  # cut at 24 tokens
         remote.send("And of Italy?")
         await until(lambda: not remote.is_busy, what="the second remote reply")
         m = window.metrics.panes[remote.key]

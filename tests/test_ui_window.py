@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QPushButton
 from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
@@ -28,8 +30,10 @@ def test_message_streams_reply(run_window):
         QTest.keyClick(pane.input, Qt.Key.Key_Return)  # Enter sends
         assert pane.is_busy and pane.input.toPlainText() == ""
         await until(lambda: not pane.is_busy, what="the reply")
-        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
         assert pane.chat.messages[1]["content"].strip()
+        assert pane.chat.messages[2]["content"].startswith("cut at Max tokens (24)")  # not a silent end
+        assert "cut at Max tokens (24)" in pane.transcript.toPlainText()
         assert sum(shown_while_busy) >= 2  # the reply appeared in pieces before it ended
         assert "Name three colours." in pane.transcript.toPlainText()
 
@@ -115,10 +119,27 @@ def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
         assert all(p.is_busy for p in window.panes)
         await until(lambda: window.is_idle, what="every reply")
         for pane in window.panes:
-            assert [m["role"] for m in pane.chat.messages] == ["user", "assistant"]
+            assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
         assert max(st.n_decode for st in window.client.recent_steps()) == 4  # one step fed all four
 
     run_window(scenario, panes=4)
+
+
+def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_window):
+    async def scenario(window):
+        assert window.windowTitle() == f"{Path(window.client.config.model_path).stem} · Batch playground"
+        pane = window.panes[0]
+        await start_long_reply(window, pane, "Write a long poem about rain.")
+        QTest.keyClicks(window.broadcast_edit, "Hello, everyone")
+        send_all = next(b for b in window.findChildren(QPushButton) if b.text() == "Send to all")
+        QTest.mouseClick(send_all, Qt.MouseButton.LeftButton)
+        assert "Every pane is busy" in window.statusBar().currentMessage()
+        assert window.broadcast_edit.text() == "Hello, everyone"  # kept, to send later
+        assert [m["role"] for m in pane.chat.messages] == ["user"]  # the busy pane took nothing
+        pane.stop()
+        await until(lambda: not pane.is_busy, what="the stop")
+
+    run_window(scenario, panes=1)
 
 
 def test_plots_get_points_for_each_pane(run_window):
@@ -277,7 +298,7 @@ def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
         set_params(window, QUICK)
         window.panes[0].send("Hello")
         await until(lambda: window.is_idle)
-        assert window.panes[0].chat.messages[-1]["role"] == "assistant"
+        assert [m["role"] for m in window.panes[0].chat.messages[-2:]] == ["assistant", NOTICE]
         panel.error_box.close()
 
     run_window(scenario, panes=1)
@@ -299,7 +320,7 @@ def test_apply_reloads_without_losing_chats(run_window):
         assert window.client.config.overflow is OverflowPolicy.TRUNCATE
         assert window.settings.engine_config("x.gguf").overflow is OverflowPolicy.TRUNCATE
         roles = [m["role"] for m in pane.chat.messages]
-        assert roles[:3] == ["user", "assistant", "user"] and roles[-1] == NOTICE
+        assert roles[:4] == ["user", "assistant", NOTICE, "user"] and roles[-1] == NOTICE
         assert "reloaded" in pane.chat.messages[-1]["content"]
 
     run_window(scenario, panes=1)

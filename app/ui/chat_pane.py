@@ -332,6 +332,8 @@ class ChatPane(QFrame):
             note = final.notice if final is not None else None
             if final is None or (final.reason is FinishReason.CANCELLED and not note):
                 note = "stopped"
+            elif final.reason is FinishReason.LENGTH and not note:
+                note = f"cut at Max tokens ({self.params.max_tokens}): raise it in ⚙ for longer replies"
             if note:
                 self.chat.add(NOTICE, note)
         self.transcript.show_messages(self.chat.messages)

@@ -84,9 +84,9 @@ class MainWindow(QMainWindow):
         self._flush_timer = QTimer(self, singleShot=True, timeout=self._flush_panes)
         self._since_flush = QElapsedTimer()
         self._since_flush.start()
-        self.setWindowTitle("Batch playground")
         self._ticks = 0
         self._build()
+        self._show_title()
         self._restore(pane_count)
         self._list_saved_chats()
         if client.failure:
@@ -388,8 +388,11 @@ class MainWindow(QMainWindow):
         return sum(pane.send(text) for pane in self.panes)
 
     def _on_broadcast(self) -> None:
-        if self.broadcast(self.broadcast_edit.text()):
+        text = self.broadcast_edit.text()
+        if self.broadcast(text):
             self.broadcast_edit.clear()
+        elif text.strip():  # it stays in the field, to send once a pane is free
+            self.statusBar().showMessage("Every pane is busy: nothing was sent. Stop a reply, or send when one ends.", 10000)
 
     def stop_all(self) -> None:
         for pane in self.panes:
@@ -445,6 +448,11 @@ class MainWindow(QMainWindow):
     def _on_config_applied(self, config) -> None:
         self.settings.set_engine_config(config)
         self._relayout()
+        self._show_title()
+
+    def _show_title(self) -> None:
+        """The window's title names the model every local pane talks to."""
+        self.setWindowTitle(f"{Path(self.client.config.model_path).stem} · Batch playground")
 
     def _on_engine_failed(self, reason: str) -> None:
         """The engine thread ended on its own; every stream has already ended with the reason."""
