@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import threading
 
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QToolButton
 from ui_fixtures import QUICK, set_params, until
 
 from app.engine.params import Policy, Priority
@@ -109,3 +112,19 @@ def test_a_high_priority_pane_sends_high_priority_requests(run_window):
         return seen
 
     assert run_window(scenario, panes=2) == [Priority.HIGH, Priority.NORMAL]
+
+
+def test_the_benchmark_button_brings_its_view_forward_and_a_bad_count_is_explained(run_window):
+    async def scenario(window):
+        button = next(b for b in window.findChildren(QToolButton) if b.defaultAction() is window.bench_dock.toggleViewAction())
+        QTest.mouseClick(button, Qt.MouseButton.LeftButton)
+        await until(lambda: not window.bench_dock.visibleRegion().isEmpty(), what="the benchmark in front")
+        assert window.plots_dock.visibleRegion().isEmpty()  # tabbed behind it, not in front of it
+        view = window.benchmark_panel
+        view.parallel_counts.clear()
+        QTest.keyClicks(view.parallel_counts, "4, eight")
+        QTest.mouseClick(view.run_button, Qt.MouseButton.LeftButton)
+        assert not view.is_running
+        assert view.status.text() == "Parallel counts: whole numbers of 2 or more, e.g. 4, 8, 16"
+
+    run_window(scenario, panes=1)

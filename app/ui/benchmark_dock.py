@@ -105,9 +105,10 @@ class BenchmarkPanel(QWidget):
     # -- running ----------------------------------------------------------------------------------
 
     def rows(self) -> list[BenchSettings]:
-        counts = [int(x) for x in self.parallel_counts.text().replace(",", " ").split()]
-        if not counts or min(counts) < 2:
-            raise ValueError("parallel counts: two or more, e.g. 4, 8, 16")
+        words = self.parallel_counts.text().replace(",", " ").split()
+        if not words or not all(w.isdigit() for w in words) or min(int(w) for w in words) < 2:
+            raise ValueError("Parallel counts: whole numbers of 2 or more, e.g. 4, 8, 16")
+        counts = [int(w) for w in words]
         system = SYSTEM_PROMPT_FILE.read_text(encoding="utf-8").strip() if self.shared_system.isChecked() else None
         base = BenchSettings(
             model_path=self._model_path(),

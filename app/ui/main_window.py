@@ -165,6 +165,9 @@ class MainWindow(QMainWindow):
         bar.addAction(self.engine_dock.toggleViewAction())
         bar.addAction(self.plots_dock.toggleViewAction())
         bar.addAction(self.bench_dock.toggleViewAction())
+        # shown from the toolbar, a dock tabbed behind the plots comes to the front
+        for dock in (self.plots_dock, self.bench_dock):
+            dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
         bar.addSeparator()
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
         self.serve_control.sigServing.connect(self._on_serving)
