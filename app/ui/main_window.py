@@ -179,7 +179,7 @@ class MainWindow(QMainWindow):
             self.settings.serve_address = self.serve_control.address_edit.text()
             self.settings.serve_api_key = self.serve_control.key_edit.text()
             self.metrics.add_pane(API_KEY)
-            self.plots.add_pane(API_KEY, API_COLOUR)
+            self.plots.add_pane(API_KEY, API_COLOUR, "API")
         else:
             self.plots.remove_pane(API_KEY)
             self.metrics.remove_pane(API_KEY)
@@ -226,7 +226,7 @@ class MainWindow(QMainWindow):
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
         self.panes.insert(len(self.panes) if index is None else index, pane)
-        self.plots.add_pane(pane.key, colour)
+        self.plots.add_pane(pane.key, colour, chat.name)
         self._save(chat)
         self._relayout()
         return pane
@@ -282,6 +282,7 @@ class MainWindow(QMainWindow):
     # -- saving --------------------------------------------------------------------------------
 
     def _save(self, chat: Chat) -> None:
+        self.plots.name_pane(chat.chat_id, chat.name)  # a renamed chat: its legend entry follows
         self.saves.save(chat)
         self._show_save_state()
         self.chat_list.update_row(ChatRow.of(chat, is_open=self._pane_of(chat.chat_id) is not None))

@@ -10,6 +10,7 @@ save.
 
 from __future__ import annotations
 
+import html
 import math
 import time
 
@@ -17,11 +18,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy
 
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
+LEGEND_PER_LINE = 4
+RIGHT_MARGIN_S = 1.0  # room right of now, so a point just added is drawn whole
 BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
 ENGINE_COLOUR = "#333333"
@@ -151,17 +154,21 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.metrics = metrics
         self.setBackground("w")
         self.ci.layout.setSpacing(2)
-        self.rate_plot = _plot(self, 0, "Tokens/s per pane")
+        self.rate_plot = _plot(self, 0, "Tokens/s per pane", "tok/s")
         self.latency_plot = _plot(self, 1, "Latency per pane: TTFT ● / inter-token —", "s", log_y=True)
-        self.hit_plot = _plot(self, 2, "KV cache hit rate per pane")
-        self.hit_plot.setYRange(0, 1.05, padding=0)
-        self.engine_plot = _plot(self, 3, "Engine: generated tokens/s")
-        self.batch_plot = _plot(self, 4, "Engine: sequences per step — / batch limit - -")
+        self.hit_plot = _plot(self, 2, "KV cache hit rate per pane", "%")
+        self.hit_plot.setYRange(0, 105, padding=0)
+        self.engine_plot = _plot(self, 3, "Engine: generated tokens/s", "tok/s")
+        self.batch_plot = _plot(self, 4, "Engine: sequences per step — / batch limit - -", "seqs")
+        self.legend = self.addLabel("", row=5, col=0, justify="left")  # each pane's colour and name
+        # its text must never widen the plots past the dock: it wraps in lines, and its width is ignored
+        self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._legend_entries: dict[str, tuple[str, str]] = {}  # pane -> (name, colour)
         for plot in (self.rate_plot, self.latency_plot, self.hit_plot, self.engine_plot):
             plot.setXLink(self.batch_plot)
             plot.hideAxis("bottom")  # the bottom plot's axis says it for all
         self.batch_plot.setLabel("bottom", "seconds ago")
-        self.batch_plot.setXRange(-WINDOW_S, 0, padding=0)
+        self.batch_plot.setXRange(-WINDOW_S, RIGHT_MARGIN_S, padding=0)  # a margin: the newest dots whole
         self.batch_plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
         self._t0 = time.monotonic()
         self._x_right = 0  # the moment at the right edge, in whole seconds since the panel opened
@@ -190,7 +197,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
     def sizeHint(self) -> QSize:
         return QSize(PREFERRED_WIDTH, super().sizeHint().height())
 
-    def add_pane(self, key: str, colour: str) -> None:
+    def add_pane(self, key: str, colour: str, name: str = "") -> None:
+        self._legend_entries[key] = (name or key, colour)
+        self._show_legend()
         pen = line_pen(colour)
         self.pane_curves[key] = {"rate": LiveSeries(pen), "itl": LiveSeries(pen)}
         for name, series in self.pane_curves[key].items():
@@ -198,7 +207,23 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             series.move_to(-self._x_right)
         self._brushes[key] = pg.mkBrush(colour)
 
+    def name_pane(self, key: str, name: str) -> None:
+        entry = self._legend_entries.get(key)
+        if entry is not None and entry[0] != name:
+            self._legend_entries[key] = (name, entry[1])
+            self._show_legend()
+
+    def _show_legend(self) -> None:
+        entries = [
+            f"<span style='color:{colour}'>&#9632;</span>&nbsp;{html.escape(name)}"
+            for name, colour in self._legend_entries.values()
+        ]
+        lines = ["&nbsp;&nbsp; ".join(entries[i : i + LEGEND_PER_LINE]) for i in range(0, len(entries), LEGEND_PER_LINE)]
+        self.legend.setText("<br>".join(lines), size="8pt")
+
     def remove_pane(self, key: str) -> None:
+        if self._legend_entries.pop(key, None) is not None:
+            self._show_legend()
         for name, series in self.pane_curves.pop(key, {}).items():
             series.remove_from(self._plot_of[name])
         self._brushes.pop(key, None)
@@ -281,7 +306,8 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if self._fed.get((name, key)) == ring.pushes:
             return False
         self._fed[(name, key)] = ring.pushes
-        self._points[name][key] = self._shown(ring, now, log_y)
+        x, y = self._shown(ring, now, log_y)
+        self._points[name][key] = (x, y * 100) if name == "hit" else (x, y)  # hit rate in %, as the readouts
         return True
 
     def _show_points(self, name: str) -> None:
