@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids
+from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 from serving import Serving
 
 from app.engine.host_cache import HostCache, SavedCells
@@ -21,6 +21,20 @@ def chat(first_reply: str | None = None, story: str = STORY) -> list[dict[str, s
     if first_reply is not None:
         messages += [{"role": "assistant", "content": first_reply}, {"role": "user", "content": "Where did he live?"}]
     return messages
+
+
+def replies_at_once(config, prompts: list[str], max_tokens: int):
+    """Every prompt's greedy reply of exactly `max_tokens`, all sent at once: (finals, snapshot)."""
+    params = GREEDY.with_(max_tokens=max_tokens, ignore_eos=True)
+
+    async def main():
+        async with Started(config) as client:
+            finals = await asyncio.gather(
+                *(collect(client.generate(user(p), params, conversation_id=f"c{i}")) for i, p in enumerate(prompts))
+            )
+            return [f for _, f in finals], client.snapshot
+
+    return run(main())
 
 
 def test_an_evicted_conversation_is_restored_from_ram_and_answers_as_if_recomputed(config, model_path):
@@ -53,20 +67,10 @@ def test_an_evicted_conversation_is_restored_from_ram_and_answers_as_if_recomput
 
 def test_a_preempted_reply_resumes_from_ram(config):
     """Four long replies in a pool too small for them all: some are preempted mid-reply; they come
-    back with their cells restored (waiting for room for all of them, as restored cells share
-    nothing), and every one finishes."""
-    tight = config.with_(n_ctx=1024, capacity=4)
-    params = GREEDY.with_(max_tokens=160, ignore_eos=True)
-
-    async def main():
-        async with Started(tight) as client:
-            tales = [[{"role": "user", "content": f"Tale {i}. " + STORY[:840]}] for i in range(4)]
-            finals = await asyncio.gather(
-                *(collect(client.generate(tale, params, conversation_id=f"c{i}")) for i, tale in enumerate(tales))
-            )
-            return [f for _, f in finals], client.snapshot
-
-    finals, snapshot = run(main())
+    back with their cells restored (waiting for room for the cells they bring back), and every one
+    finishes."""
+    tales = [f"Tale {i}. " + STORY[:840] for i in range(4)]
+    finals, snapshot = replies_at_once(config.with_(n_ctx=1024, capacity=4), tales, max_tokens=160)
     assert all(f.stats.gen_tokens == 160 for f in finals)
     assert snapshot.preemptions >= 1 and snapshot.restores >= 1
     preempted = [f for f in finals if f.stats.preemptions]
@@ -76,19 +80,9 @@ def test_a_preempted_reply_resumes_from_ram(config):
 def test_preempted_replies_sharing_their_prompt_save_and_restore_only_their_own_cells(config):
     """Four replies to one story share its cells; those preempted for room save only the cells
     past it and share it again when they come back."""
-    tight = config.with_(n_ctx=768, capacity=4)
     story = STORY[: len(STORY) * 5 // 7]  # 400 tokens: with four replies of 120, past 768 cells
-    params = GREEDY.with_(max_tokens=120, ignore_eos=True)
-
-    async def main():
-        async with Started(tight) as client:
-            asks = [[{"role": "user", "content": story + f"Question {i}: who lived there?"}] for i in range(4)]
-            finals = await asyncio.gather(
-                *(collect(client.generate(ask, params, conversation_id=f"s{i}")) for i, ask in enumerate(asks))
-            )
-            return [f for _, f in finals], client.snapshot
-
-    finals, snapshot = run(main())
+    asks = [story + f"Question {i}: who lived there?" for i in range(4)]
+    finals, snapshot = replies_at_once(config.with_(n_ctx=768, capacity=4), asks, max_tokens=120)
     assert all(f.stats.gen_tokens == 120 for f in finals)
     assert snapshot.preemptions >= 1 and snapshot.restores >= 1
     restored = [f for f in finals if f.stats.restored_tokens]

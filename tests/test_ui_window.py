@@ -142,25 +142,7 @@ def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_
     run_window(scenario, panes=1)
 
 
-def test_the_plots_name_the_panes_give_units_and_hit_rates_in_percent(run_window):
-    async def scenario(window):
-        set_params(window, QUICK)
-        for text in ("Hi!", "Hi again!"):  # the second turn reuses the first: a hit rate near 100%
-            window.broadcast(text)
-            await until(lambda: window.is_idle, what="every reply")
-        await asyncio.sleep(0.25)  # two plot ticks
-        plots = window.plots
-        assert all(pane.chat.name in plots.legend.text for pane in window.panes)
-        units = {name: getattr(plots, f"{name}_plot").getAxis("left").labelText for name in ("rate", "hit", "engine", "batch")}
-        assert units == {"rate": "tok/s", "hit": "%", "engine": "tok/s", "batch": "seqs"}
-        hits = [y for pane in window.panes for y in plots.points(pane.key, "hit")[1]]
-        assert 50 < max(hits) <= 100  # in %, as the readouts say it
-        assert plots.batch_plot.viewRange()[0][1] > 0  # room right of now: the newest dots are whole
-
-    run_window(scenario, panes=2)
-
-
-def test_plots_get_points_for_each_pane(run_window):
+def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_percent(run_window):
     async def scenario(window):
         set_params(window, QUICK)
         window.broadcast("Hi!")
@@ -176,6 +158,13 @@ def test_plots_get_points_for_each_pane(run_window):
                 assert len(x) > 0, (pane.chat.name, name)
             assert max(curves["rate"].getData()[1]) > 0
         assert len(window.plots.point_sets["hit"].data) == len(window.panes)  # one per reply
+        plots = window.plots
+        assert all(pane.chat.name in plots.legend.text for pane in window.panes)
+        units = {name: getattr(plots, f"{name}_plot").getAxis("left").labelText for name in ("rate", "hit", "engine", "batch")}
+        assert units == {"rate": "tok/s", "hit": "%", "engine": "tok/s", "batch": "seqs"}
+        hits = [y for pane in window.panes for y in plots.points(pane.key, "hit")[1]]
+        assert 50 < max(hits) <= 100  # in %, as the readouts say it: the later panes reuse the first's prompt
+        assert plots.batch_plot.viewRange()[0][1] > 0  # room right of now: the newest dots are whole
         x, y = window.plots.engine_curves["batch"].getData()
         assert max(y) >= 2
         assert "tok/s" in window.panes[0].readout.text()
