@@ -115,3 +115,19 @@ def test_a_narrow_readout_shows_the_longest_form_that_fits_and_the_whole_in_its_
         readout.resize(room, readout.height())
         assert readout.shown_text() == shown, room
     assert readout.toolTip() == "18 tok/s · TTFT 146 ms · KV hit 97%\nTTFT: time to the first token"
+
+
+def test_the_pane_header_marks_high_priority_and_a_system_prompt(run_window, qtbot):
+    async def scenario(window):
+        pane = window.panes[0]
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        editor = pane.params_editor
+        assert "⬆" not in pane.name_label.text() and "§" not in pane.name_label.text()
+        qtbot.mouseClick(editor.high_priority, Qt.MouseButton.LeftButton)
+        qtbot.keyClicks(editor.system_edit, "You answer in French.")
+        assert "⬆" in pane.name_label.text() and "§" in pane.name_label.text()
+        assert "You answer in French." in pane.name_label.toolTip()
+        qtbot.mouseClick(editor.high_priority, Qt.MouseButton.LeftButton)
+        assert "⬆" not in pane.name_label.text()
+
+    run_window(scenario, panes=1)

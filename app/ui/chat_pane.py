@@ -172,8 +172,14 @@ class ChatPane(QFrame):
         """The pane's name, and the host it chats with when that is not the local engine."""
         endpoint = params.endpoint()
         where = f" → {urlsplit(endpoint.api_url).netloc or endpoint.api_url}" if endpoint else ""
-        self.name_label.setText(f"<b>{html.escape(self.chat.name)}</b>{where}")
-        self.name_label.setToolTip(self.chat.name)
+        marks = ("&nbsp;⬆" if params.high_priority else "") + ("&nbsp;§" if params.system_prompt.strip() else "")
+        self.name_label.setText(f"<b>{html.escape(self.chat.name)}</b>{marks}{where}")
+        tips = [self.chat.name]
+        if params.high_priority:
+            tips.append("⬆ high priority: served first under the priority policy")
+        if params.system_prompt.strip():
+            tips.append(f"§ system prompt: {params.system_prompt.strip()[:200]}")
+        self.name_label.setToolTip("\n".join(tips))
 
     # -- state ---------------------------------------------------------------------------------
 
