@@ -125,6 +125,22 @@ def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
     run_window(scenario, panes=4)
 
 
+def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_window):
+    async def scenario(window):
+        first, second = window.panes
+        await start_long_reply(window, first, "Write a long poem about rain.")
+        await start_long_reply(window, second, "Write a long poem about rain.")  # the same prompt: found cached
+        await asyncio.sleep(0.4)  # a readout refresh
+        assert first.is_busy and second.is_busy
+        assert "KV hit 0%" in first.readout.text()  # nothing to reuse yet, and it says so
+        hit = int(second.readout.text().split("KV hit ")[1].split("%")[0])
+        assert hit > 80
+        window.stop_all()
+        await until(lambda: window.is_idle, what="the stops")
+
+    run_window(scenario, panes=2)
+
+
 def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_window):
     async def scenario(window):
         assert window.windowTitle() == f"{Path(window.client.config.model_path).stem} · Batch playground"

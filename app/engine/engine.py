@@ -190,7 +190,11 @@ class Engine:
             self._finish(seq, FinishReason.STOP, events)
             return
         text = seq.stream.feed(self.backend.piece(token))
-        events.append(TokenEvent(seq.request_id, text, 1, now, token))
+        if seq.num_generated == 1:
+            st = seq.stats
+            events.append(TokenEvent(seq.request_id, text, 1, now, token, st.cached_tokens, st.evaluated_tokens))
+        else:
+            events.append(TokenEvent(seq.request_id, text, 1, now, token))
         if seq.stream.stopped:
             self._finish(seq, FinishReason.STOP, events)
         elif seq.num_generated >= params.max_tokens:

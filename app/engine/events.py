@@ -24,6 +24,10 @@ class TokenEvent:
     n_tokens: int  # tokens this event accounts for (0 for a final flush)
     t: float  # monotonic time
     token: int = -1  # the sampled token id (-1 for a final flush)
+    # on a reply's first token only: its prompt's tokens found in the KV cache and computed, so a
+    # client can show the hit rate while the reply streams (-1 on every other event)
+    cached: int = -1
+    evaluated: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ class PaneMetrics:
     tok_s: float = 0.0
     ttft_s: float = math.nan
     kv_hit_rate: float = math.nan
+    conversation_cached: int = 0  # the chat's prompt tokens found in the cache, as of its last reply
+    conversation_prompt: int = 0  # and all its prompt tokens
     context_tokens: int = 0
     gen_tokens: int = 0  # in the reply being generated
 
@@ -118,6 +120,9 @@ class MetricsStore:
     def _on_token(self, ev: TokenEvent, tracked: _Tracked, m: PaneMetrics) -> None:
         if ev.n_tokens == 0:
             return
+        if ev.cached >= 0:  # the first token: the chat's hit rate so far, this prompt included
+            cached, total = m.conversation_cached + ev.cached, m.conversation_prompt + ev.cached + ev.evaluated
+            m.kv_hit_rate = cached / total if total else math.nan
         previous = m.last_token_t.get(ev.request_id)
         if previous is None:
             m.ttft_s = ev.t - tracked.t_submit
@@ -136,6 +141,8 @@ class MetricsStore:
             m.context_tokens = st.prompt_tokens + st.gen_tokens
         if not math.isnan(st.kv_hit_rate):
             m.kv_hit_rate = st.conversation_hit_rate  # the readout: the chat so far
+            m.conversation_cached = st.conversation_cached_tokens
+            m.conversation_prompt = st.conversation_cached_tokens + st.conversation_evaluated_tokens
             m.kv_hit.push(st.t_finish if not math.isnan(st.t_finish) else st.t_submit, st.kv_hit_rate)
 
     # -- the plot timer ------------------------------------------------------------------------
