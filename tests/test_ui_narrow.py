@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QAbstractButton, QStyle, QToolButton
 from ui_fixtures import LONG, QUICK, set_params, until
 
 from app.ui.chat_store import NOTICE
+from app.ui.pane_params import SLIDERS
 from app.ui.readout import Readout
 from app.ui.window_placement import room_for_window
 
@@ -129,5 +130,19 @@ def test_the_pane_header_marks_high_priority_and_a_system_prompt(run_window, qtb
         assert "You answer in French." in pane.name_label.toolTip()
         qtbot.mouseClick(editor.high_priority, Qt.MouseButton.LeftButton)
         assert "⬆" not in pane.name_label.text()
+
+    run_window(scenario, panes=1)
+
+
+def test_every_slider_explains_itself_and_its_range(run_window, qtbot):
+    async def scenario(window):
+        pane = window.panes[0]
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        for spec in SLIDERS:
+            slider = pane.params_editor.sliders[spec.name]
+            tip = slider.toolTip()
+            assert len(tip) > 40 and f"Range {spec.lo:g} to {spec.hi:g}" in tip, spec.name
+            label = pane.params_editor.layout().labelForField(slider.parentWidget())
+            assert label.text() == spec.label and label.toolTip() == tip
 
     run_window(scenario, panes=1)

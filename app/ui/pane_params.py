@@ -30,6 +30,12 @@ class SliderSpec:
     lo: float
     hi: float
     step: float
+    what: str = ""  # what it does, for its tooltip
+
+    @property
+    def tooltip(self) -> str:
+        fmt = "{:g}"
+        return f"{self.what}\nRange {fmt.format(self.lo)} to {fmt.format(self.hi)}, in steps of {fmt.format(self.step)}."
 
     def to_int(self, value: float) -> int:
         return round((value - self.lo) / self.step)
@@ -40,13 +46,34 @@ class SliderSpec:
 
 
 SLIDERS = (
-    SliderSpec("temperature", "Temperature", 0.0, 2.0, 0.05),
-    SliderSpec("top_p", "Top-p", 0.05, 1.0, 0.01),
-    SliderSpec("top_k", "Top-k", 0, 200, 1),
-    SliderSpec("min_p", "Min-p", 0.0, 0.5, 0.01),
-    SliderSpec("repeat_penalty", "Repeat penalty", 1.0, 2.0, 0.01),
-    SliderSpec("max_tokens", "Max tokens", 16, 2048, 16),
-)
+    SliderSpec(
+        "temperature", "Temperature", 0.0, 2.0, 0.05,
+        "How adventurous the choice of each next token is: 0 always takes the likeliest\n"
+        "(the same reply every time), higher spreads the choice over less likely tokens.",
+    ),
+    SliderSpec(
+        "top_p", "Top-p", 0.05, 1.0, 0.01,
+        "Nucleus sampling: choose only among the likeliest tokens that together make up this\n"
+        "share of the probability. 1 keeps them all; lower is more focused.",
+    ),
+    SliderSpec(
+        "top_k", "Top-k", 0, 200, 1,
+        "Choose only among this many likeliest tokens. 0 turns the limit off.",
+    ),
+    SliderSpec(
+        "min_p", "Min-p", 0.0, 0.5, 0.01,
+        "Drop tokens less likely than this fraction of the likeliest one. 0 turns it off;\n"
+        "0.05 cuts the long tail of unlikely words.",
+    ),
+    SliderSpec(
+        "repeat_penalty", "Repeat penalty", 1.0, 2.0, 0.01,
+        "Make tokens used in the recent text less likely, against loops. 1 turns it off.",
+    ),
+    SliderSpec(
+        "max_tokens", "Max tokens", 16, 2048, 16,
+        "The longest reply, in tokens; a reply cut by it says so under it.",
+    ),
+)  # fmt: skip
 
 
 class SeedValidator(QIntValidator):
@@ -75,6 +102,7 @@ class PaneParamsEditor(QWidget):
         form.setVerticalSpacing(2)
         for spec in SLIDERS:
             form.addRow(spec.label, self._slider_row(spec))
+            form.labelForField(self.sliders[spec.name].parentWidget()).setToolTip(spec.tooltip)
         self.seed_edit = QLineEdit()
         self.seed_edit.setPlaceholderText("random")
         self.seed_edit.setValidator(SeedValidator(0, 2**31 - 1))
@@ -148,6 +176,7 @@ class PaneParamsEditor(QWidget):
         slider = QSlider(Qt.Orientation.Horizontal)
         slider.setRange(0, spec.to_int(spec.hi))
         slider.valueChanged.connect(lambda pos, spec=spec: self._on_slider(spec, pos))
+        slider.setToolTip(spec.tooltip)
         value = QLabel()
         value.setMinimumWidth(40)
         value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
