@@ -65,7 +65,6 @@ class ChatList(QWidget):
         layout.addLayout(self._buttons())
         self.status = QLabel()
         self.status.setWordWrap(True)
-        self.status.setStyleSheet("color: #444;")
         layout.addWidget(self.status)
         self._on_selection()
 

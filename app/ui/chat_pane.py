@@ -36,6 +36,7 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import SamplingParams
 from app.remote import RemoteClient
 
+from . import theme
 from .chat_store import NOTICE, Chat
 from .dialogs import export_with_dialog
 from .metrics import MetricsStore
@@ -85,7 +86,8 @@ class ChatPane(QFrame):
         self._checkpoint_timer = QTimer(self, interval=CHECKPOINT_MS, timeout=self._checkpoint)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
-        self.setStyleSheet(f"#chatPane {{ border: 1px solid #c8c8c8; border-top: 3px solid {colour}; }}")
+        border = theme.current().border.name()
+        self.setStyleSheet(f"#chatPane {{ border: 1px solid {border}; border-top: 3px solid {colour}; }}")
         self._build(params)
         self.transcript.show_messages(chat.messages)
 

@@ -22,7 +22,17 @@ def main(argv: list[str] | None = None) -> int:
         "--screenshot-after-tokens", type=int, metavar="N", help="take it once every pane has N tokens of its last reply"
     )
     parser.add_argument("--exit-when-done", action="store_true")
-    return run_app(parser.parse_args(argv))
+    parser.add_argument("--dark", action="store_true", help="a dark palette, as a dark desktop theme gives")
+    args = parser.parse_args(argv)
+    if args.dark:
+        from PySide6.QtWidgets import QApplication
+
+        from .theme import dark_palette
+
+        app = QApplication.instance() or QApplication(sys.argv[:1])
+        app.setStyle("Fusion")  # the offscreen platform's default style draws with a fixed light look
+        app.setPalette(dark_palette())
+    return run_app(args)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,6 @@ class EnginePanel(QWidget):
         form.addRow("Model", self._model_row())
         self.model_facts = QLabel()
         self.model_facts.setWordWrap(True)
-        self.model_facts.setStyleSheet("color: #444;")
         form.addRow("", self.model_facts)
         self.capacity = _spin(1, MAX_PANES)
         self.n_ctx = _spin(0, 1 << 20, 512)

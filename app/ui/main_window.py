@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         self.plots_dock.raise_()
         self.bench_dock.hide()
         self._build_toolbar()
-        self.status_label = Readout(colour="#222", pixel_size=12)
+        self.status_label = Readout(muted=False, pixel_size=12)
         self.status_label.setMinimumWidth(560)
         self.status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.save_warning = QLabel()

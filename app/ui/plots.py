@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QColor, QPainterPath, QPen
+from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy
 
 from .metrics import MetricsStore, Ring
@@ -27,7 +27,6 @@ LEGEND_PER_LINE = 4
 RIGHT_MARGIN_S = 1.0  # room right of now, so a point just added is drawn whole
 BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
-ENGINE_COLOUR = "#333333"
 LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 PREFERRED_WIDTH = 400  # as the window opens: on a 1366 px laptop screen eight panes get 230 px each
 
@@ -152,7 +151,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
     def __init__(self, metrics: MetricsStore, parent=None):
         super().__init__(parent)
         self.metrics = metrics
-        self.setBackground("w")
+        self.setBackground(self.palette().color(QPalette.ColorRole.Base))  # dark with a dark theme
         self.ci.layout.setSpacing(2)
         self.rate_plot = _plot(self, 0, "Tokens/s per pane", "tok/s")
         self.latency_plot = _plot(self, 1, "Latency per pane: TTFT ● / inter-token —", "s", log_y=True)
@@ -176,7 +175,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
         self._y_range: dict[int, tuple[float, float]] = {}
         self.pane_curves: dict[str, dict[str, LiveSeries]] = {}
-        engine_pen = line_pen(ENGINE_COLOUR)
+        engine_pen = line_pen(self.palette().color(QPalette.ColorRole.Text).name())  # readable on any theme
         self.engine_curves = {
             "rate": LiveSeries(engine_pen),
             "batch": LiveSeries(engine_pen),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from .theme import blend
 
 
 class Readout(QWidget):
@@ -13,13 +15,13 @@ class Readout(QWidget):
     with eight panes refreshing three times a second that was 1.5% of a core taken from the engine
     (measured), so this one keeps a fixed height and repaints only itself."""
 
-    def __init__(self, colour: str = "#555", pixel_size: int = 11, legend: str = "", parent=None):
+    def __init__(self, muted: bool = True, pixel_size: int = 11, legend: str = "", parent=None):
         super().__init__(parent)
         self._legend = legend
         font = self.font()
         font.setPixelSize(pixel_size)
         self.setFont(font)
-        self._colour = QColor(colour)
+        self._muted = muted  # secondary figures: the window text toned down; else the window text
         self._forms: tuple[str, ...] = ("",)  # the text, then shorter forms of it
         self.setFixedHeight(self.fontMetrics().height() + 2)  # fixed: a change never moves the layout
         # it paints its own background, so its pane is not repainted under it at every change
@@ -44,8 +46,13 @@ class Readout(QWidget):
         metrics = self.fontMetrics()
         return next((form for form in self._forms if metrics.horizontalAdvance(form) <= self.width()), "…")
 
+    def pen_colour(self) -> QColor:
+        palette = self.palette()
+        text = palette.color(QPalette.ColorRole.WindowText)
+        return blend(text, palette.color(QPalette.ColorRole.Window), 0.3) if self._muted else text
+
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.fillRect(event.rect(), self.palette().window())
-        painter.setPen(self._colour)
+        painter.setPen(self.pen_colour())
         painter.drawText(self.rect(), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, self.shown_text())

@@ -9,6 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
+from . import theme
 from .chat_store import NOTICE
 
 # a fence, as in Markdown, is ``` at the start of a line (an info string without backticks after it) and
@@ -19,12 +20,18 @@ _MONO = "font-family: 'DejaVu Sans Mono', monospace;"
 
 
 def message_html(role: str, text: str) -> str:
+    colours = theme.current()
     if role == NOTICE:
-        return f'<p style="color:#a15c00;"><i>{html.escape(text)}</i></p>'
+        return f'<p style="color:{colours.notice.name()};"><i>{html.escape(text)}</i></p>'
     if role == "user":
         body = _typed_html(text)
-        return f'<table width="100%" cellpadding="6" bgcolor="#e8eef8"><tr><td><b>You</b><br>{body}</td></tr></table>'
-    return f'<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br>{_body_html(text)}</p>'
+        bubble = colours.user_bubble.name()
+        return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td><b>You</b><br>{body}</td></tr></table>'
+    return f"{_assistant_heading(colours)}{_body_html(text, colours)}</p>"
+
+
+def _assistant_heading(colours: theme.Theme) -> str:
+    return f'<p style="margin-top:6px;"><b style="color:{colours.assistant.name()};">Assistant</b><br>'
 
 
 def _typed_html(text: str) -> str:
@@ -32,13 +39,13 @@ def _typed_html(text: str) -> str:
     return f'<span style="white-space:pre-wrap;">{html.escape(text)}</span>'
 
 
-def _body_html(text: str) -> str:
-    """Escaped text with ``` fenced blocks shown monospace on a grey background."""
+def _body_html(text: str, colours: theme.Theme) -> str:
+    """Escaped text with ``` fenced blocks shown monospace on a shaded background."""
     out, pos = [], 0
     for m in _FENCE.finditer(text):
         out.append(_para(text[pos : m.start()]))
         code = html.escape(m.group(1).rstrip("\n"))
-        out.append(f'<pre style="background:#f2f2f2; {_MONO}">{code}</pre>')
+        out.append(f'<pre style="background:{colours.code_background.name()}; {_MONO}">{code}</pre>')
         pos = m.end()
     out.append(_para(text[pos:]))
     return "".join(out)
@@ -136,7 +143,7 @@ class Transcript(QTextBrowser):
     def _open_reply(self) -> None:
         """The streamed reply's heading, at `_reply_start`, and a cursor after it for the text."""
         cursor = self._end()
-        cursor.insertHtml('<p style="margin-top:6px;"><b style="color:#2d6a3e;">Assistant</b><br></p>')
+        cursor.insertHtml(f"{_assistant_heading(theme.current())}</p>")
         self._reply_end = cursor
 
     def _remove_reply(self) -> None:
