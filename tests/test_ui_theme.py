@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from ui_fixtures import QUICK, set_params, until
 
@@ -33,6 +34,43 @@ def test_every_text_colour_reads_on_its_background(run_window, qapp, dark):
         assert contrast(pane.readout.pen_colour(), window_bg) >= READABLE
         shown = pane.transcript.toHtml()
         assert colours.user_bubble.name() in shown and colours.assistant.name() in shown
+
+    try:
+        run_window(scenario, panes=1)
+    finally:
+        qapp.setPalette(before)
+
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_warnings_and_the_engine_banner_read_in_the_palette(run_window, qapp, qtbot, dark):
+    before = qapp.palette()
+    if dark:
+        qapp.setPalette(dark_palette())
+
+    async def scenario(window):
+        colours = Theme.of(qapp.palette())
+        window_bg = window.palette().color(QPalette.ColorRole.Window)
+        # the engine panel's notices and errors are on the window background
+        assert contrast(colours.notice, window_bg) >= READABLE
+        assert contrast(colours.error, window_bg) >= READABLE
+
+        window.banner.show_failure("the engine stopped after an internal error: boom")
+        await until(lambda: window.banner.isVisible(), what="the banner")
+        banner = window.banner.grab().toImage()
+        label = window.banner.label
+        background = banner.pixelColor(label.geometry().left() + 1, label.geometry().top() + 1)
+        assert background.name() == colours.error_background.name()  # drawn from the palette
+        assert contrast(label.palette().color(QPalette.ColorRole.WindowText), background) >= READABLE
+
+        pane = window.panes[0]
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        editor = pane.params_editor
+        qtbot.keyClicks(editor.endpoint_edits["remote_api_key"], "secret")
+        qtbot.keyClicks(editor.endpoint_edits["remote_url"], "http://example.test:8000/v1")
+        assert editor.key_warning.isVisible()
+        warning = editor.key_warning.palette().color(QPalette.ColorRole.WindowText)
+        assert warning.name() == colours.error.name()
+        assert contrast(warning, editor.palette().color(QPalette.ColorRole.Window)) >= READABLE
 
     try:
         run_window(scenario, panes=1)

@@ -7,6 +7,8 @@ import html
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 
+from . import theme
+
 
 class EngineBanner(QFrame):
     sigRestart = Signal()
@@ -14,7 +16,9 @@ class EngineBanner(QFrame):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("engineBanner")
-        self.setStyleSheet("#engineBanner { background: #fdecea; border: 1px solid #e3a09a; border-radius: 3px; }")
+        colours = theme.current()
+        background, border = colours.error_background.name(), colours.error.name()
+        self.setStyleSheet(f"#engineBanner {{ background: {background}; border: 1px solid {border}; border-radius: 3px; }}")
         row = QHBoxLayout(self)
         row.setContentsMargins(8, 4, 4, 4)
         self.label = QLabel()

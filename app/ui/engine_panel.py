@@ -32,6 +32,7 @@ from app.engine.errors import EngineError
 from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, OverflowPolicy, Policy, ServingMode
 from app.engine.pool import format_bytes
 
+from . import theme
 from .settings import MAX_PANES
 
 ITL_TARGET_RANGE_MS = (20, 1000)
@@ -215,7 +216,8 @@ class EnginePanel(QWidget):
         if info.build is not None:
             lines.append(f"Build: {escape(info.build.summary())}")
             self.gpu_layers.setPlaceholderText("automatic: all" if info.build.gpu_offload else "automatic: 0 (CPU-only build)")
-        lines += [f'<span style="color:#a05a00;">{escape(notice)}</span>' for notice in info.notices]
+        notice = theme.current().notice.name()
+        lines += [f'<span style="color:{notice};">{escape(text)}</span>' for text in info.notices]
         self.model_facts.setText("<br>".join(lines))
 
     def set_min_capacity(self, panes: int) -> None:
@@ -278,7 +280,7 @@ class EnginePanel(QWidget):
         `loaded`: a reload was tried (else the settings were refused before it)."""
         self.last_error = reason
         title = "The model could not be loaded" if loaded else "These settings cannot be used"
-        self.status.setText(f'<span style="color:#b00020;">Kept the previous model: {escape(reason)}</span>')
+        self.status.setText(_error_html(f"Kept the previous model: {escape(reason)}"))
         self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, reason, parent=self)
         self.error_box.setInformativeText("The previous model is still loaded.")
         self.error_box.open()
@@ -303,13 +305,17 @@ class EnginePanel(QWidget):
             await change
         except EngineError as e:
             self.show_config(self.client.config)
-            self.status.setText(f'<span style="color:#b00020;">Not applied, the engine has stopped: {e}</span>')
+            self.status.setText(_error_html(f"Not applied, the engine has stopped: {escape(str(e))}"))
             return
         self.sigLiveChanged.emit(self.client.config)
 
     def _show_itl_target(self) -> None:
         self.itl_target.setEnabled(self.adaptive.isChecked())
         self.itl_target_label.setText(f"{self.itl_target.value()} ms" if self.adaptive.isChecked() else "off")
+
+
+def _error_html(text: str) -> str:
+    return f'<span style="color:{theme.current().error.name()};">{text}</span>'
 
 
 def _gpu_layers(text: str) -> int | None:

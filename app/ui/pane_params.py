@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.remote import Endpoint
 
+from . import theme
 from .settings import PaneParams
 
 
@@ -158,7 +159,7 @@ class PaneParamsEditor(QWidget):
             form.addRow(label, edit)
         self.key_warning = QLabel()
         self.key_warning.setWordWrap(True)
-        self.key_warning.setStyleSheet("color: #c0392b;")
+        self.key_warning.setStyleSheet(f"color: {theme.current().error.name()};")
         self.key_warning.hide()
         form.addRow("", self.key_warning)
         for name in ("remote_url", "remote_api_key"):

@@ -35,7 +35,9 @@ class Theme:
     user_bubble: QColor  # behind the user's messages
     code_background: QColor
     assistant: QColor  # the "Assistant" name
-    notice: QColor  # notes such as "stopped"
+    notice: QColor  # notes such as "stopped", and warnings
+    error: QColor  # what failed, on the window background
+    error_background: QColor  # behind a failure's text (the engine banner), which is the window text
     muted: QColor  # secondary figures (the pane readouts), on the window background
     border: QColor
 
@@ -55,6 +57,8 @@ class Theme:
             code_background=blend(base, text, 0.06),
             assistant=QColor("#7fd39a" if dark else "#2d6a3e"),
             notice=QColor("#f0b060" if dark else "#a15c00"),
+            error=QColor("#ff8a80" if dark else "#b00020"),
+            error_background=blend(window, QColor("#d32f2f"), 0.25 if dark else 0.12),
             muted=blend(window_text, window, 0.3),
             border=palette.color(QPalette.ColorRole.Mid),
         )
