@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtWidgets import QMessageBox, QPushButton
 from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
@@ -139,6 +139,29 @@ def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_win
         await until(lambda: window.is_idle, what="the stops")
 
     run_window(scenario, panes=2)
+
+
+def test_the_menu_bar_and_the_keys_people_expect(run_window):
+    async def scenario(window):
+        assert [a.text() for a in window.menuBar().actions()] == ["&File", "&View", "&Engine", "&Help"]
+        window.activateWindow()
+        QTest.qWaitForWindowActive(window)
+        QTest.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+        assert len(window.panes) == 2
+        QTest.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+        assert window.broadcast_edit.hasFocus()
+        pane = window.panes[0]
+        await start_long_reply(window, pane, "Write a long poem about rain.")
+        pane.input.setFocus()
+        QTest.keyClick(pane.input, Qt.Key.Key_Escape)
+        await until(lambda: not pane.is_busy, what="the stop")
+        assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"}
+        window.about_action.trigger()
+        about = window.findChild(QMessageBox)
+        assert about.isVisible() and not about.isModal() and Path(window.client.config.model_path).name in about.text()
+        about.close()
+
+    run_window(scenario, panes=1)
 
 
 def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_window):

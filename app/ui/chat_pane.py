@@ -50,11 +50,15 @@ READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found
 
 
 class MessageEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
+    """Enter sends, Shift+Enter starts a new line, Escape stops the reply."""
 
     submitted = Signal()
+    stopRequested = Signal()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Escape:
+            self.stopRequested.emit()
+            return
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.submitted.emit()
@@ -115,6 +119,7 @@ class ChatPane(QFrame):
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
         self.input.setFixedHeight(44)
         self.input.submitted.connect(self._on_send)
+        self.input.stopRequested.connect(self.stop)
         layout.addWidget(self.input)
         layout.addLayout(self._buttons())
 

@@ -10,12 +10,13 @@ gets the CPU, and restoring the window catches up at once.
 from __future__ import annotations
 
 import asyncio
+import html
 import math
 import time
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QGridLayout,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMainWindow,
+    QMessageBox,
     QPushButton,
     QSizePolicy,
     QVBoxLayout,
@@ -129,6 +131,7 @@ class MainWindow(QMainWindow):
         self.plots_dock.raise_()
         self.bench_dock.hide()
         self._build_toolbar()
+        self._build_menus()
         self.status_label = Readout(muted=False, pixel_size=12)
         self.status_label.setMinimumWidth(560)
         self.status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
@@ -159,7 +162,8 @@ class MainWindow(QMainWindow):
         bar.setObjectName("main-toolbar")
         self.add_action = QAction("Add pane", self, triggered=self.add_pane)
         bar.addAction(self.add_action)
-        bar.addAction(QAction("Remove last pane", self, triggered=self._on_remove_last))
+        self.remove_action = QAction("Remove last pane", self, triggered=self._on_remove_last)
+        bar.addAction(self.remove_action)
         bar.addSeparator()
         bar.addAction(self.chats_dock.toggleViewAction())
         bar.addAction(self.engine_dock.toggleViewAction())
@@ -172,6 +176,46 @@ class MainWindow(QMainWindow):
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
         self.serve_control.sigServing.connect(self._on_serving)
         bar.addWidget(self.serve_control)
+
+    def _build_menus(self) -> None:
+        """The menu bar, and the shortcuts people expect of a chat app."""
+        menus = self.menuBar()
+        file = menus.addMenu("&File")
+        self.add_action.setShortcut(QKeySequence.StandardKey.New)
+        file.addAction(self.add_action)
+        file.addAction(self.remove_action)
+        file.addSeparator()
+        file.addAction(QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close))
+        view = menus.addMenu("&View")
+        docks = (self.chats_dock, self.engine_dock, self.plots_dock, self.bench_dock)
+        for n, dock in enumerate(docks, 1):
+            dock.toggleViewAction().setShortcut(QKeySequence(f"Ctrl+{n}"))
+            view.addAction(dock.toggleViewAction())
+        view.addSeparator()
+        focus = QAction("Broadcast field", self, shortcut=QKeySequence("Ctrl+L"))
+        focus.triggered.connect(lambda: self.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason))
+        view.addAction(focus)
+        engine = menus.addMenu("&Engine")
+        engine.addAction(QAction("Stop all replies", self, shortcut=QKeySequence("Ctrl+."), triggered=self.stop_all))
+        engine.addAction(QAction("Restart engine", self, triggered=self.restart_engine))
+        help_menu = menus.addMenu("&Help")
+        self.about_action = QAction("About", self, triggered=self._show_about)
+        help_menu.addAction(self.about_action)
+
+    def _show_about(self) -> None:
+        info = self.client.model_info
+        model = Path(self.client.config.model_path).name
+        box = QMessageBox(QMessageBox.Icon.Information, "About Batch playground", "", parent=self)
+        box.setText(
+            "<b>Batch playground</b><br>Several chat panes on one batching llama.cpp engine, "
+            "with live figures of what batching and KV-cache reuse buy.<br><br>"
+            f"Model: {html.escape(model)}" + (f" ({info.n_params / 1e6:.0f}M parameters)" if info else "") + "<br>"
+            "Keys: Enter sends, Shift+Enter starts a line, Escape stops a reply, Ctrl+N adds a pane, "
+            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+1 to 4 show the docks."
+        )
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.setWindowModality(Qt.WindowModality.NonModal)  # the panes stream on behind it
+        box.show()
 
     def _on_serving(self, serving: bool) -> None:
         """Requests from outside get their own curves while the server runs."""
