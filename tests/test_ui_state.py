@@ -26,7 +26,7 @@ from app.ui.chat_store import (
 from app.ui.dialogs import with_filter_suffix
 from app.ui.metrics import MetricsStore, Ring
 from app.ui.settings import AppSettings, PaneParams
-from app.ui.transcript import chat_html
+from app.ui.transcript import message_html
 
 
 def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():
@@ -130,15 +130,15 @@ def test_an_export_name_gets_the_chosen_filters_extension_unless_it_has_a_format
     assert with_filter_suffix("/tmp/c", "") == "/tmp/c.md"  # no filter said: the dialog's first
 
 
-def test_code_blocks_are_monospace_and_text_is_escaped():
-    html = chat_html([{"role": "assistant", "content": "See:\n```python\nif a < b:\n    pass\n```\ndone"}])
+def test_code_blocks_are_monospace_and_text_is_escaped(qapp):  # Qt's Markdown reader wants the app's fonts
+    html = message_html("assistant", "See:\n```python\nif a < b:\n    pass\n```\ndone")
     assert "<pre" in html and "monospace" in html and "if a &lt; b:" in html and "done" in html
 
 
-def test_a_fence_is_three_backticks_at_the_start_of_a_line():
-    assert "<pre" not in chat_html([{"role": "assistant", "content": "use ``` to fence code"}])
-    inline = chat_html([{"role": "assistant", "content": "```python print(1)``` inline"}])
-    assert "<pre" not in inline and 'monospace;">python print(1)</span> inline' in inline
+def test_a_fence_is_three_backticks_at_the_start_of_a_line(qapp):
+    assert "<pre" not in message_html("assistant", "use ``` to fence code")
+    inline = message_html("assistant", "```python print(1)``` inline")
+    assert "<pre" not in inline and "monospace';\">python print(1)</span> inline" in inline
 
 
 def test_ring_keeps_the_newest_points_in_order():

@@ -34,6 +34,7 @@ class Theme:
     base: QColor  # the transcript's background
     user_bubble: QColor  # behind the user's messages
     code_background: QColor
+    link: QColor  # links in a reply, on `base`
     assistant: QColor  # the "Assistant" name
     notice: QColor  # notes such as "stopped", and warnings
     error: QColor  # what failed, on the window background
@@ -55,6 +56,7 @@ class Theme:
             base=base,
             user_bubble=blend(base, palette.color(QPalette.ColorRole.Highlight), 0.12),
             code_background=blend(base, text, 0.06),
+            link=palette.color(QPalette.ColorRole.Link),
             assistant=QColor("#7fd39a" if dark else "#2d6a3e"),
             notice=QColor("#f0b060" if dark else "#a15c00"),
             error=QColor("#ff8a80" if dark else "#b00020"),
@@ -76,6 +78,7 @@ def dark_palette() -> QPalette:
         QPalette.ColorRole.Button: "#353535",
         QPalette.ColorRole.ButtonText: "#e6e6e6",
         QPalette.ColorRole.Highlight: "#3d6fb4",
+        QPalette.ColorRole.Link: "#6cb4ff",
         QPalette.ColorRole.Mid: "#555555",
         QPalette.ColorRole.PlaceholderText: "#9a9a9a",
         QPalette.ColorRole.ToolTipBase: "#353535",

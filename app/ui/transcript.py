@@ -1,22 +1,32 @@
-"""The chat transcript: finished turns rendered as HTML, the reply in progress appended as plain text."""
+"""The chat transcript: replies rendered from their Markdown (Qt's own reader), the user's messages as typed, the
+reply in progress appended as plain text; a context menu copies a message or a code block as written."""
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
 
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
-from PySide6.QtWidgets import QTextBrowser
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import (
+    QAction,
+    QContextMenuEvent,
+    QFont,
+    QGuiApplication,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+from PySide6.QtWidgets import QMenu, QTextBrowser
 
 from . import theme
 from .chat_store import NOTICE
 
-# a fence, as in Markdown, is ``` at the start of a line (an info string without backticks after it) and
-# ends at the next such line or the text's end: ``` inside a line is text
-_FENCE = re.compile(r"^```[^`\n]*$\n?(.*?)(?:^```[ \t]*$\n?|\Z)", re.M | re.S)
 LINE_SEPARATOR = "\u2028"  # what <br> becomes in a QTextDocument
-_MONO = "font-family: 'DejaVu Sans Mono', monospace;"
+# GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
+MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
+_BODY = re.compile(r"<body[^>]*>(.*)</body>", re.S)
 
 
 def message_html(role: str, text: str) -> str:
@@ -27,11 +37,11 @@ def message_html(role: str, text: str) -> str:
         body = _typed_html(text)
         bubble = colours.user_bubble.name()
         return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td><b>You</b><br>{body}</td></tr></table>'
-    return f"{_assistant_heading(colours)}{_body_html(text, colours)}</p>"
+    return f'<p style="margin-top:6px; margin-bottom:0px;">{_assistant_name(colours)}</p>{markdown_html(text, colours)}'
 
 
-def _assistant_heading(colours: theme.Theme) -> str:
-    return f'<p style="margin-top:6px;"><b style="color:{colours.assistant.name()};">Assistant</b><br>'
+def _assistant_name(colours: theme.Theme) -> str:
+    return f'<b style="color:{colours.assistant.name()};">Assistant</b>'
 
 
 def _typed_html(text: str) -> str:
@@ -39,32 +49,39 @@ def _typed_html(text: str) -> str:
     return f'<span style="white-space:pre-wrap;">{html.escape(text)}</span>'
 
 
-def _body_html(text: str, colours: theme.Theme) -> str:
-    """Escaped text with ``` fenced blocks shown monospace on a shaded background."""
-    out, pos = [], 0
-    for m in _FENCE.finditer(text):
-        out.append(_para(text[pos : m.start()]))
-        code = html.escape(m.group(1).rstrip("\n"))
-        out.append(f'<pre style="background:{colours.code_background.name()}; {_MONO}">{code}</pre>')
-        pos = m.end()
-    out.append(_para(text[pos:]))
-    return "".join(out)
+def markdown_html(text: str, colours: theme.Theme) -> str:
+    """A reply's Markdown as HTML: headings, lists, tables, links, quotes, code blocks on a shaded
+    background, links in the palette's link colour."""
+    document = QTextDocument()
+    document.setMarkdown(text, MARKDOWN)
+    _colour_code_and_links(document, colours)
+    first = QTextCursor(document)
+    margin = QTextBlockFormat()
+    margin.setTopMargin(0)  # right under the name, as the reply was while it streamed
+    first.mergeBlockFormat(margin)
+    found = _BODY.search(document.toHtml())
+    return found.group(1) if found else html.escape(text)
 
 
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
-_INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)([^\n]+?)(?<!`)\1(?!`)")  # between equal runs of backticks
-
-
-def _para(text: str) -> str:
-    """Escaped text; **bold** and `code` as the model means them."""
-    out = html.escape(text.strip("\n"))
-    out = _BOLD.sub(r"<b>\1</b>", out)
-    out = _INLINE_CODE.sub(rf'<span style="{_MONO}">\2</span>', out)
-    return out.replace("\n", "<br>")
-
-
-def chat_html(messages: list[dict[str, str]]) -> str:
-    return "".join(message_html(m["role"], m["content"]) for m in messages if m["role"] != "system")
+def _colour_code_and_links(document: QTextDocument, colours: theme.Theme) -> None:
+    code = QTextBlockFormat()
+    code.setBackground(colours.code_background)
+    link = QTextCharFormat()
+    link.setForeground(colours.link)
+    block = document.begin()
+    while block.isValid():
+        if block.blockFormat().nonBreakableLines():  # a fenced code block's line
+            QTextCursor(block).mergeBlockFormat(code)
+        fragments = block.begin()
+        while not fragments.atEnd():
+            fragment = fragments.fragment()
+            if fragment.charFormat().isAnchor():
+                cursor = QTextCursor(document)
+                cursor.setPosition(fragment.position())
+                cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
+                cursor.mergeCharFormat(link)
+            fragments += 1
+        block = block.next()
 
 
 class Transcript(QTextBrowser):
@@ -79,6 +96,8 @@ class Transcript(QTextBrowser):
         self._reply_format = QTextCharFormat()
         self._reply_format.setFontWeight(QFont.Weight.Normal)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
+        self._starts: list[int] = []  # where each of them begins in the document (for Copy)
+        self.context_menu: QMenu | None = None  # the last one shown
         self._reply_start = 0  # where the streaming reply's heading begins
         # a cursor that stays at the reply's end while one streams: moving a new one there costs a
         # text shaping
@@ -96,13 +115,13 @@ class Transcript(QTextBrowser):
             self._remove_reply()
             self._reply_end = None
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
-        n = len(self._shown)
-        if self._shown and turns[:n] == self._shown:
-            if turns[n:]:
-                self._end().insertHtml("".join(message_html(*t) for t in turns[n:]))
-        else:
-            self.setHtml(chat_html(messages))
-        self._shown = turns
+        if turns[: len(self._shown)] != self._shown:
+            self.clear()
+            self._shown, self._starts = [], []
+        for turn in turns[len(self._shown) :]:
+            self._starts.append(self._end().position())
+            self._end().insertHtml(message_html(*turn))
+            self._shown.append(turn)
         self._scroll_to_end()
 
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
@@ -124,6 +143,47 @@ class Transcript(QTextBrowser):
         if at_bottom:  # follow the stream unless the user scrolled up to read
             self._scroll_to_end()
 
+    # -- copying -------------------------------------------------------------------------------
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        """The standard menu (Copy of a selection, Select All) with Copy message and, on a code
+        block, Copy code block: the text as the model wrote it, not as it is shown."""
+        menu = self.createStandardContextMenu(event.pos())
+        position = self.cursorForPosition(event.pos()).position()
+        first = menu.actions()[0] if menu.actions() else None
+        copies = [("Copy code block", self.code_block_at(position)), ("Copy message", self.message_at(position))]
+        for label, text in copies:
+            if text is not None:
+                menu.insertAction(first, QAction(label, menu, triggered=lambda _=False, text=text: _copy(text)))
+        menu.insertSeparator(first)
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.destroyed.connect(self._forget_context_menu)
+        self.context_menu = menu
+        menu.popup(event.globalPos())  # not exec(): the replies go on streaming while it is open
+
+    def _forget_context_menu(self) -> None:
+        self.context_menu = None
+
+    def message_at(self, position: int) -> str | None:
+        """The text of the turn shown at a document position, also of the reply streaming."""
+        if self._reply_end is not None and position >= self._reply_start:
+            return "".join(self._streamed)
+        index = bisect.bisect_right(self._starts, position) - 1
+        return self._shown[index][1] if index >= 0 else None
+
+    def code_block_at(self, position: int) -> str | None:
+        """The lines of the code block at a document position (each line is a block of its own)."""
+        block = self.document().findBlock(position)
+        if not block.blockFormat().nonBreakableLines():
+            return None
+        while block.previous().isValid() and block.previous().blockFormat().nonBreakableLines():
+            block = block.previous()
+        lines = []
+        while block.isValid() and block.blockFormat().nonBreakableLines():
+            lines.append(block.text())
+            block = block.next()
+        return "\n".join(lines)
+
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if self._reply_end is not None:
@@ -143,7 +203,7 @@ class Transcript(QTextBrowser):
     def _open_reply(self) -> None:
         """The streamed reply's heading, at `_reply_start`, and a cursor after it for the text."""
         cursor = self._end()
-        cursor.insertHtml(f"{_assistant_heading(theme.current())}</p>")
+        cursor.insertHtml(f'<p style="margin-top:6px;">{_assistant_name(theme.current())}<br></p>')
         self._reply_end = cursor
 
     def _remove_reply(self) -> None:
@@ -159,6 +219,10 @@ class Transcript(QTextBrowser):
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+
+def _copy(text: str) -> None:
+    QGuiApplication.clipboard().setText(text)
 
 
 def _split_finished_lines(cursor: QTextCursor) -> None:
