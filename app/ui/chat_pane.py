@@ -135,12 +135,12 @@ class ChatPane(QFrame):
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
         self.settings_button.setCheckable(True)
         self.settings_button.toggled.connect(self.params_editor_visible)
-        close = QToolButton(text="✕", toolTip="Close this pane (stops its reply)")
-        close.clicked.connect(lambda: self.sigCloseRequested.emit(self))
+        self.close_button = QToolButton(text="✕", toolTip="Close this pane (stops its reply; the chat stays in the Chats list)")
+        self.close_button.clicked.connect(lambda: self.sigCloseRequested.emit(self))
         for w in (swatch, self.name_label):
             row.addWidget(w)
         row.addWidget(self.readout, 1)
-        for w in (self.settings_button, close):
+        for w in (self.settings_button, self.close_button):
             row.addWidget(w)
         self.refresh_readout()
         return row

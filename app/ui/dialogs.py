@@ -1,5 +1,6 @@
-"""Small dialogs shared by the panes and the chat list: a warning that does not block the event loop
-(the replies go on streaming while it is shown) and exporting a chat to a file the user picks."""
+"""Small dialogs shared by the window, the panes and the chat list: a warning and a question that do
+not block the event loop (the replies go on streaming while they are shown) and exporting a chat to a
+file the user picks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,17 @@ def warn(parent: QWidget, title: str, text: str) -> QMessageBox:
     """Show a warning window-modally without waiting for it to be closed."""
     box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=parent)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return box
+
+
+def confirm(parent: QWidget, title: str, text: str, on_yes) -> QMessageBox:
+    """Ask Yes or No window-modally without waiting for the answer; `on_yes()` runs on Yes."""
+    buttons = QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, buttons, parent)
+    box.setDefaultButton(QMessageBox.StandardButton.No)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.buttonClicked.connect(lambda button: box.standardButton(button) == QMessageBox.StandardButton.Yes and on_yes())
     box.open()
     return box
 

@@ -41,7 +41,7 @@ from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
 from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
-from .dialogs import export_with_dialog
+from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .metrics import RATE_WINDOW_S, MetricsStore
@@ -77,6 +77,7 @@ class MainWindow(QMainWindow):
         self.panes: list[ChatPane] = []
         self._closing: asyncio.Task | None = None  # the shutdown, once the window is asked to close
         self._closed = False
+        self.close_box: QMessageBox | None = None  # the last "Close pane" question
         client.add_listener(self.metrics.on_events)
         client.add_failure_listener(self._on_engine_failed)
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
@@ -266,7 +267,7 @@ class MainWindow(QMainWindow):
         pane.sigChatChanged.connect(self._save)
         pane.sigTextReceived.connect(self._request_flush)
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
-        pane.sigCloseRequested.connect(self.close_pane)
+        pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
         self.panes.insert(len(self.panes) if index is None else index, pane)
@@ -274,6 +275,15 @@ class MainWindow(QMainWindow):
         self._save(chat)
         self._relayout()
         return pane
+
+    def ask_to_close_pane(self, pane: ChatPane) -> None:
+        """Close a pane after a Yes; at once when its chat is empty, as nothing is taken from view."""
+        if not pane.chat.messages:
+            self.close_pane(pane)
+            return
+        reply = " Its reply stops." if pane.is_busy else ""
+        text = f"Close “{pane.chat.name}”?{reply} The chat stays in the Chats list, where it can be opened again."
+        self.close_box = confirm(self, "Close pane", text, lambda: self.close_pane(pane))
 
     @asyncSlot(object)
     async def close_pane(self, pane: ChatPane) -> None:
@@ -297,7 +307,7 @@ class MainWindow(QMainWindow):
 
     def _on_remove_last(self) -> None:
         if len(self.panes) > 1:
-            self.close_pane(self.panes[-1])
+            self.ask_to_close_pane(self.panes[-1])
 
     def copy_settings_to_all(self, source: ChatPane) -> None:
         for pane in self.panes:

@@ -1,0 +1,60 @@
+"""Closing a pane asks first when it would take a chat from view (the chat stays in the Chats list)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox, QToolBar
+from ui_fixtures import QUICK, set_params, until
+
+
+async def send(qtbot, pane, text: str) -> None:
+    qtbot.keyClicks(pane.input, text)
+    qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
+    await until(lambda: not pane.is_busy, what="the reply")
+
+
+async def answer(qtbot, window, button: QMessageBox.StandardButton) -> None:
+    box = window.close_box
+    await until(lambda: box.isVisible(), 5, "the question")
+    qtbot.mouseClick(box.button(button), Qt.MouseButton.LeftButton)
+
+
+def test_closing_a_pane_with_a_chat_asks_first_and_keeps_the_chat_listed(run_window, qtbot):
+    async def scenario(window):
+        set_params(window, QUICK)
+        first, second = window.panes
+        await send(qtbot, second, "Hello")
+
+        qtbot.mouseClick(second.close_button, Qt.MouseButton.LeftButton)
+        assert "stays in the Chats list" in window.close_box.text()
+        await answer(qtbot, window, QMessageBox.StandardButton.No)
+        assert window.panes == [first, second]  # No keeps it
+
+        qtbot.mouseClick(second.close_button, Qt.MouseButton.LeftButton)
+        await answer(qtbot, window, QMessageBox.StandardButton.Yes)
+        await until(lambda: window.panes == [first], 10, "the pane to close")
+        row = window.chat_list.row(second.key)
+        assert row is not None and not row.is_open and row.turns == 1  # out of view, still listed
+
+        asked = window.close_box
+        qtbot.mouseClick(first.close_button, Qt.MouseButton.LeftButton)  # an empty chat: nothing to ask
+        await until(lambda: not window.panes, 10, "the empty pane to close")
+        assert window.close_box is asked
+
+    run_window(scenario, panes=2)
+
+
+def test_remove_last_pane_asks_too(run_window, qtbot):
+    async def scenario(window):
+        set_params(window, QUICK)
+        last = window.panes[-1]
+        await send(qtbot, last, "Hello")
+        toolbar = window.findChild(QToolBar, "main-toolbar")
+        button = toolbar.widgetForAction(window.remove_action)
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+        assert last in window.panes
+        await answer(qtbot, window, QMessageBox.StandardButton.Yes)
+        await until(lambda: last not in window.panes, 10, "the pane to close")
+        assert len(window.panes) == 1
+
+    run_window(scenario, panes=2)
