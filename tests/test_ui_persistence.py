@@ -1,4 +1,4 @@
-"""What survives a restart: pane count, chats, slider values, geometry; and the scripted screenshot."""
+"""What survives a restart: pane count, chats, slider values, geometry, drafts, docks; and the scripted screenshot."""
 
 from __future__ import annotations
 
@@ -7,8 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QToolBar
 from ui_fixtures import QUICK, close_window, open_window, until
+
+from app.ui.settings import AppSettings, open_qsettings
 
 
 def test_settings_and_chats_round_trip_through_a_restart(loop, home, model_path):
@@ -53,3 +57,33 @@ def test_screenshot_command_writes_a_png(tmp_path):
     assert (
         700 <= image.width() <= 800 and 500 <= image.height() <= 800
     )  # the whole window, fitted to the 800x800 offscreen screen
+
+
+def test_drafts_and_docks_come_back_after_a_restart(loop, home, model_path, qtbot):
+    def toolbar_button(window, dock):
+        return window.findChild(QToolBar, "main-toolbar").widgetForAction(dock.toggleViewAction())
+
+    async def first_run():
+        window = await open_window(model_path, home, panes=2)
+        assert window.engine_dock.isHidden() and window.plots_dock.isVisible()  # the first start's docks
+        qtbot.mouseClick(toolbar_button(window, window.engine_dock), Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(toolbar_button(window, window.plots_dock), Qt.MouseButton.LeftButton)
+        qtbot.keyClicks(window.panes[1].input, "half a thought")
+        qtbot.keyClicks(window.broadcast_edit, "for everyone")
+        keys = [p.key for p in window.panes]
+        await close_window(window)
+        return keys
+
+    async def second_run():
+        window = await open_window(model_path, home, panes=None)
+        shown = (window.engine_dock.isVisible(), window.plots_dock.isVisible(), window.chats_dock.isVisible())
+        drafts = [p.input.toPlainText() for p in window.panes], window.broadcast_edit.text()
+        window.panes[1].input.clear()  # sent or deleted: no draft comes back
+        await close_window(window)
+        return shown, drafts
+
+    keys = loop.run_until_complete(first_run())
+    shown, drafts = loop.run_until_complete(second_run())
+    assert shown == (True, False, False)
+    assert drafts == (["", "half a thought"], "for everyone")
+    assert AppSettings(open_qsettings()).draft(keys[1]) == ""

@@ -146,10 +146,15 @@ class MainWindow(QMainWindow):
         row = QHBoxLayout()
         self.broadcast_edit = QLineEdit(placeholderText="Broadcast: one message to every pane at once")
         self.broadcast_edit.returnPressed.connect(self._on_broadcast)
+        self.broadcast_edit.setText(self.settings.broadcast_draft)
+        self.broadcast_edit.textChanged.connect(self._keep_broadcast_draft)
         row.addWidget(self.broadcast_edit, 1)
         row.addWidget(QPushButton("Send to all", clicked=self._on_broadcast))
         row.addWidget(QPushButton("Stop all", clicked=self.stop_all))
         return row
+
+    def _keep_broadcast_draft(self, text: str) -> None:
+        self.settings.broadcast_draft = text  # as typed: a crash keeps it too
 
     def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -243,6 +248,7 @@ class MainWindow(QMainWindow):
         while len(self.panes) < count:
             self.add_pane()
         place_window(self, self.settings.geometry)
+        self.restoreState(self.settings.window_state)  # the docks as they were left (an empty state: the defaults)
 
     def _restored_chat(self, chat_id: str) -> Chat:
         """The saved chat of a pane; a file that cannot be read is kept aside and the pane gets a new
@@ -270,6 +276,8 @@ class MainWindow(QMainWindow):
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
+        pane.input.setPlainText(self.settings.draft(chat.chat_id))
+        pane.input.textChanged.connect(lambda: self.settings.set_draft(pane.key, pane.input.toPlainText()))
         self.panes.insert(len(self.panes) if index is None else index, pane)
         self.plots.add_pane(pane.key, colour, chat.name)
         self._save(chat)
@@ -537,6 +545,7 @@ class MainWindow(QMainWindow):
         self._timer.stop()
         self.benchmark_panel.cancel()
         self.settings.geometry = self.saveGeometry()
+        self.settings.window_state = self.saveState()
         self.settings.pane_ids = [p.key for p in self.panes]
         self.settings.sync()
         await self.serve_control.stop()

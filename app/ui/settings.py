@@ -107,6 +107,23 @@ class AppSettings:
         self.q.setValue("window/geometry", value)
 
     @property
+    def window_state(self) -> QByteArray:
+        """Which docks are shown, where, and the toolbar (QMainWindow.saveState)."""
+        return self._get("window/state", QByteArray(), QByteArray)
+
+    @window_state.setter
+    def window_state(self, value: QByteArray) -> None:
+        self.q.setValue("window/state", value)
+
+    @property
+    def broadcast_draft(self) -> str:
+        return self._get("window/broadcast_draft", "", str)
+
+    @broadcast_draft.setter
+    def broadcast_draft(self, text: str) -> None:
+        self._set_or_remove("window/broadcast_draft", text)
+
+    @property
     def pane_ids(self) -> list[str]:
         """The chats shown, in pane order (their count is the pane count)."""
         text = self._get("window/pane_ids", "", str)
@@ -154,8 +171,21 @@ class AppSettings:
             self.q.setValue(key, _stored(key, value))
         self.q.endGroup()
 
+    def draft(self, chat_id: str) -> str:
+        """What was typed in the chat's message field and not sent."""
+        return self._get(f"pane-{chat_id}/draft", "", str)
+
+    def set_draft(self, chat_id: str, text: str) -> None:
+        self._set_or_remove(f"pane-{chat_id}/draft", text)
+
+    def _set_or_remove(self, key: str, text: str) -> None:
+        if text:
+            self.q.setValue(key, text)
+        else:
+            self.q.remove(key)
+
     def remove_pane_params(self, chat_id: str) -> None:
-        """A deleted chat's sliders go with it."""
+        """A deleted chat's sliders and draft go with it."""
         self.q.remove(f"pane-{chat_id}")
 
     # -- engine --------------------------------------------------------------------------------
