@@ -7,7 +7,7 @@ import json
 import shutil
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar, QToolButton
+from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.chat_list import when
@@ -88,8 +88,9 @@ def test_a_hidden_chat_reopens_from_the_list_and_closing_a_pane_keeps_its_chat(r
         assert reopened.chat.messages == second.messages and "answer 1" in reopened.transcript.toPlainText()
         assert chat_list.item(second.chat_id).font(0).bold()
 
-        close_button = next(b for b in reopened.findChildren(QToolButton) if b.toolTip().startswith("Close"))
-        qtbot.mouseClick(close_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(reopened.close_button, Qt.MouseButton.LeftButton)
+        await until(lambda: window.close_box.isVisible(), what="the question: it shows a chat")
+        qtbot.mouseClick(window.close_box.button(QMessageBox.StandardButton.Yes), Qt.MouseButton.LeftButton)
         await until(lambda: len(window.panes) == 1, what="the pane to close")
         assert ChatStore(home).load(second.chat_id).messages == second.messages  # closing never deletes a chat
         assert not chat_list.item(second.chat_id).font(0).bold()
