@@ -6,6 +6,7 @@ import csv
 import threading
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QToolButton
 from ui_fixtures import QUICK, set_params, until
@@ -25,7 +26,10 @@ def engine_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "llama-engine")
 
 
-def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run_window, tmp_path):
+def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run_window, tmp_path, qtbot, monkeypatch):
+    target = tmp_path / "bench.png"
+    monkeypatch.setattr("app.ui.benchmark_dock.QFileDialog.getSaveFileName", lambda *args: (str(target), ""))
+
     async def scenario(window):
         window.bench_dock.show()
         view = window.benchmark_panel
@@ -35,9 +39,13 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
         view.run_button.click()
         assert view.is_running and view.cancel_button.isEnabled()
         await until(lambda: outcomes, timeout=120, what="the sweep")
-        return view, outcomes, view.export(tmp_path / "bench.png")
+        window.resize(window.width(), 480)  # a short dock: the table scrolls
+        await until(lambda: view.table.verticalScrollBar().isVisible(), 5, "the table to scroll")
+        qtbot.mouseClick(view.export_button, Qt.MouseButton.LeftButton)
+        return view, outcomes
 
-    view, outcomes, (png, csv_path) = run_window(scenario, panes=1)
+    view, outcomes = run_window(scenario, panes=1)
+    png, csv_path = target, target.with_suffix(".csv")
     assert outcomes == ["done"] and view.progress.value() == 100
     # the guide's rows: one sequence, then 2 parallel without and with KV reuse
     configurations = [(r["configuration"], r["parallel"]) for r in view.runs]
@@ -47,6 +55,10 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
     heights = list(view.bars.opts["height"])
     assert heights == [r["agg_tok_s"] for r in view.runs] and min(heights) > 0
     assert png.stat().st_size > 5000
+    # every row in the picture, though the dock showed only some
+    table = view.table
+    hidden = table.horizontalHeader().height() + table.verticalHeader().length() + 2 * table.frameWidth() - table.height()
+    assert hidden > 0 and QImage(str(png)).height() == view.height() + hidden
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [float(r["agg_tok_s"]) for r in rows] == heights

@@ -53,6 +53,9 @@ def test_warnings_and_the_engine_banner_read_in_the_palette(run_window, qapp, qt
         # the engine panel's notices and errors are on the window background
         assert contrast(colours.notice, window_bg) >= READABLE
         assert contrast(colours.error, window_bg) >= READABLE
+        chart = window.benchmark_panel.chart  # the benchmark's chart is drawn in the palette too
+        assert chart.backgroundBrush().color().name() == colours.base.name()
+        assert contrast(chart.getAxis("left").textPen().color(), colours.base) >= READABLE
 
         window.banner.show_failure("the engine stopped after an internal error: boom")
         await until(lambda: window.banner.isVisible(), what="the banner")

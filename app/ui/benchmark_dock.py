@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QPalette, QPixmap
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -44,6 +45,7 @@ COLUMNS = (
     ("cpu_util", "CPU util", "{:.0%}"),
 )
 BAR_COLOUR = "#3b7dd8"
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum size"
 
 
 class BenchmarkPanel(QWidget):
@@ -59,7 +61,12 @@ class BenchmarkPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(self._settings_form())
         layout.addLayout(self._controls())
-        self.chart = pg.PlotWidget(background="w", title="Throughput (generated tokens/s)")
+        # the palette's colours: dark with a dark theme, and its text readable on it
+        text = self.palette().color(QPalette.ColorRole.Text)
+        self.chart = pg.PlotWidget(background=self.palette().color(QPalette.ColorRole.Base))
+        self.chart.setTitle("Throughput (generated tokens/s)", color=text)
+        for axis in ("left", "bottom"):
+            self.chart.getAxis(axis).setTextPen(text)
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumHeight(180)
@@ -201,7 +208,7 @@ class BenchmarkPanel(QWidget):
     def export(self, png: Path) -> tuple[Path, Path]:
         """The chart and table as a PNG, the figures as CSV beside it (same name, .csv)."""
         png = png.with_suffix(".png")
-        self.grab().save(str(png))
+        self.whole_picture().save(str(png))
         csv_path = png.with_suffix(".csv")
         with open(csv_path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
@@ -209,3 +216,23 @@ class BenchmarkPanel(QWidget):
             for run in self.runs:
                 writer.writerow([run[key] for key, _, _ in COLUMNS])
         return png, csv_path
+
+    def whole_picture(self) -> QPixmap:
+        """The panel grown for a moment to show every row and column of the table: a short or hidden
+        dock showed two rows of four."""
+        table = self.table
+        frame = 2 * table.frameWidth()
+        height = table.horizontalHeader().height() + table.verticalHeader().length() + frame
+        width = table.horizontalHeader().length() + frame
+        saved, hidden = self.size(), max(0, height - table.height())
+        margins = self.layout().contentsMargins()
+        table.setFixedHeight(height)
+        try:
+            self.resize(max(saved.width(), width + margins.left() + margins.right()), saved.height() + hidden)
+            self.layout().activate()  # the children take their places now, not at the next event
+            return self.grab()
+        finally:
+            table.setMinimumHeight(0)
+            table.setMaximumHeight(QWIDGETSIZE_MAX)
+            self.resize(saved)
+            self.layout().activate()

@@ -86,6 +86,9 @@ def dark_palette() -> QPalette:
     }
     for role, colour in roles.items():
         palette.setColor(role, QColor(colour))
+    disabled = QColor("#808080")  # greyed out, as a dark theme shows what cannot be clicked
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+        palette.setColor(QPalette.ColorGroup.Disabled, role, disabled)
     return palette
 
 
