@@ -51,6 +51,19 @@ def test_shift_enter_is_a_new_line(run_window):
     run_window(scenario, panes=1)
 
 
+def test_ctrl_enter_sends_too(run_window, qtbot):
+    async def scenario(window):
+        pane = window.panes[0]
+        set_params(window, QUICK)
+        qtbot.keyClicks(pane.input, "Hi")
+        qtbot.keyClick(pane.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+        assert pane.is_busy and pane.input.toPlainText() == ""
+        assert pane.chat.messages[0]["content"] == "Hi"
+        await until(lambda: not pane.is_busy, what="the reply")
+
+    run_window(scenario, panes=1)
+
+
 def test_a_users_backticks_show_as_typed(run_window, qtbot):
     typed = ["use ``` to fence code", "```python print(1)``` inline, **not bold**"]
 
