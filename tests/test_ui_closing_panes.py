@@ -1,10 +1,14 @@
-"""Closing a pane asks first when it would take a chat from view (the chat stays in the Chats list)."""
+"""Closing a pane asks first when it would take a chat or unsent text from view (the chat stays in the Chats
+list)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QToolBar
 from ui_fixtures import QUICK, set_params, until
+
+from app.ui.chat_list import ChatRow
+from app.ui.chat_store import Chat
 
 
 async def send(qtbot, pane, text: str) -> None:
@@ -56,5 +60,32 @@ def test_remove_last_pane_asks_too(run_window, qtbot):
         await answer(qtbot, window, QMessageBox.StandardButton.Yes)
         await until(lambda: last not in window.panes, 10, "the pane to close")
         assert len(window.panes) == 1
+
+    run_window(scenario, panes=2)
+
+
+def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_window, home, qtbot):
+    async def scenario(window):
+        typed, blank = window.panes
+        qtbot.keyClicks(typed.input, "half a thought")
+        qtbot.mouseClick(typed.close_button, Qt.MouseButton.LeftButton)
+        assert "did not send" in window.close_box.text()
+        await answer(qtbot, window, QMessageBox.StandardButton.No)
+        assert typed in window.panes
+
+        saved = Chat.new("Saved")
+        saved.add("user", "question")
+        window.store.save(saved)
+        window.chat_list.update_row(ChatRow.of(saved, is_open=False))
+        toolbar = window.findChild(QToolBar, "main-toolbar")
+        qtbot.mouseClick(toolbar.widgetForAction(window.chats_dock.toggleViewAction()), Qt.MouseButton.LeftButton)
+        tree = window.chat_list.tree
+        qtbot.mouseClick(
+            tree.viewport(), Qt.MouseButton.LeftButton, pos=tree.visualItemRect(window.chat_list.item(saved.chat_id)).center()
+        )
+        qtbot.mouseClick(window.chat_list.open_button, Qt.MouseButton.LeftButton)
+        await until(lambda: saved.chat_id in [p.key for p in window.panes], 10, "the chat to open")
+        assert typed in window.panes and typed.input.toPlainText() == "half a thought"  # the blank pane took it
+        assert blank not in window.panes
 
     run_window(scenario, panes=2)

@@ -199,6 +199,11 @@ class ChatPane(QFrame):
         return self.params_editor.params
 
     @property
+    def is_blank(self) -> bool:
+        """No messages and nothing typed: closing the pane or giving it another chat loses nothing."""
+        return not self.chat.messages and not self.input.toPlainText().strip()
+
+    @property
     def is_busy(self) -> bool:
         return self._task is not None and not self._task.done()
 

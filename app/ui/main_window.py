@@ -285,12 +285,16 @@ class MainWindow(QMainWindow):
         return pane
 
     def ask_to_close_pane(self, pane: ChatPane) -> None:
-        """Close a pane after a Yes; at once when its chat is empty, as nothing is taken from view."""
-        if not pane.chat.messages:
+        """Close a pane after a Yes; at once when it is blank, as nothing is taken from view."""
+        if pane.is_blank:
             self.close_pane(pane)
             return
         reply = " Its reply stops." if pane.is_busy else ""
-        text = f"Close “{pane.chat.name}”?{reply} The chat stays in the Chats list, where it can be opened again."
+        if pane.chat.messages:
+            kept = "The chat stays in the Chats list, where it can be opened again."
+        else:
+            kept = "The message you typed and did not send is dropped."
+        text = f"Close “{pane.chat.name}”?{reply} {kept}"
         self.close_box = confirm(self, "Close pane", text, lambda: self.close_pane(pane))
 
     @asyncSlot(object)
@@ -374,7 +378,7 @@ class MainWindow(QMainWindow):
 
     @asyncSlot(str)
     async def open_chat(self, chat_id: str) -> None:
-        """Show a saved chat in a free pane (idle and empty), else in a new pane if the capacity allows."""
+        """Show a saved chat in a free pane (idle, no messages, nothing typed), else in a new pane if the capacity allows."""
         if (pane := self._pane_of(chat_id)) is not None:
             pane.input.setFocus()
             self.chat_list.say(f"“{pane.chat.name}” is already open.")
@@ -382,7 +386,7 @@ class MainWindow(QMainWindow):
         chat = self._load_listed(chat_id)
         if chat is None:
             return
-        free = next((p for p in self.panes if not p.is_busy and not p.chat.messages), None)
+        free = next((p for p in self.panes if not p.is_busy and p.is_blank), None)
         if free is not None:
             index = self.panes.index(free)
             await self._remove_pane(free)
