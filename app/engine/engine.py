@@ -190,11 +190,9 @@ class Engine:
             self._finish(seq, FinishReason.STOP, events)
             return
         text = seq.stream.feed(self.backend.piece(token))
-        if seq.num_generated == 1:
-            st = seq.stats
-            events.append(TokenEvent(seq.request_id, text, 1, now, token, st.cached_tokens, st.evaluated_tokens))
-        else:
-            events.append(TokenEvent(seq.request_id, text, 1, now, token))
+        first = seq.num_generated == 1  # the first token tells the prompt's cache figures
+        cached, evaluated = (seq.stats.cached_tokens, seq.stats.evaluated_tokens) if first else (-1, -1)
+        events.append(TokenEvent(seq.request_id, text, 1, now, token, cached, evaluated))
         if seq.stream.stopped:
             self._finish(seq, FinishReason.STOP, events)
         elif seq.num_generated >= params.max_tokens:

@@ -237,11 +237,7 @@ class KVCacheManager:
         freeable. Evicts nothing: the idle slot it would evict may hold this very prefix. Cells
         saved in RAM come back whole (none shared), so a prompt that would restore them waits for
         room for all of them rather than compute them again."""
-        cached = self._longest_prefix(tokens)[1] if self.reuse else 0
-        needed = len(tokens) - cached
-        found = self._restorable(tokens, cached)
-        if found is not None:
-            needed = found[2].n_cells + len(tokens) - found[1]
+        needed = self._cost(tokens)[1]
         return self.free_cells + self._freeable() >= reserved + needed
 
     def is_cheap(self, tokens: list[int], reserved: int, cached_share: float = 0.5) -> bool:
@@ -249,12 +245,17 @@ class KVCacheManager:
         the rest fits in the cells free beside `reserved`: admitting it evicts no one's cells."""
         if not self.reuse:
             return False
-        cached = self._longest_prefix(tokens)[1]
-        needed = len(tokens) - cached
-        found = self._restorable(tokens, cached)
-        if found is not None:
-            cached, needed = found[1], found[2].n_cells + len(tokens) - found[1]
+        cached, needed = self._cost(tokens)
         return cached >= cached_share * len(tokens) and needed <= self.free_cells - reserved
+
+    def _cost(self, tokens: list[int]) -> tuple[int, int]:
+        """(tokens it would find cached, in the pool or in RAM; new cells it would take)."""
+        cached = self._longest_prefix(tokens)[1] if self.reuse else 0
+        found = self._restorable(tokens, cached)
+        if found is None:
+            return cached, len(tokens) - cached
+        _, kept, saved = found
+        return kept, saved.n_cells + len(tokens) - kept
 
     def _freeable(self) -> int:
         return sum(len(s.cells) for s in self.slots if s.is_idle)
