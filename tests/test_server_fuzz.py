@@ -71,11 +71,20 @@ chat_body = st.fixed_dictionaries(
         "seed": st.one_of(numbers, json_values),
         "n": st.one_of(st.integers(-2, 3), json_values),
         "ignore_eos": st.one_of(st.booleans(), json_values),
+        "logprobs": st.one_of(st.booleans(), json_values),
+        "top_logprobs": st.one_of(st.integers(-1, 101), json_values),
+        "n_probs": st.one_of(st.integers(-1, 101), json_values),
+        "post_sampling_probs": st.one_of(st.booleans(), json_values),
     },
 )
 completion_body = st.fixed_dictionaries(
     {"prompt": st.one_of(text, st.lists(text, max_size=2), json_values), "max_tokens": small_length},
-    optional={"stream": st.one_of(st.booleans(), json_values), "stop": st.one_of(text, json_values)},
+    optional={
+        "stream": st.one_of(st.booleans(), json_values),
+        "stop": st.one_of(text, json_values),
+        "logprobs": st.one_of(st.integers(-1, 101), json_values),
+        "n": st.one_of(st.integers(-2, 3), json_values),
+    },
 )
 # a chat the engine serves: reaches the template, the tokenizer and a decode
 valid_chat = st.fixed_dictionaries(
@@ -93,6 +102,10 @@ valid_chat = st.fixed_dictionaries(
         "temperature": st.floats(0, 2),
         "seed": st.integers(-1, 2**40),
         "ignore_eos": st.booleans(),
+        "n": st.integers(1, 3),
+        "logprobs": st.booleans(),
+        "top_logprobs": st.integers(0, 20),
+        "post_sampling_probs": st.booleans(),
     },
 )
 raw_bodies = st.sampled_from(

@@ -21,8 +21,10 @@ import numpy as np
 from .errors import ModelLoadError
 from .params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SamplingParams
 from .pool import KVShape, default_pool, format_bytes, free_memory_bytes, halvings
+from .probs import TokenProbs, token_probs
 
 _GGUF_MAGIC = b"GGUF"
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 _backend_lock = threading.Lock()
 _load_lock = threading.Lock()  # one load at a time: its log lines are read back to see where the model went
 _backend_ready = False
@@ -578,6 +580,25 @@ class LlamaBackend:
 
     def sample(self, sampler, row: int) -> int:
         return ll.llama_sampler_sample(sampler, self.ctx, row)
+
+    def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool) -> tuple[int, TokenProbs]:
+        """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
+        keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
+        n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,))
+        candidates = np.empty(n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"] = np.arange(n_vocab, dtype=np.int32)
+        candidates["logit"] = logits
+        candidates["p"] = 0.0
+        array = ll.llama_token_data_array(candidates.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), n_vocab, -1, False)
+        ll.llama_sampler_apply(sampler, ctypes.byref(array))
+        # a sampler may point `data` at a buffer of its own: read the candidates where it says
+        kept = np.ctypeslib.as_array(ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * 12,))
+        kept = kept.view(_TOKEN_DATA)
+        token = int(kept["id"][array.selected])
+        ll.llama_sampler_accept(sampler, token)
+        kept_logits = None if greedy else kept["logit"].copy()
+        return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self.spell)
 
     @staticmethod
     def free_sampler(sampler) -> None:

@@ -15,6 +15,7 @@ from .history import TokenHistory
 from .host_cache import HostCache
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
+from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Request, Sequence
@@ -179,20 +180,20 @@ class Engine:
             seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
 
     def _sample(self, seq: Sequence, events: list[Event]) -> None:
-        token = self.backend.sample(seq.sampler, seq.row)
+        token, probs = self._draw(seq)
         now = time.monotonic()
         seq.tokens.append(token)
         seq.stats.on_token(now)
         self._generated += 1
         params = seq.params
         if self.backend.is_eog(token):  # never drawn with ignore_eos: its sampler bans them
-            events.append(TokenEvent(seq.request_id, "", 1, now, token))
+            events.append(TokenEvent(seq.request_id, "", 1, now, token))  # not part of the reply
             self._finish(seq, FinishReason.STOP, events)
             return
         text = seq.stream.feed(self.backend.piece(token))
         first = seq.num_generated == 1  # the first token tells the prompt's cache figures
         cached, evaluated = (seq.stats.cached_tokens, seq.stats.evaluated_tokens) if first else (-1, -1)
-        events.append(TokenEvent(seq.request_id, text, 1, now, token, cached, evaluated))
+        events.append(TokenEvent(seq.request_id, text, 1, now, token, cached, evaluated, probs))
         if seq.stream.stopped:
             self._finish(seq, FinishReason.STOP, events)
         elif seq.num_generated >= params.max_tokens:
@@ -200,6 +201,12 @@ class Engine:
         elif len(seq.tokens) >= self.n_ctx:
             seq.notice = f"the context of {self.n_ctx} tokens is full"
             self._finish(seq, FinishReason.CONTEXT, events)
+
+    def _draw(self, seq: Sequence) -> tuple[int, TokenProbs | None]:
+        params = seq.params
+        if params.n_probs is None:
+            return self.backend.sample(seq.sampler, seq.row), None
+        return self.backend.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
         # llama.cpp rolled the batch back; with more room the next step tries again

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
+from .probs import TokenProbs
 from .stats import RequestStats
 
 
@@ -28,6 +29,7 @@ class TokenEvent:
     # client can show the hit rate while the reply streams (-1 on every other event)
     cached: int = -1
     evaluated: int = -1
+    probs: TokenProbs | None = None  # how likely the token was, when the request asked (n_probs)
 
 
 @dataclass(frozen=True, slots=True)

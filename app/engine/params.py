@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 
+from .probs import MAX_TOP
+
 
 class ServingMode(str, Enum):
     BATCHED = "batched"  # continuous batching: all sequences step together
@@ -90,6 +92,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
+    n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
@@ -113,6 +116,8 @@ class SamplingParams:
         for name, (value, lo, hi) in integers.items():
             if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
                 return f"{name} must be a whole number between {lo} and {hi}; got {value!r}"
+        if self.n_probs is not None and (not isinstance(self.n_probs, int) or not 0 <= self.n_probs <= MAX_TOP):
+            return f"n_probs must be a whole number between 0 and {MAX_TOP}, or unset; got {self.n_probs!r}"
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             return f"seed must be a whole number of at least 0, or unset; got {self.seed!r}"
         if not all(isinstance(s, str) and s for s in self.stop):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 
 from aiohttp import web
 
-from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.events import Event, FinishEvent, FinishReason, TokenEvent
+from app.engine.probs import TokenProbs
 
 from .prometheus import RATE_WINDOW_S, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json
@@ -55,62 +57,111 @@ async def metrics(request: web.Request) -> web.Response:
 async def _complete(request: web.Request, parse) -> web.StreamResponse:
     server = request.app[SERVER]
     job: Job = parse(parse_json(await request.read()), server.client.model_info.n_ctx)
-    with server.admit():
+    with server.admit(job.n):
         return await _serve(request, server, job)
 
 
 async def _serve(request: web.Request, server, job: Job) -> web.StreamResponse:
-    shape = Shape(job.is_chat, server.model_name)
-    # leaving early (a client gone, an error) closes the stream, and that cancels the request
-    async with aclosing(server.submit(job)) as stream:
-        first = await anext(stream)  # the headers wait for it: a refused prompt is still a 400
-        if isinstance(first, FinishEvent) and not first.ok:
-            return refusal(first)
+    shape = Shape(job.is_chat, server.model_name, job.post_sampling_probs)
+    # leaving early (a client gone, an error) closes the streams, and that cancels their requests
+    async with AsyncExitStack() as stack:
+        streams = [await stack.enter_async_context(aclosing(server.submit(job, i))) for i in range(job.n)]
+        # all submitted at once, so that the choices share one reading of the prompt
+        firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+        for first in firsts:  # the headers wait for them: a refused prompt is still a 400
+            if isinstance(first, FinishEvent) and not first.ok:
+                return refusal(first)
+        replies = [Reply(i, first, stream) for i, (first, stream) in enumerate(zip(firsts, streams))]
         if job.stream:
-            return await _stream(request, shape, job, first, stream)
-        final = first if isinstance(first, FinishEvent) else await _last(stream)
-        if not final.ok:
-            return refusal(final)
-        return web.json_response(shape.completion(final))
+            return await _stream(request, shape, job, replies)
+        finals = [await reply.final() for reply in replies]
+        for final in finals:
+            if not final.ok:
+                return refusal(final)
+        return web.json_response(shape.completion(finals, [reply.probs for reply in replies]))
 
 
-async def _last(stream) -> FinishEvent:
-    async for event in stream:
-        if isinstance(event, FinishEvent):
-            return event
-    raise RuntimeError("the stream ended without a final event")
+class Reply:
+    """One choice's events as they come, and its tokens' probabilities not yet sent."""
+
+    def __init__(self, index: int, first, stream):
+        self.index = index
+        self._next = first
+        self._stream = stream
+        self.probs: list[TokenProbs] = []
+
+    async def event(self) -> Event:
+        event = self._next if self._next is not None else await anext(self._stream)
+        self._next = None
+        if isinstance(event, TokenEvent) and event.probs is not None:
+            self.probs.append(event.probs)
+        return event
+
+    def take_probs(self) -> list[TokenProbs]:
+        taken, self.probs = self.probs, []
+        return taken
+
+    async def final(self) -> FinishEvent:
+        while not isinstance(event := await self.event(), FinishEvent):
+            pass
+        return event
 
 
-async def _stream(request, shape: Shape, job: Job, first, stream) -> web.StreamResponse:
+async def _stream(request, shape: Shape, job: Job, replies: list[Reply]) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     try:
-        await _send_events(response, shape, job, first, stream)
+        await _send_events(response, shape, job, replies)
     except ConnectionResetError:
-        pass  # the client left: the caller closes the stream, which cancels the request
+        pass  # the client left: the caller closes the streams, which cancels the requests
     return response
 
 
-async def _send_events(response, shape: Shape, job: Job, first, stream) -> None:
+async def _send_events(response, shape: Shape, job: Job, replies: list[Reply]) -> None:
     nulls = {"usage": None} if job.include_usage else {}
     if shape.is_chat:
-        await _send(response, shape.chunk(None, first=True, **nulls))
-    event = first
-    while True:
+        for reply in replies:
+            await _send(response, shape.chunk(None, first=True, index=reply.index, **nulls))
+    finals: dict[int, FinishEvent] = {}
+    async for reply, event in _merged(replies):
         if isinstance(event, TokenEvent):
-            if event.text:
-                await _send(response, shape.chunk(event.text, **nulls))
+            if event.text:  # a token held back (a possible stop string) is told with the text it ends up in
+                await _send(response, shape.chunk(event.text, index=reply.index, probs=reply.take_probs(), **nulls))
         elif event.ok:
-            await _send(response, shape.last_chunk(event, job.include_usage))
-            if job.include_usage:
-                await _send(response, shape.usage_chunk(event))
-            await response.write(b"data: [DONE]\n\n")
-            break
+            await _send(response, shape.last_chunk(event, job.include_usage, reply.index, reply.take_probs()))
+            finals[reply.index] = event
         else:
             await _send(response, _refusal_body(event)[1])  # the status line is gone: say it in the stream
-            break
-        event = await anext(stream)
+            await response.write_eof()
+            return
+    if job.include_usage:
+        await _send(response, shape.usage_chunk([finals[i] for i in sorted(finals)]))
+    await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
+
+
+async def _merged(replies: list[Reply]):
+    """(reply, event) in the order events come, until every reply has its final event."""
+    if len(replies) == 1:  # the common case, without a task
+        reply = replies[0]
+        while True:
+            event = await reply.event()
+            yield reply, event
+            if isinstance(event, FinishEvent):
+                return
+    pending = {asyncio.ensure_future(r.event()): r for r in replies}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=lambda t: pending[t].index):
+                reply = pending.pop(task)
+                event = task.result()
+                yield reply, event
+                if not isinstance(event, FinishEvent):
+                    pending[asyncio.ensure_future(reply.event())] = reply
+    finally:
+        for task in pending:
+            task.cancel()
 
 
 async def _send(response: web.StreamResponse, obj: dict) -> None:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from app.engine.params import SamplingParams
+from app.engine.probs import MAX_TOP
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
@@ -18,6 +19,7 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256  # a stop string is matched against the tail of the reply at every token
 MAX_MESSAGES = 1024  # rendering the chat template costs time in proportion to the messages
 MAX_INT = 2**31 - 1
+MAX_CHOICES = 16  # n: samples of one prompt in one request
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -39,6 +41,13 @@ class Job:
     stream: bool = False
     include_usage: bool = False
     conversation_id: str | None = None
+    n: int = 1  # choices: the prompt is read once, then sampled n ways
+    post_sampling_probs: bool = False  # llama-server's: probabilities after the samplers, not log-probabilities
+
+    def choice_params(self, index: int) -> SamplingParams:
+        """Choice `index` samples with a seed of its own (the request's seed plus the index)."""
+        seed = self.params.seed
+        return self.params if index == 0 or seed is None else self.params.with_(seed=(seed + index) & 0xFFFFFFFF)
 
     @property
     def is_chat(self) -> bool:
@@ -65,7 +74,8 @@ def parse_chat(body: dict, n_ctx: int) -> Job:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
     _check_size(sum(len(m["content"]) for m in messages), n_ctx, "messages")
-    return Job(sampling(body), messages=messages, conversation_id=_conversation_of(messages), **_streaming(body))
+    params = sampling(body).with_(n_probs=_chat_probs(body))
+    return Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
 
 
 def parse_completion(body: dict, n_ctx: int) -> Job:
@@ -76,13 +86,12 @@ def parse_completion(body: dict, n_ctx: int) -> Job:
         raise BadRequest("'prompt' must be a string (or a list holding one string)", "prompt")
     _check_text(prompt, "prompt")
     _check_size(len(prompt), n_ctx, "prompt")
-    return Job(sampling(body), prompt=prompt, **_streaming(body))
+    params = sampling(body).with_(n_probs=_completion_probs(body))
+    return Job(params, prompt=prompt, **_streaming(body), **_choices(body))
 
 
 def sampling(body: dict) -> SamplingParams:
     base = SamplingParams()
-    if _get(body, "n", int, 1) != 1:
-        raise BadRequest("only n=1 is supported", "n")
     max_tokens = _first(body, ("max_completion_tokens", "max_tokens", "n_predict"), base.max_tokens)
     if max_tokens == -1:  # llama-server's "until the context is full"
         max_tokens = MAX_INT
@@ -101,6 +110,32 @@ def sampling(body: dict) -> SamplingParams:
 
 
 # -- fields ------------------------------------------------------------------------------------
+
+
+def _choices(body: dict) -> dict:
+    n = _integer(body, "n", 1, 1, MAX_CHOICES)
+    return {"n": n, "post_sampling_probs": _get(body, "post_sampling_probs", bool, False)}
+
+
+def _chat_probs(body: dict) -> int | None:
+    """OpenAI's chat fields (`logprobs`, `top_logprobs`) or llama-server's `n_probs`: rivals per token."""
+    top = _integer(body, "top_logprobs", 0, 0, MAX_TOP)
+    if _get(body, "logprobs", bool, False) or top:
+        return max(top, _llama_probs(body) or 0)
+    return _llama_probs(body)
+
+
+def _completion_probs(body: dict) -> int | None:
+    """The completions API's `logprobs` is the number of rivals (0: the drawn token's only)."""
+    top = _get(body, "logprobs", int, None)
+    if top is None:
+        return _llama_probs(body)
+    return max(_check_range("logprobs", top, 0, MAX_TOP), _llama_probs(body) or 0)
+
+
+def _llama_probs(body: dict) -> int | None:
+    n = _integer(body, "n_probs", 0, 0, MAX_TOP)
+    return n or None
 
 
 def _streaming(body: dict) -> dict:

@@ -80,18 +80,20 @@ class ApiServer:
             self.client.remove_listener(self.totals.on_events)
             await runner.cleanup()
 
-    def admit(self) -> Admission:
-        """A place in the queue for one request (`with server.admit():`), or Busy when it is full."""
-        if self.in_flight >= self.max_queue:
+    def admit(self, n: int = 1) -> Admission:
+        """Places in the queue for a request of n choices (`with server.admit(n):`), or Busy when it is full."""
+        if self.in_flight + n > max(self.max_queue, n):  # a request of more choices than the queue holds goes alone
             raise Busy()
-        return Admission(self)
+        return Admission(self, n)
 
-    def submit(self, job: Job) -> AsyncIterator[Event]:
+    def submit(self, job: Job, index: int = 0) -> AsyncIterator[Event]:
+        """Choice `index` of a job; the first keeps the chat's KV slot between turns, the others take free ones."""
         request_id = new_request_id()
         if self.on_request is not None:
             self.on_request(request_id, time.monotonic())
+        conversation_id = job.conversation_id if index == 0 else None
         return self.client.generate(
-            job.messages, job.params, prompt=job.prompt, conversation_id=job.conversation_id, request_id=request_id
+            job.messages, job.choice_params(index), prompt=job.prompt, conversation_id=conversation_id, request_id=request_id
         )
 
     def _app(self) -> web.Application:
@@ -142,12 +144,13 @@ class Busy(Exception):
 
 
 class Admission:
-    def __init__(self, server: ApiServer):
+    def __init__(self, server: ApiServer, n: int):
         self._server = server
-        server.in_flight += 1
+        self._n = n
+        server.in_flight += n
 
     def __enter__(self) -> Admission:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._server.in_flight -= 1
+        self._server.in_flight -= self._n

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from itertools import accumulate
 
 from app.engine.events import FinishEvent, FinishReason
+from app.engine.probs import TokenChoice, TokenProbs
 from app.engine.stats import RequestStats
 
 FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.CONTEXT: "length"}
@@ -15,51 +17,80 @@ FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", Fini
 class Shape:
     """One response's identity and the objects of its kind (chat or plain text completion)."""
 
-    def __init__(self, is_chat: bool, model: str):
+    def __init__(self, is_chat: bool, model: str, post_sampling_probs: bool = False):
         self.is_chat = is_chat
         self.model = model
+        self.post = post_sampling_probs
         self.id = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
 
     def _object(self, kind: str, choices: list, **extra) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices, **extra}
 
-    def completion(self, final: FinishEvent) -> dict:
-        reason = FINISH_REASONS.get(final.reason, "stop")
-        if self.is_chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": final.text}}
-        else:
-            choice = {"index": 0, "text": final.text}
-        choice.update(logprobs=None, finish_reason=reason)
+    def completion(self, finals: list[FinishEvent], probs: list[list[TokenProbs] | None]) -> dict:
+        """The whole answer: one choice per final event, with its tokens' probabilities when asked."""
+        choices = [self._choice(i, final, probs[i]) for i, final in enumerate(finals)]
         kind = "chat.completion" if self.is_chat else "text_completion"
-        return self._object(kind, [choice], usage=usage(final.stats), timings=timings(final.stats))
+        return self._object(kind, choices, usage=usage(*(f.stats for f in finals)), timings=timings(finals[0].stats))
 
-    def chunk(self, text: str | None, finish: str | None = None, first: bool = False, **extra) -> dict:
+    def _choice(self, index: int, final: FinishEvent, probs: list[TokenProbs] | None) -> dict:
+        if self.is_chat:
+            choice = {"index": index, "message": {"role": "assistant", "content": final.text}}
+        else:
+            choice = {"index": index, "text": final.text}
+        choice.update(logprobs=self.logprobs(probs), finish_reason=FINISH_REASONS.get(final.reason, "stop"))
+        if index:  # each choice read the prompt on its own terms: a shared prefix is computed once
+            choice["timings"] = timings(final.stats)
+        return choice
+
+    def chunk(
+        self, text: str | None, finish: str | None = None, first: bool = False, index: int = 0, probs=None, **extra
+    ) -> dict:
         if self.is_chat:
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta}
+            choice = {"index": index, "delta": delta}
         else:
-            choice = {"index": 0, "text": text or ""}
-        choice.update(logprobs=None, finish_reason=finish)
+            choice = {"index": index, "text": text or ""}
+        choice.update(logprobs=self.logprobs(probs), finish_reason=finish)
         return self._object("chat.completion.chunk" if self.is_chat else "text_completion", [choice], **extra)
 
-    def last_chunk(self, final: FinishEvent, include_usage: bool) -> dict:
+    def last_chunk(self, final: FinishEvent, include_usage: bool, index: int = 0, probs=None) -> dict:
         extra = {"timings": timings(final.stats)}
         if include_usage:
             extra["usage"] = None  # with include_usage every chunk but the usage one carries null
-        return self.chunk(None, FINISH_REASONS.get(final.reason, "stop"), **extra)
+        return self.chunk(None, FINISH_REASONS.get(final.reason, "stop"), index=index, probs=probs, **extra)
 
-    def usage_chunk(self, final: FinishEvent) -> dict:
+    def usage_chunk(self, finals: list[FinishEvent]) -> dict:
         kind = "chat.completion.chunk" if self.is_chat else "text_completion"
-        return self._object(kind, [], usage=usage(final.stats), timings=timings(final.stats))
+        return self._object(kind, [], usage=usage(*(f.stats for f in finals)), timings=timings(finals[0].stats))
+
+    def logprobs(self, probs: list[TokenProbs] | None) -> dict | None:
+        """OpenAI's logprobs object for these tokens (chat or completions form); None when not asked."""
+        if not probs:
+            return None
+        if self.is_chat:
+            key, top_key = ("prob", "top_probs") if self.post else ("logprob", "top_logprobs")
+            return {"content": [{**self._token(p.chosen), top_key: [self._token(c) for c in p.top]} for p in probs]}
+        return {
+            "tokens": [p.chosen.text for p in probs],
+            "token_logprobs": [p.chosen.logprob for p in probs],
+            "top_logprobs": [{c.text: c.logprob for c in p.top} for p in probs],
+            "text_offset": list(accumulate((len(p.chosen.text) for p in probs[:-1]), initial=0)),
+        }
+
+    def _token(self, c: TokenChoice) -> dict:
+        value = {"prob": c.sampled_p} if self.post else {"logprob": c.logprob}
+        return {"id": c.token, "token": c.text, **value, "bytes": list(c.piece)}
 
 
-def usage(st: RequestStats) -> dict:
+def usage(first: RequestStats, *others: RequestStats) -> dict:
+    """Tokens of one request: its prompt once, the replies of every choice."""
+    generated = first.gen_tokens + sum(st.gen_tokens for st in others)
     return {
-        "prompt_tokens": st.prompt_tokens,
-        "completion_tokens": st.gen_tokens,
-        "total_tokens": st.prompt_tokens + st.gen_tokens,
-        "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
+        "prompt_tokens": first.prompt_tokens,
+        "completion_tokens": generated,
+        "total_tokens": first.prompt_tokens + generated,
+        "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
     }
 
 
