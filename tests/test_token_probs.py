@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from helpers import Started, collect, run, token_ids, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.engine.params import SamplingParams
 from app.engine.probs import token_probs
-
-from helpers import Started, collect, run, token_ids, user
 
 
 def _piece(token: int) -> bytes:
