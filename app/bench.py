@@ -73,6 +73,7 @@ class BenchSettings:
     prompts: list[Conversation] | None = None
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the adaptive batch keeps the latency under it
+    n_probs: int | None = None  # set: every token tells its probability and this many rivals'
     engine_settings: tuple[tuple[str, object], ...] = ()  # more EngineConfig fields: llama.cpp's flags
 
     @property
@@ -87,6 +88,8 @@ class BenchSettings:
             label += f", {self.policy.value}"
         if self.itl_target_ms:
             label += f", adaptive {self.itl_target_ms:.0f} ms"
+        if self.n_probs is not None:
+            label += f", probabilities (top {self.n_probs})"
         return label
 
 
@@ -180,7 +183,12 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     conversations = conversations_for(s)
     config = engine_config(s, conversations)
     params = SamplingParams(
-        temperature=s.temperature, seed=s.seed, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos, repeat_penalty=1.0
+        temperature=s.temperature,
+        seed=s.seed,
+        max_tokens=s.max_tokens,
+        ignore_eos=s.ignore_eos,
+        repeat_penalty=1.0,
+        n_probs=s.n_probs,
     )
     client = EngineClient(config)
     await client.start()

@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)"
     )
+    bench.add_argument("--probs", type=_not_negative, metavar="N", help="every token tells its probability and N rivals'")
     bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
@@ -231,6 +232,7 @@ def _bench(args) -> int:
         prompts=prompts,
         policy=Policy(args.policy),
         itl_target_ms=args.itl_target_ms if args.adaptive else None,
+        n_probs=args.probs,
         engine_settings=tuple((k, v) for k, v in args.engine_overrides.items() if k not in ("n_ctx", "n_threads")),
     )
     if args.guide:
