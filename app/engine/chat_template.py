@@ -14,6 +14,9 @@ CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# a model that never learnt ChatML may write its markers as text: they end its turn, so a reply
+# never runs on into a turn it made up
+CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
 
 Message = dict[str, str]
 
@@ -34,6 +37,15 @@ class ChatTemplate:
             self._template = env.from_string(CHATML)
         self._bos = bos_token
         self._eos = eos_token
+
+    @property
+    def is_fallback(self) -> bool:
+        """The model carries no chat template (a base model) or one this Jinja cannot read."""
+        return self.source is CHATML
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return CHATML_STOPS if self.is_fallback else ()
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         try:

@@ -111,7 +111,7 @@ class Engine:
             return
         stats.prompt_tokens = len(prompt.tokens)
         self._arrivals += 1
-        seq = Sequence(request, prompt.tokens, stats, self._arrivals)
+        seq = Sequence(request, prompt.tokens, stats, self._arrivals, prompt.stop)
         seq.notice = prompt.notice
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
         seq.sampler = self.backend.new_sampler(request.params, seed, prompt.tokens)

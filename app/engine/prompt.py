@@ -19,6 +19,7 @@ class Prompt:
     tokens: list[int]
     notice: str | None = None  # e.g. old turns were dropped to fit
     error: str | None = None  # set: the request cannot be served
+    stop: tuple[str, ...] = ()  # texts that end the reply besides the request's own stop strings
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
@@ -56,7 +57,7 @@ class PromptBuilder:
             return Prompt([], error=str(e))
         except Exception as e:  # a request must never take an engine thread down with it
             return Prompt([], error=f"internal error while reading the request: {e!r}")
-        return Prompt(tokens, notice)
+        return Prompt(tokens, notice, stop=self._template.stop_strings if request.messages is not None else ())
 
     def build(self, request: Request) -> tuple[list[int], str | None]:
         """Return the prompt's tokens and, if turns were dropped to fit, a notice saying so."""

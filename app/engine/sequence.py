@@ -29,7 +29,7 @@ class SequenceStatus(Enum):
 
 
 class Sequence:
-    def __init__(self, request: Request, prompt_tokens: list[int], stats: RequestStats, arrival: int):
+    def __init__(self, request: Request, prompt_tokens: list[int], stats: RequestStats, arrival: int, stop: tuple[str, ...] = ()):
         self.request = request
         self.request_id = request.request_id
         self.params = request.params
@@ -41,7 +41,7 @@ class Sequence:
         self.bypassed = 0  # requests admitted ahead of it while it waited for room (bounded)
         self.sampler = None
         self.row = -1  # batch row whose logits this sequence samples in the current step
-        self.stream = TextStream(request.params.stop)
+        self.stream = TextStream(request.params.stop + stop)
         self.stats = stats
         self.arrival = arrival  # submission order, for fair queues
         self.notice: str | None = None
