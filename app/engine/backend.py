@@ -135,6 +135,7 @@ class ModelInfo:
     cache_type_v: str = "f16"
     flash_attn: str = "auto"  # what llama.cpp chose: "on", "off" (or "auto" when it did not say)
     pool_reason: str = ""  # how the pool's size was chosen
+    has_chat_template: bool = True  # False: a base model (chats are rendered in ChatML; completion suits it better)
     notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
     build: BuildInfo | None = None
 
@@ -155,6 +156,7 @@ class ModelInfo:
             "weights_bytes": dict(self.weights),
             "kv_bytes": self.kv_bytes,
             "kv_bytes_per_cell": self.kv_bytes_per_cell,
+            "chat_template": self.has_chat_template,
             "kv_devices": list(self.kv_devices),
             "cache_type_k": self.cache_type_k,
             "cache_type_v": self.cache_type_v,
@@ -477,6 +479,7 @@ class LlamaBackend:
             cache_type_v=type_v.value,
             flash_attn=place.get("flash_attn", "auto"),
             pool_reason=self.pool_reason,
+            has_chat_template=self._meta("tokenizer.chat_template") is not None,
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             build=self.build,
         )
