@@ -133,6 +133,7 @@ class EngineClient:
         conversation_id: str | None = None,
         request_id: str | None = None,
         priority: Priority = Priority.NORMAL,
+        reply_prefix: Sequence[int] = (),
     ) -> AsyncIterator[Event]:
         """Stream one reply: TokenEvents, then exactly one FinishEvent.
 
@@ -147,6 +148,7 @@ class EngineClient:
             prompt=prompt,
             conversation_id=conversation_id,
             priority=priority,
+            reply_prefix=tuple(reply_prefix),
         )
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = queue

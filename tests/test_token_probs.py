@@ -86,3 +86,33 @@ def test_greedy_reply_takes_the_likeliest_token_after_the_repeat_penalty(config)
         assert e.probs.chosen.sampled_p == 1.0
         assert e.probs.chosen.logprob == e.probs.top[0].logprob
     assert final.ok
+
+
+def test_a_branch_from_a_rival_token_starts_from_the_cached_reply_and_goes_on_from_that_token(config):
+    """The reply's cells up to the branch point are shared with the new sequence: only the rival is read."""
+    greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=20, n_probs=3)
+    question = user("Describe a lighthouse at night.")
+
+    async def go():
+        async with Started(config) as client:
+            tokens, first = await collect(client.generate(question, greedy, conversation_id="a"))
+            drawn = [e for e in tokens if e.n_tokens]
+            at = 6
+            rival = drawn[at].probs.top[1]  # the second likeliest token there
+            prefix = [e.token for e in drawn[:at]] + [rival.token]
+            branches = [
+                await collect(client.generate(question, greedy, conversation_id=f"b{i}", reply_prefix=prefix)) for i in range(2)
+            ]
+            bad = await client.complete(question, greedy, reply_prefix=[10**9])
+            after = await client.complete(question, greedy.with_(max_tokens=4))
+            return first, drawn, at, rival, branches, bad, after
+
+    first, drawn, at, rival, branches, bad, after = run(go())
+    (tokens_b, final_b), (tokens_c, final_c) = branches
+    n_prompt = first.stats.prompt_tokens
+    assert final_b.stats.prompt_tokens == n_prompt + at + 1
+    # every cell but the rival's came from the first reply's slot (the last one is read for its logits)
+    assert (final_b.stats.cached_tokens, final_b.stats.evaluated_tokens) == (n_prompt + at, 1)
+    assert final_b.text == final_c.text  # greedy: the same branch twice goes the same way
+    assert not bad.ok and "reply_prefix must be token ids" in bad.error
+    assert after.ok  # the engine goes on after refusing it

@@ -307,6 +307,7 @@ class LlamaBackend:
         self.bos_text = self._token_text(ll.llama_vocab_bos(self.vocab))
         self.eos_text = self._token_text(ll.llama_vocab_eos(self.vocab))
         self.special_texts = self._special_texts()
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.eog_tokens = tuple(t for t in range(ll.llama_vocab_n_tokens(self.vocab)) if ll.llama_vocab_is_eog(self.vocab, t))
 
     # -- loading ---------------------------------------------------------------------------

@@ -95,9 +95,18 @@ class Engine:
             problem = request.params.problem()
         except Exception as e:  # params of the wrong shape altogether
             problem = f"the sampling parameters cannot be read: {e!r}"
+        if problem is None:
+            problem = self._bad_tokens(request.reply_prefix)
         if problem is not None:
             return Prompt([], error=problem)
         return self.prompts.prepare(request)
+
+    def _bad_tokens(self, tokens) -> str | None:
+        """A token llama.cpp does not know would abort the decode: refuse it here."""
+        n_vocab = self.backend.n_vocab
+        if not isinstance(tokens, tuple) or not all(type(t) is int and 0 <= t < n_vocab for t in tokens):
+            return f"reply_prefix must be token ids between 0 and {n_vocab - 1}"
+        return None
 
     def submit(self, request: Request, t_submit: float, prompt: Prompt | None = None) -> None:
         """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""

@@ -61,6 +61,13 @@ class PromptBuilder:
 
     def build(self, request: Request) -> tuple[list[int], str | None]:
         """Return the prompt's tokens and, if turns were dropped to fit, a notice saying so."""
+        tokens, notice = self._build(request)
+        if request.reply_prefix:  # the reply goes on from these, in its own turn
+            tokens = tokens + list(request.reply_prefix)
+            self._check_fits(len(tokens))
+        return tokens, notice
+
+    def _build(self, request: Request) -> tuple[list[int], str | None]:
         self._check_markers(request)
         if request.messages is None:
             tokens = self._encode(request.prompt or "")

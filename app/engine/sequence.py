@@ -20,6 +20,8 @@ class Request:
     prompt: str | None = None
     conversation_id: str | None = None  # keeps KV cells between the turns of one chat
     priority: Priority = Priority.NORMAL  # served first under the priority policy
+    # the reply's first tokens, given: it goes on from them (a branch from another token of a reply)
+    reply_prefix: tuple[int, ...] = ()
 
 
 class SequenceStatus(Enum):
