@@ -261,6 +261,17 @@ class EnginePanel(QWidget):
         except ValueError as e:
             self._show_error(str(e), loaded=False)
             return
+        await self.reload(config)
+
+    async def load_model(self, path: str) -> str:
+        """Another model file with the settings that run now (the model library's Load); the reason
+        it failed, or empty when it loaded."""
+        self.model_path.setText(path)
+        return await self.reload(self.client.config.with_(model_path=path))
+
+    async def reload(self, config: EngineConfig) -> str:
+        """Reload the client on `config`; on failure a dialog, the previous model stays and the
+        reason is returned."""
         self.apply_button.setEnabled(False)
         self.status.setText("loading…")
         try:
@@ -268,12 +279,13 @@ class EnginePanel(QWidget):
         except (EngineError, ValueError, OSError) as e:
             self._show_error(str(e))
             self.show_config(self.client.config)  # what is still running
-            return
+            return str(e)
         finally:
             self.apply_button.setEnabled(True)
         self.status.setText("reloaded")
         self.show_model_facts()
         self.sigConfigApplied.emit(config)
+        return ""
 
     def _show_error(self, reason: str, loaded: bool = True) -> None:
         """A non-blocking dialog (tests and the event loop go on) plus the reason in the panel;

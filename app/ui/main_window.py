@@ -35,6 +35,7 @@ from qasync import asyncSlot
 from app.client import EngineClient
 from app.engine.errors import EngineError
 from app.engine.stats import EngineSnapshot
+from app.models.library import ModelFinder
 from app.server.server import ApiServer
 
 from .benchmark_dock import BenchmarkPanel
@@ -45,6 +46,7 @@ from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .metrics import RATE_WINDOW_S, MetricsStore
+from .model_library import ModelLibrary
 from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
@@ -131,6 +133,10 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.plots_dock, self.bench_dock)
         self.plots_dock.raise_()
         self.bench_dock.hide()
+        self.library = ModelLibrary(ModelFinder(), self.settings, current_model=self.client.config.model_path)
+        self.library.sigLoad.connect(self.load_model)
+        self.library_dock = self._dock("Model library", self.library, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.library_dock.hide()
         self._build_toolbar()
         self._build_menus()
         self.status_label = Readout(muted=False, pixel_size=12)
@@ -175,6 +181,7 @@ class MainWindow(QMainWindow):
         bar.addAction(self.engine_dock.toggleViewAction())
         bar.addAction(self.plots_dock.toggleViewAction())
         bar.addAction(self.bench_dock.toggleViewAction())
+        bar.addAction(self.library_dock.toggleViewAction())
         # shown from the toolbar, a dock tabbed behind the plots comes to the front
         for dock in (self.plots_dock, self.bench_dock):
             dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
@@ -193,7 +200,7 @@ class MainWindow(QMainWindow):
         file.addSeparator()
         file.addAction(QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close))
         view = menus.addMenu("&View")
-        docks = (self.chats_dock, self.engine_dock, self.plots_dock, self.bench_dock)
+        docks = (self.chats_dock, self.engine_dock, self.plots_dock, self.bench_dock, self.library_dock)
         for n, dock in enumerate(docks, 1):
             dock.toggleViewAction().setShortcut(QKeySequence(f"Ctrl+{n}"))
             view.addAction(dock.toggleViewAction())
@@ -217,7 +224,7 @@ class MainWindow(QMainWindow):
             "with live figures of what batching and KV-cache reuse buy.<br><br>"
             f"Model: {html.escape(model)}" + (f" ({info.n_params / 1e6:.0f}M parameters)" if info else "") + "<br>"
             "Keys: Enter sends, Shift+Enter starts a line, Escape stops a reply, Ctrl+N adds a pane, "
-            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+1 to 4 show the docks."
+            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+1 to 5 show the docks."
         )
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.setWindowModality(Qt.WindowModality.NonModal)  # the panes stream on behind it
@@ -519,6 +526,17 @@ class MainWindow(QMainWindow):
         self.settings.set_engine_config(config)
         self._relayout()
         self._show_title()
+        self.library.set_current(config.model_path)
+
+    @asyncSlot(str)
+    async def load_model(self, path: str) -> None:
+        """The library's Load: the engine panel's reload with another model file and the settings
+        running now. The chats stay; replies in flight end with a notice; a model that fails to load
+        leaves the previous one."""
+        error = await self.engine_panel.load_model(path)
+        self.library.set_current(self.client.config.model_path, error)
+        if not error:
+            self.statusBar().showMessage(f"Loaded {Path(path).name}.", 10000)
 
     def _show_title(self) -> None:
         """The window's title names the model every local pane talks to."""

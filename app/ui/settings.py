@@ -151,6 +151,18 @@ class AppSettings:
     def serve_api_key(self, value: str) -> None:
         self.q.setValue("serve/api_key", value)
 
+    # -- the model library ---------------------------------------------------------------------
+
+    @property
+    def library_folders(self) -> list[str]:
+        """The folders added to the model library, in the order they were added."""
+        text = self._get("library/folders", "", str)
+        return [x for x in text.split("\n") if x]
+
+    @library_folders.setter
+    def library_folders(self, folders: list[str]) -> None:
+        self._set_or_remove("library/folders", "\n".join(folders))
+
     # -- panes ---------------------------------------------------------------------------------
 
     def pane_params(self, chat_id: str) -> PaneParams:
