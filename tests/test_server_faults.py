@@ -31,7 +31,10 @@ BAD_BODIES = {
     "boolean top_k": (json.dumps(chat("hi", top_k=True)), "'top_k' must be an integer"),
     "stop not strings": (json.dumps(chat("hi", stop=[1, 2])), "'stop'"),
     "too many choices": (json.dumps(chat("hi", n=17)), "'n' must be between 1 and 16"),
-    "logprobs beyond the limit": (json.dumps(chat("hi", logprobs=True, top_logprobs=101)), "'top_logprobs' must be between 0 and 100"),
+    "logprobs beyond the limit": (
+        json.dumps(chat("hi", logprobs=True, top_logprobs=101)),
+        "'top_logprobs' must be between 0 and 100",
+    ),
     "stream not a boolean": (json.dumps(chat("hi", stream="yes")), "'stream' must be a boolean"),
     "10 MB prompt": (json.dumps(chat("x" * 10_000_000)), "characters, far more than the context"),
 }
