@@ -34,6 +34,7 @@ from app.client import EngineClient, new_request_id
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import SamplingParams
+from app.engine.probs import TokenProbs
 from app.remote import RemoteClient
 
 from . import theme
@@ -87,6 +88,8 @@ class ChatPane(QFrame):
         self._received: list[str] = []  # the reply so far
         self._flushed = 0  # how many of those the transcript shows
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
+        self.measure_logprobs = False  # the replies' log-probabilities are wanted (a fan-out compares them)
+        self.reply_probs: list[TokenProbs] = []  # the running or last reply's tokens, how likely each was
         self._checkpoint_timer = QTimer(self, interval=CHECKPOINT_MS, timeout=self._checkpoint)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
@@ -289,7 +292,8 @@ class ChatPane(QFrame):
         final: FinishEvent | None = None
         self._checkpoint_timer.start()
         try:
-            params = self.sampling_override or self.params.sampling()
+            params = self._sampling()
+            self.reply_probs = []
             source = self._source = self._source_for(self.params)
             local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
             stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
@@ -298,6 +302,8 @@ class ChatPane(QFrame):
                     if source is not self.client:  # the engine's listener feeds the plots only its own events
                         self.metrics.on_events([event])
                     if isinstance(event, TokenEvent):
+                        if event.probs is not None:
+                            self.reply_probs.append(event.probs)
                         if self._flushed == len(self._received):  # the first text since the last flush
                             self.sigTextReceived.emit()
                         self._received.append(event.text)
@@ -307,6 +313,17 @@ class ChatPane(QFrame):
             final = refused(request_id, str(e))
         finally:
             self._end_reply(final)
+
+    def _sampling(self) -> SamplingParams:
+        params = self.sampling_override or self.params.sampling()
+        if self.measure_logprobs and params.n_probs is None:
+            params = params.with_(n_probs=0)  # the drawn token's probability only
+        return params
+
+    @property
+    def reply_logprobs(self) -> list[float]:
+        """The log-probability of each token of the running or last reply, when they were asked for."""
+        return [p.chosen.logprob for p in self.reply_probs]
 
     def _source_for(self, params: PaneParams) -> EngineClient | RemoteClient:
         endpoint = params.endpoint()

@@ -128,8 +128,9 @@ class FanOutDialog(QDialog):
 
     sigStart = Signal(object)  # Sweep
 
-    def __init__(self, base: PaneParams, prompt: str = "", parent: QWidget | None = None):
+    def __init__(self, base: PaneParams, prompt: str = "", max_panes: int = MAX_PANES, parent: QWidget | None = None):
         super().__init__(parent)
+        self._max_panes = max_panes
         self.setWindowTitle("Fan out a prompt")
         self._base = base
         self._seed = base.seed if base.seed is not None else random.randint(0, MAX_SEED)
@@ -174,6 +175,8 @@ class FanOutDialog(QDialog):
         values = parse_values(self.setting, self.values_edit.toPlainText())
         if not prompt:
             raise ValueError("write the prompt every pane sends")
+        if len(values) > self._max_panes:
+            raise ValueError(f"{len(values)} values, but the engine runs at most {self._max_panes} panes at once")
         return Sweep(prompt, self.setting, values, self._base, self._seed)
 
     def _check(self) -> None:

@@ -42,9 +42,11 @@ from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
 from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
+from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
+from .fan_out import FanOutDialog, Sweep
 from .metrics import RATE_WINDOW_S, MetricsStore
 from .model_library import ModelLibrary
 from .plots import PlotsPanel
@@ -80,6 +82,7 @@ class MainWindow(QMainWindow):
         self._closing: asyncio.Task | None = None  # the shutdown, once the window is asked to close
         self._closed = False
         self.close_box: QMessageBox | None = None  # the last "Close pane" question
+        self.fan_out_dialog: FanOutDialog | None = None  # the last one opened
         client.add_listener(self.metrics.on_events)
         client.add_failure_listener(self._on_engine_failed)
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
@@ -137,6 +140,10 @@ class MainWindow(QMainWindow):
         self.library.sigLoad.connect(self.load_model)
         self.library_dock = self._dock("Model library", self.library, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.library_dock.hide()
+        self.compare_view = CompareView()
+        self.compare_view.sigExported.connect(self._show_exported)
+        self.compare_dock = self._dock("Compare", self.compare_view, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.compare_dock.hide()
         self._build_toolbar()
         self._build_menus()
         self.status_label = Readout(muted=False, pixel_size=12)
@@ -182,6 +189,9 @@ class MainWindow(QMainWindow):
         bar.addAction(self.plots_dock.toggleViewAction())
         bar.addAction(self.bench_dock.toggleViewAction())
         bar.addAction(self.library_dock.toggleViewAction())
+        self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
+        self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
+        bar.addAction(self.fan_out_action)
         # shown from the toolbar, a dock tabbed behind the plots comes to the front
         for dock in (self.plots_dock, self.bench_dock):
             dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
@@ -208,6 +218,11 @@ class MainWindow(QMainWindow):
         focus = QAction("Broadcast field", self, shortcut=QKeySequence("Ctrl+L"))
         focus.triggered.connect(lambda: self.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason))
         view.addAction(focus)
+        compare = menus.addMenu("&Compare")
+        self.fan_out_action.setShortcut(QKeySequence("Ctrl+Shift+F"))
+        compare.addAction(self.fan_out_action)
+        self.compare_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+6"))
+        compare.addAction(self.compare_dock.toggleViewAction())
         engine = menus.addMenu("&Engine")
         engine.addAction(QAction("Stop all replies", self, shortcut=QKeySequence("Ctrl+."), triggered=self.stop_all))
         engine.addAction(QAction("Restart engine", self, triggered=self.restart_engine))
@@ -224,7 +239,8 @@ class MainWindow(QMainWindow):
             "with live figures of what batching and KV-cache reuse buy.<br><br>"
             f"Model: {html.escape(model)}" + (f" ({info.n_params / 1e6:.0f}M parameters)" if info else "") + "<br>"
             "Keys: Enter sends, Shift+Enter starts a line, Escape stops a reply, Ctrl+N adds a pane, "
-            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+1 to 5 show the docks."
+            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+Shift+F fans out a prompt, "
+            "Ctrl+1 to 6 show the docks."
         )
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.setWindowModality(Qt.WindowModality.NonModal)  # the panes stream on behind it
@@ -283,6 +299,7 @@ class MainWindow(QMainWindow):
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
+        pane.sigReplyFinished.connect(lambda final, p=pane: self.compare_view.finish(p.key, final, p.reply_logprobs))
         pane.input.setPlainText(self.settings.draft(chat.chat_id))
         pane.input.textChanged.connect(lambda: self.settings.set_draft(pane.key, pane.input.toPlainText()))
         self.panes.insert(len(self.panes) if index is None else index, pane)
@@ -457,6 +474,46 @@ class MainWindow(QMainWindow):
         self.settings.remove_pane_params(chat_id)
         self.chat_list.remove_row(chat_id)
         return True
+
+    # -- fan out and compare -------------------------------------------------------------------
+
+    def ask_fan_out(self) -> FanOutDialog:
+        """The fan-out dialog, on the settings and text of the pane in focus (or the first)."""
+        source = next((p for p in self.panes if p.isAncestorOf(self.focusWidget())), self.panes[0])
+        prompt = source.input.toPlainText() or self.broadcast_edit.text()
+        dialog = FanOutDialog(source.params, prompt, self.capacity, parent=self)
+        dialog.sigStart.connect(self.fan_out)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        self.fan_out_dialog = dialog
+        return dialog
+
+    def fan_out(self, sweep: Sweep) -> list[ChatPane]:
+        """A pane for each value (free panes first, then new ones), all sent in one go so the
+        engine reads their shared prompt once; the compare view follows their replies."""
+        panes = [p for p in self.panes if p.is_blank and not p.is_busy][: len(sweep.values)]
+        while len(panes) < len(sweep.values) and (pane := self.add_pane()) is not None:
+            panes.append(pane)
+        if len(panes) < len(sweep.values):
+            missing = len(sweep.values) - len(panes)
+            self.statusBar().showMessage(
+                f"Fan out needs {len(sweep.values)} free panes and {missing} more cannot be had: close or clear "
+                f"panes, or raise the parallel capacity ({self.capacity}) in the Engine panel.",
+                15000,
+            )
+            return []
+        rows = []
+        for pane, value in zip(panes, sweep.values):
+            pane.rename(sweep.label_for(value))
+            pane.params_editor.set_params(sweep.params_for(value))
+            pane.measure_logprobs = True
+            rows.append(Compared(pane.key, sweep.label_for(value)))
+        for pane in panes:
+            pane.send(sweep.prompt)
+        self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(panes)} panes", rows)
+        self.compare_dock.show()
+        self.compare_dock.raise_()
+        return panes
 
     # -- broadcast and stop --------------------------------------------------------------------
 

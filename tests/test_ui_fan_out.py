@@ -1,0 +1,76 @@
+"""Fan out on the real window: one prompt over a setting's values, a pane each, the compare view and its export."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QToolBar
+from ui_fixtures import QUICK, set_params, until
+
+from app.ui.compare_view import COLUMNS
+
+
+def _click_action(qtbot, window, action) -> None:
+    button = window.findChild(QToolBar, "main-toolbar").widgetForAction(action)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_view(run_window, qtbot, tmp_path, monkeypatch):
+    exported = tmp_path / "sweep"  # no extension: the chosen filter's is added
+    monkeypatch.setattr(
+        "app.ui.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
+    )
+
+    async def scenario(window):
+        set_params(window, QUICK.with_(max_tokens=20))
+        _click_action(qtbot, window, window.fan_out_action)
+        dialog = window.fan_out_dialog
+        await until(dialog.isVisible, what="the dialog")
+        qtbot.keyClicks(dialog.prompt_edit, "Write a short line about rain.")
+        assert not dialog.start_button.isEnabled()  # no values yet: it says what to write
+        assert "write the values" in dialog.preview.text()
+        qtbot.keyClicks(dialog.values_edit, "0.9, 0.9, 1.8")
+        assert dialog.start_button.isEnabled() and dialog.preview.text().startswith("3 panes")
+        seed = dialog.sweep().seed
+        qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+        panes = window.panes
+        assert len(panes) == 3 and all(p.is_busy for p in panes)  # two free panes and a new one, started together
+        await until(lambda: window.is_idle, what="the three replies")
+        assert [p.chat.name for p in panes] == ["Temperature 0.9", "Temperature 0.9", "Temperature 1.8"]
+        assert [p.params.temperature for p in panes] == [0.9, 0.9, 1.8] and {p.params.seed for p in panes} == {seed}
+        replies = [p.chat.messages[1]["content"] for p in panes]
+        assert replies[0] == replies[1]  # equal settings and seed: equal text
+        view = window.compare_view
+        assert window.compare_dock.isVisible() and view.table.rowCount() == 3
+        for r, row in enumerate(view.rows):
+            assert row.status in ("stop", "length") and row.tokens > 0 and row.tok_s > 0 and row.ttft_ms > 0
+            assert -20 < row.mean_logprob <= 0 and not math.isnan(row.mean_logprob)
+            assert view.table.item(r, COLUMNS.index("Reply")).text() == replies[r]
+        qtbot.mouseClick(view.export_button, Qt.MouseButton.LeftButton)
+        table = list(csv.reader((tmp_path / "sweep.csv").open(encoding="utf-8")))
+        assert table[0] == list(COLUMNS) and [t[-1] for t in table[1:]] == replies
+        assert "sweep.csv" in window.statusBar().currentMessage()  # a successful export says where
+
+    run_window(scenario, panes=2)
+
+
+def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_window, qtbot):
+    async def scenario(window):
+        window.panes[0].input.setPlainText("kept draft")
+        dialog = window.ask_fan_out()
+        assert dialog.prompt_edit.toPlainText() == "kept draft"  # the pane's typed text is the prompt to start from
+        dialog.setting_combo.setCurrentIndex(dialog.setting_combo.findText("Seed"))
+        qtbot.keyClicks(dialog.values_edit, "1..5")
+        assert not dialog.start_button.isEnabled()
+        assert "at most 4 panes" in dialog.preview.text()
+        dialog.values_edit.clear()
+        qtbot.keyClicks(dialog.values_edit, "1..4")
+        assert dialog.start_button.isEnabled()
+        qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)  # one of the 4 panes holds a draft
+        assert len(window.panes) == 4 and not any(p.is_busy for p in window.panes)
+        assert window.panes[0].input.toPlainText() == "kept draft"
+        assert "Fan out needs 4 free panes" in window.statusBar().currentMessage()
+
+    run_window(scenario, panes=4, capacity=4)
