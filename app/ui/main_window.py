@@ -59,6 +59,7 @@ PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf"
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
+COMPARE_HEIGHT = 200  # px: the compare dock's first height
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
@@ -511,7 +512,9 @@ class MainWindow(QMainWindow):
         for pane in panes:
             pane.send(sweep.prompt)
         self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(panes)} panes", rows)
-        self.compare_dock.show()
+        if self.compare_dock.isHidden():  # room for a few rows; the panes keep the height they stream in
+            self.compare_dock.show()
+            self.resizeDocks([self.compare_dock], [COMPARE_HEIGHT], Qt.Orientation.Vertical)
         self.compare_dock.raise_()
         return panes
 
