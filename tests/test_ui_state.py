@@ -1,4 +1,4 @@
-"""The window's plain-data parts, no engine: chats and their files, HTML of turns, ring buffers, settings."""
+"""The window's plain-data parts, no engine: chats and their files, replies' Markdown, ring buffers, settings."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
+from PySide6.QtGui import QFontInfo, QGuiApplication
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
@@ -26,7 +27,8 @@ from app.ui.chat_store import (
 from app.ui.dialogs import with_filter_suffix
 from app.ui.metrics import MetricsStore, Ring
 from app.ui.settings import AppSettings, PaneParams
-from app.ui.transcript import message_html
+from app.ui.theme import Theme
+from app.ui.transcript import markdown_document
 
 
 def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():
@@ -130,15 +132,24 @@ def test_an_export_name_gets_the_chosen_filters_extension_unless_it_has_a_format
     assert with_filter_suffix("/tmp/c", "") == "/tmp/c.md"  # no filter said: the dialog's first
 
 
-def test_code_blocks_are_monospace_and_text_is_escaped(qapp):  # Qt's Markdown reader wants the app's fonts
-    html = message_html("assistant", "See:\n```python\nif a < b:\n    pass\n```\ndone")
-    assert "<pre" in html and "monospace" in html and "if a &lt; b:" in html and "done" in html
+def code_lines(markdown: str) -> list[str]:
+    document = markdown_document(markdown, Theme.of(QGuiApplication.palette()))
+    blocks = [document.findBlockByNumber(i) for i in range(document.blockCount())]
+    return [b.text() for b in blocks if b.blockFormat().nonBreakableLines()]
+
+
+def test_code_blocks_are_monospace_and_text_is_kept(qapp):  # Qt's Markdown reader wants the app's fonts
+    document = markdown_document("See:\n```python\nif a < b:\n    pass\n```\ndone", Theme.of(qapp.palette()))
+    code = document.find("if a < b:")
+    assert code.block().blockFormat().nonBreakableLines() and QFontInfo(code.charFormat().font()).fixedPitch()
+    assert code_lines("See:\n```python\nif a < b:\n    pass\n```\ndone") == ["if a < b:", "    pass"]
 
 
 def test_a_fence_is_three_backticks_at_the_start_of_a_line(qapp):
-    assert "<pre" not in message_html("assistant", "use ``` to fence code")
-    inline = message_html("assistant", "```python print(1)``` inline")
-    assert "<pre" not in inline and "monospace';\">python print(1)</span> inline" in inline
+    assert code_lines("use ``` to fence code") == []
+    assert code_lines("```python print(1)``` inline") == []
+    document = markdown_document("```python print(1)``` inline", Theme.of(qapp.palette()))
+    assert QFontInfo(document.find("print(1)").charFormat().font()).fixedPitch()  # inline code
 
 
 def test_ring_keeps_the_newest_points_in_order():

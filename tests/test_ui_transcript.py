@@ -1,15 +1,18 @@
-"""The transcript renders a reply's Markdown with Qt's own reader and copies a message or a code block
-from its context menu."""
+"""The transcript renders a reply's Markdown with Qt's own reader, block by block while it streams, and
+copies a message or a code block from its Copy links and its context menu."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QContextMenuEvent, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from PySide6.QtCore import QObject, QPoint, Qt, QUrl, Slot
+from PySide6.QtGui import QContextMenuEvent, QDesktopServices, QFontInfo, QGuiApplication, QPalette, QTextCursor
+from PySide6.QtWidgets import QApplication, QToolTip
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.theme import Theme, contrast, dark_palette
-from app.ui.transcript import Transcript
+from app.ui.transcript import Transcript, finished_length
 
 CODE = 'def grams_to_ounces(g):\n    return g / 28.35  # "<ounces>"'
 REPLY = f"""# Cooking
@@ -67,13 +70,23 @@ def test_a_reply_shows_its_markdown(qtbot):
     assert "# Cooking" not in transcript.toPlainText() and "**good**" not in transcript.toPlainText()
 
 
-def test_links_in_a_dark_palette_read(qtbot, qapp):
+@pytest.mark.parametrize("dark", [False, True])
+def test_links_read_on_what_they_are_shown_on(qtbot, qapp, dark):
     before = qapp.palette()
-    qapp.setPalette(dark_palette())
+    if dark:
+        qapp.setPalette(dark_palette())
     try:
         transcript = shown_transcript(qtbot, CHAT)
-        shown = transcript.document().find("the guide").charFormat().foreground().color()
+        colours = Theme.of(qapp.palette())
+        document = transcript.document()
+        shown = document.find("the guide").charFormat().foreground().color()
         assert contrast(shown, transcript.palette().color(QPalette.ColorRole.Base)) >= 4.5
+        copy_code = document.find("Copy code")
+        on = copy_code.block().blockFormat().background().color()
+        assert contrast(copy_code.charFormat().foreground().color(), on) >= 4.5
+        copy_yours = document.find("Copy")  # in the user's bubble
+        assert copy_yours.charFormat().foreground().color() == colours.link
+        assert contrast(colours.link, colours.user_bubble) >= 4.5
     finally:
         qapp.setPalette(before)
 
@@ -122,10 +135,180 @@ def test_copy_a_streaming_reply_and_then_the_finished_one(run_window, qtbot):
         word = "".join(pane._received).split()[0]
         streamed = await right_click_and_choose(qtbot, transcript, word, "Copy message", after=transcript._reply_start)
         assert streamed and "".join(pane._received).startswith(streamed)  # the reply so far
+        assert "".join(pane._received).startswith(click_link(qtbot, transcript, "copy:message/", 1))
         await until(lambda: not pane.is_busy, what="the reply")
         reply = pane.chat.messages[1]["content"]
         heading = transcript.document().findBlock(transcript._starts[1])
         word = heading.next().text().split()[0]  # the rendered reply's first word
         assert await right_click_and_choose(qtbot, transcript, word, "Copy message", after=heading.position()) == reply
+        assert click_link(qtbot, transcript, "copy:message/", 1) == reply
 
     run_window(scenario, panes=1)
+
+
+def link_spots(transcript: Transcript, href_start: str) -> list[QPoint]:
+    """Where the links whose href begins with `href_start` are shown, in the viewport, in document order."""
+    spots, block = [], transcript.document().begin()
+    while block.isValid():
+        fragments = block.begin()
+        while not fragments.atEnd():
+            fragment = fragments.fragment()
+            if fragment.charFormat().anchorHref().startswith(href_start):
+                cursor = QTextCursor(transcript.document())
+                cursor.setPosition(fragment.position() + 1)
+                spots.append(transcript.cursorRect(cursor).center())
+            fragments += 1
+        block = block.next()
+    return spots
+
+
+def click_link(qtbot, transcript: Transcript, href_start: str, nth: int = 0) -> str:
+    """Click the `nth` link whose href begins so, as a person would; the clipboard after."""
+    QGuiApplication.clipboard().setText("")
+    qtbot.mouseClick(transcript.viewport(), Qt.MouseButton.LeftButton, pos=link_spots(transcript, href_start)[nth])
+    return QGuiApplication.clipboard().text()
+
+
+TRICKY_CODE = 'print("100% #1?")\n\tpath = "C:\\\\temp" & é'
+
+
+def test_copy_links_copy_each_message_and_code_block_as_written(qtbot):
+    code_reply = f"Two blocks:\n\n```\n{TRICKY_CODE}\n```\n\nand\n\n~~~sh\nls -l\n~~~"
+    transcript = shown_transcript(
+        qtbot, [*CHAT, {"role": "user", "content": "More"}, {"role": "assistant", "content": code_reply}]
+    )
+    assert click_link(qtbot, transcript, "copy:code/") == CODE
+    assert QToolTip.text() == "Copied"  # said where the mouse is
+    assert click_link(qtbot, transcript, "copy:code/", 1) == TRICKY_CODE
+    assert click_link(qtbot, transcript, "copy:code/", 2) == "ls -l"
+    messages = [m["content"] for m in transcript_messages(transcript)]
+    assert [click_link(qtbot, transcript, "copy:message/", i) for i in range(4)] == messages
+    shown = transcript.document().find("Copy code")
+    assert shown.block().blockFormat().background().color() == Theme.of(QGuiApplication.palette()).code_background
+    assert shown.block().next().blockFormat().nonBreakableLines()  # right above its code
+
+
+def transcript_messages(transcript: Transcript) -> list[dict[str, str]]:
+    return [{"role": role, "content": text} for role, text in transcript._shown]
+
+
+class Browser(QObject):
+    """Stands in for the desktop's browser: QDesktopServices hands it the URLs it would open."""
+
+    def __init__(self):
+        super().__init__()
+        self.opened: list[QUrl] = []
+
+    @Slot(QUrl)
+    def open(self, url: QUrl) -> None:
+        self.opened.append(url)
+
+
+def test_a_link_in_a_reply_opens_in_the_browser_and_copies_nothing(qtbot):
+    transcript = shown_transcript(qtbot, CHAT)
+    browser = Browser()
+    QDesktopServices.setUrlHandler("https", browser, "open")
+    try:
+        assert click_link(qtbot, transcript, "https://") == ""
+    finally:
+        QDesktopServices.unsetUrlHandler("https")
+    assert browser.opened == [QUrl("https://example.test/guide")]
+    assert "the guide" in transcript.toPlainText()  # the transcript did not navigate away
+
+
+def body_size(transcript: Transcript) -> float:
+    return QFontInfo(transcript.document().defaultFont()).pointSizeF()
+
+
+def test_headings_are_a_little_larger_than_the_text_not_page_titles(qtbot):
+    reply = "# One\n\n## Two\n\n### Three\n\n#### Four\n\ntext"
+    transcript = shown_transcript(qtbot, [{"role": "user", "content": "?"}, {"role": "assistant", "content": reply}])
+    sizes = [
+        QFontInfo(transcript.document().find(word).charFormat().font()).pointSizeF() for word in ("One", "Two", "Three", "Four")
+    ]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[2]
+    assert body_size(transcript) <= sizes[-1] and sizes[0] <= 1.5 * body_size(transcript)
+
+
+def stream(transcript: Transcript, qapp, text: str, piece: int = 3) -> None:
+    for i in range(0, len(text), piece):
+        transcript.append_reply(text[i : i + piece])
+        qapp.processEvents()
+
+
+def test_a_streaming_reply_shows_its_finished_blocks_rendered(qtbot, qapp):
+    transcript = shown_transcript(qtbot, [])
+    transcript.begin_reply(CHAT[:1])
+    in_list, in_code = REPLY.index("- sharp") + 4, REPLY.index("return g")
+    stream(transcript, qapp, REPLY[:in_list])
+    document = transcript.document()
+    assert document.find("Cooking").block().blockFormat().headingLevel() == 1
+    assert "# Cooking" not in transcript.toPlainText() and "**good**" not in transcript.toPlainText()
+    assert document.find("the guide").charFormat().anchorHref() == "https://example.test/guide"
+    assert transcript.toPlainText().endswith("\n- sh")  # the block in progress, as it came
+    stream(transcript, qapp, REPLY[in_list:in_code])  # the code block is open
+    line = document.find("def grams_to_ounces(g):").block()
+    assert line.blockFormat().nonBreakableLines() and "```" not in transcript.toPlainText()
+    assert document.find("cutting").currentTable() is not None  # the table before it is rendered
+    assert document.find("sharp").block().textList() is not None
+    assert click_link(qtbot, transcript, "copy:message/") == "Tips?"
+    assert click_link(qtbot, transcript, "copy:message/", 1) == REPLY[:in_code]  # so far
+    stream(transcript, qapp, REPLY[in_code:])
+    assert click_link(qtbot, transcript, "copy:code/") == CODE  # the code block, closed, is rendered
+    streamed = transcript.toPlainText()
+    transcript.show_messages(CHAT)
+    assert transcript.toPlainText() == streamed == shown_transcript(qtbot, CHAT).toPlainText()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "# Title\n",
+                "text ",
+                "more",
+                "\n",
+                "\n\n",
+                "- item\n",
+                "1. one\n",
+                "  indented\n",
+                "```py\n",
+                "```\n",
+                "~~~\n",
+                "| a | b |\n|---|---|\n| 1 | 2 |\n",
+                "> quote\n",
+                "`x`",
+            ]
+        ),
+        max_size=25,
+    ),
+    st.integers(1, 7),
+)
+def test_any_reply_streamed_in_any_pieces_ends_shown_as_its_rendering(qapp, parts, piece):
+    reply, finished = "".join(parts), [CHAT[0], {"role": "assistant", "content": "".join(parts)}]
+    streamed, rendered = Transcript(), Transcript()  # not shown: a hundred windows would be slow
+    streamed.begin_reply(CHAT[:1])
+    stream(streamed, qapp, reply, piece)
+    assert streamed.message_at(streamed.document().characterCount() - 1) == reply
+    streamed.show_messages(finished)
+    rendered.show_messages(finished)
+    assert streamed.toHtml() == rendered.toHtml()
+
+
+def test_finished_blocks_end_after_a_blank_line_or_a_fence():
+    assert finished_length("Para one\nstill one\n\nP") == len("Para one\nstill one\n\n")
+    assert finished_length("- a\n\n  more of a\n\n- b") == len("- a\n\n  more of a\n\n")  # not before "  more"
+    assert finished_length("Look:\n```py\nx = 1\n\ny = 2\n") == len("Look:\n")  # the code block is open
+    assert finished_length("```py\nx = 1\n```\n") == len("```py\nx = 1\n```\n")
+    assert finished_length("```py\nx = 1\n``` no\n") == 0  # not a closing fence
+    assert finished_length("```py print(1)``` inline\n\nNext") == len("```py print(1)``` inline\n\n")
+    assert finished_length("A\n\nB\n\n| a |\n|---|\n") == len("A\n\n")  # B is rendered with its table
+
+
+@example("a\n\n", "```\n")
+@given(st.text(alphabet="ab `~>-\n", max_size=30), st.text(alphabet="ab `~>-\n", max_size=10))
+def test_a_finished_block_stays_finished_whatever_follows(text, more):
+    finished = finished_length(text)
+    assert finished == 0 or text[finished - 1] == "\n"  # blocks end at a line's end
+    assert finished_length(text + more) >= finished

@@ -76,7 +76,7 @@ def test_a_users_backticks_show_as_typed(run_window, qtbot):
             await until(lambda: not pane.is_busy, what="the reply")
         document = pane.transcript.document()
         for line in typed:
-            assert f"You\n{line}\n" in pane.transcript.toPlainText()  # not cut at the backticks
+            assert f"Copy\n{line}\n" in pane.transcript.toPlainText()  # whole under You  Copy: not cut at the backticks
             found = document.find(line)
             assert not found.isNull() and found.charFormat().fontFamilies() is None  # the text's font, not code's
 

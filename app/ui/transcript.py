@@ -1,5 +1,5 @@
-"""The chat transcript: replies rendered from their Markdown (Qt's own reader), the user's messages as typed, the
-reply in progress appended as plain text; a context menu copies a message or a code block as written."""
+"""The chat transcript: replies rendered from their Markdown (Qt's own reader), block by block while they
+stream, the user's messages as typed; a Copy link on each message and each code block copies it as written."""
 
 from __future__ import annotations
 
@@ -7,41 +7,60 @@ import bisect
 import html
 import re
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, QUrl
 from PySide6.QtGui import (
     QAction,
     QContextMenuEvent,
-    QFont,
+    QCursor,
+    QDesktopServices,
+    QFontDatabase,
+    QFontInfo,
     QGuiApplication,
+    QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextDocumentFragment,
+    QTextFormat,
 )
-from PySide6.QtWidgets import QMenu, QTextBrowser
+from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from . import theme
 from .chat_store import NOTICE
 
-LINE_SEPARATOR = "\u2028"  # what <br> becomes in a QTextDocument
 # GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
 MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
-_BODY = re.compile(r"<body[^>]*>(.*)</body>", re.S)
+COPY = "copy"  # the scheme of the Copy links: copy:message/<turn> and copy:code/<the code, percent-encoded>
+PARAGRAPH_MARGIN = 6  # what Qt's Markdown reader puts above and below a paragraph
+# a heading's size against the text's: in a chat pane an h1 is no page title (Qt's is twice the text)
+HEADING_SCALE = {1: 1.3, 2: 1.15, 3: 1.05}
+_FENCE = re.compile(r"( *)(`{3,}|~{3,})(.*)")
 
 
-def message_html(role: str, text: str) -> str:
+def message_html(role: str, text: str, index: int) -> str:
+    """A user's turn or a notice as HTML (a reply is a heading and a `markdown_fragment`); `index`, the
+    turn's place in the transcript, is what its Copy link copies."""
     colours = theme.current()
     if role == NOTICE:
         return f'<p style="color:{colours.notice.name()};"><i>{html.escape(text)}</i></p>'
-    if role == "user":
-        body = _typed_html(text)
-        bubble = colours.user_bubble.name()
-        return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td><b>You</b><br>{body}</td></tr></table>'
-    return f'<p style="margin-top:6px; margin-bottom:0px;">{_assistant_name(colours)}</p>{markdown_html(text, colours)}'
+    body = _typed_html(text)
+    bubble = colours.user_bubble.name()
+    heading = f"<b>You</b>&nbsp;&nbsp;{_copy_link(index, colours)}"
+    return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td>{heading}<br>{body}</td></tr></table>'
 
 
-def _assistant_name(colours: theme.Theme) -> str:
-    return f'<b style="color:{colours.assistant.name()};">Assistant</b>'
+def _insert_assistant_heading(cursor: QTextCursor, index: int, colours: theme.Theme) -> None:
+    """The assistant's name and the reply's Copy link, in the cursor's (empty) block."""
+    heading = QTextBlockFormat()
+    heading.setTopMargin(PARAGRAPH_MARGIN)
+    cursor.setBlockFormat(heading)
+    name = f'<b style="color:{colours.assistant.name()};">Assistant</b>'
+    cursor.insertHtml(f"{name}&nbsp;&nbsp;{_copy_link(index, colours)}")
+
+
+def _copy_link(index: int, colours: theme.Theme) -> str:
+    return f'<a href="{COPY}:message/{index}" style="color:{colours.link.name()}; text-decoration:none;">Copy</a>'
 
 
 def _typed_html(text: str) -> str:
@@ -49,52 +68,206 @@ def _typed_html(text: str) -> str:
     return f'<span style="white-space:pre-wrap;">{html.escape(text)}</span>'
 
 
-def markdown_html(text: str, colours: theme.Theme) -> str:
-    """A reply's Markdown as HTML: headings, lists, tables, links, quotes, code blocks on a shaded
-    background, links in the palette's link colour."""
+def markdown_document(text: str, colours: theme.Theme) -> QTextDocument:
+    """Markdown read by Qt: headings sized for a chat, lists, tables, links in the palette's link colour,
+    quotes, code blocks on a shaded background under a Copy code link."""
     document = QTextDocument()
     document.setMarkdown(text, MARKDOWN)
-    _colour_code_and_links(document, colours)
-    first = QTextCursor(document)
-    margin = QTextBlockFormat()
-    margin.setTopMargin(0)  # right under the name, as the reply was while it streamed
-    first.mergeBlockFormat(margin)
-    found = _BODY.search(document.toHtml())
-    return found.group(1) if found else html.escape(text)
+    _drop_stray_cell_lines(document)
+    code_starts = _style(document, colours)
+    # what each Copy code link copies: the code as written, which Qt's reader gave leading tabs as
+    # spaces; as shown when the two disagree on where the code blocks are (a fence in a quote, say)
+    written = fenced_code(text)
+    for number in reversed(range(len(code_starts))):  # from the end: inserting moves what follows
+        first_line = document.findBlock(code_starts[number])
+        code = written[number] if len(written) == len(code_starts) else _code_from(first_line)
+        _add_copy_bar(first_line, code, colours)
+    return document
 
 
-def _colour_code_and_links(document: QTextDocument, colours: theme.Theme) -> None:
-    code = QTextBlockFormat()
-    code.setBackground(colours.code_background)
-    link = QTextCharFormat()
-    link.setForeground(colours.link)
+def _drop_stray_cell_lines(document: QTextDocument) -> None:
+    """Qt's reader starts a table that follows a quote or a code block with an empty line in its first
+    cell, which makes the header row twice as tall, and gives that line the header's bold: taken out,
+    its bold given to the cell's text."""
     block = document.begin()
     while block.isValid():
-        if block.blockFormat().nonBreakableLines():  # a fenced code block's line
-            QTextCursor(block).mergeBlockFormat(code)
+        table = QTextCursor(block).currentTable()
+        if table is not None and not block.text() and table.cellAt(block.position()).lastPosition() > block.position():
+            text = QTextCursor(block.next())  # the cell's text, after the empty line
+            text.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
+            text.mergeCharFormat(block.charFormat())
+            position = block.position()
+            QTextCursor(block).deleteChar()  # the text's line keeps its own format
+            block = document.findBlock(position)
+        block = block.next()
+
+
+def markdown_fragment(text: str, colours: theme.Theme, under_name: bool) -> QTextDocumentFragment:
+    """`text` rendered, to insert at the end of a block: it begins with an empty block that merges into that
+    one, so its own first block keeps its format (a fragment's first block takes the format of the block
+    it lands in). Not through HTML: Qt's HTML reader gives an <h1> twice the text's size whatever
+    its style says. `under_name`: right under the name, as the reply was while it streamed."""
+    document = markdown_document(text, colours)
+    first = document.begin()
+    cursor = QTextCursor(first)
+    if under_name:
+        margin = QTextBlockFormat()
+        margin.setTopMargin(0)
+        cursor.mergeBlockFormat(margin)
+    cursor.insertBlock(first.blockFormat(), first.charFormat())
+    cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
+    cursor.setBlockFormat(QTextBlockFormat())
+    return QTextDocumentFragment(document)
+
+
+def _style(document: QTextDocument, colours: theme.Theme) -> list[int]:
+    """Code blocks shaded, headings sized, links in the link colour, table cells' margins made even;
+    where each code block begins."""
+    code_starts, spans = [], []
+    text_size = QFontInfo(document.defaultFont()).pointSizeF()
+    block = document.begin()
+    while block.isValid():
+        cursor, fmt = QTextCursor(block), block.blockFormat()
+        if fmt.nonBreakableLines():  # a code block's line
+            fmt.setBackground(colours.code_background)
+            if not block.previous().blockFormat().nonBreakableLines():
+                code_starts.append(block.position())
+        elif fmt.headingLevel():
+            fmt.setTopMargin(PARAGRAPH_MARGIN)  # Qt's reader gives a heading none: it would touch the text above
+        elif cursor.currentTable() is not None:
+            fmt.setTopMargin(0)  # Qt's reader gives the first cell a paragraph's margins, the others none
+            fmt.setBottomMargin(0)
+        cursor.setBlockFormat(fmt)
+        heading_size = round(text_size * HEADING_SCALE.get(fmt.headingLevel(), 1.0), 1)
         fragments = block.begin()
         while not fragments.atEnd():
             fragment = fragments.fragment()
-            if fragment.charFormat().isAnchor():
-                cursor = QTextCursor(document)
-                cursor.setPosition(fragment.position())
-                cursor.setPosition(fragment.position() + fragment.length(), QTextCursor.MoveMode.KeepAnchor)
-                cursor.mergeCharFormat(link)
+            chars = fragment.charFormat()
+            if chars.isAnchor():
+                chars.setForeground(colours.link)
+            if fmt.headingLevel():  # Qt's size steps (an h1 twice the text) win over a point size: cleared
+                chars.clearProperty(QTextFormat.Property.FontSizeAdjustment)
+                chars.setFontPointSize(heading_size)
+            spans.append((fragment.position(), fragment.length(), chars))
             fragments += 1
         block = block.next()
+    for position, length, chars in spans:
+        cursor = QTextCursor(document)
+        cursor.setPosition(position)
+        cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
+        cursor.setCharFormat(chars)
+    return code_starts
+
+
+def _add_copy_bar(first_line: QTextBlock, code: str, colours: theme.Theme) -> None:
+    """A shaded line above a code block, its right end a link that copies `code`."""
+    href = f"{COPY}:code/{bytes(QUrl.toPercentEncoding(code)).decode()}"
+    cursor = QTextCursor(first_line)
+    cursor.insertBlock(first_line.blockFormat(), first_line.charFormat())  # the code moves a line down
+    cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
+    cursor.setBlockFormat(_bar_format(colours))
+    link = QTextCharFormat()
+    link.setAnchor(True)
+    link.setAnchorHref(href)
+    link.setForeground(colours.link)
+    cursor.insertText("Copy code", link)
+
+
+def _bar_format(colours: theme.Theme) -> QTextBlockFormat:
+    bar = QTextBlockFormat()
+    bar.setBackground(colours.code_background)
+    bar.setAlignment(Qt.AlignmentFlag.AlignRight)
+    bar.setTopMargin(PARAGRAPH_MARGIN)
+    return bar
+
+
+def _code_from(block: QTextBlock) -> str:
+    """The code block's text from its line `block` on (each line is a block of its own)."""
+    lines = []
+    while block.isValid() and block.blockFormat().nonBreakableLines():
+        lines.append(block.text())
+        block = block.next()
+    return "\n".join(lines)
+
+
+def _copied(href: str) -> tuple[str, str]:
+    """What a Copy link copies: ("message", its turn's index) or ("code", the code)."""
+    kind, _, what = QUrl(href).path(QUrl.ComponentFormattingOption.FullyDecoded).partition("/")
+    return kind, what
+
+
+def _opening_fence(line: str) -> str:
+    """The fence (``` or ~~~, or longer) that `line` opens a code block with; "" when it opens none."""
+    found = _FENCE.fullmatch(line)
+    if found is None or (found[2][0] == "`" and "`" in found[3]):  # ```x``` is inline code
+        return ""
+    return found[2]
+
+
+def finished_length(tail: str) -> int:
+    """How much of `tail`, Markdown from a block's start, is whole blocks that what follows cannot change:
+    up to a blank line that an unindented line follows (an indented one may go on with a list item), up
+    to a fence that opens a code block, and past the fence that closes it. Not before a table: rendered
+    alone, Qt would put an empty line above it that the whole reply has not."""
+    finished, position, fence, top_level, after_blank = 0, 0, "", False, False
+    lines = tail.split("\n")
+    for number, line in enumerate(lines):
+        whole = number < len(lines) - 1
+        if fence:  # in a code block, only its closing fence counts
+            found = _FENCE.fullmatch(line)
+            if whole and found and found[2].startswith(fence) and not found[3].strip():
+                fence = ""
+                if top_level:
+                    finished = position + len(line) + 1
+        elif not line.strip():
+            after_blank = after_blank or whole
+        else:
+            if after_blank and not line[0].isspace() and line[0] != "|":
+                finished = position
+            after_blank = False
+            fence = _opening_fence(line) if whole else ""
+            top_level = not line[0].isspace()
+            if fence and top_level:
+                finished = position
+        position += len(line) + 1
+    return finished
+
+
+def _open_code(tail: str) -> str | None:
+    """The code so far when `tail` starts with a fence that opens a code block; None otherwise."""
+    first, newline, code = tail.partition("\n")
+    return code if newline and not first[:1].isspace() and _opening_fence(first) else None
+
+
+def fenced_code(markdown: str) -> list[str]:
+    """The code of each fenced code block, as written (those in a quote aside)."""
+    blocks, fence, indent, lines = [], "", 0, []
+    for line in markdown.split("\n"):
+        if fence:
+            found = _FENCE.fullmatch(line)
+            if found and found[2].startswith(fence) and not found[3].strip():
+                blocks.append("\n".join(lines))
+                fence = ""
+            else:  # the fence's indentation is not the code's
+                lines.append(line[min(indent, len(line) - len(line.lstrip(" "))) :])
+        elif fence := _opening_fence(line):
+            indent, lines = len(line) - len(line.lstrip(" ")), []
+    if fence:  # one left open runs to the end
+        blocks.append("\n".join(lines))
+    return blocks
 
 
 class Transcript(QTextBrowser):
     """Read-only view of one chat. It renders only what is new: turns added since the last render are
-    appended, the reply streams in as plain text, and at its end only that reply is re-rendered.
-    Re-rendering whole chats would stall the window when eight replies end in the same tick."""
+    appended; a streaming reply's finished Markdown blocks are rendered as each one ends, the block in
+    progress shows as it comes, and at its end only that reply is rendered again, whole. Re-rendering
+    whole chats would stall the window when eight replies end in the same tick."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)  # links are opened (or copied from) in _on_anchor
+        self.anchorClicked.connect(self._on_anchor)
         self.document().setDocumentMargin(6)
-        self._reply_format = QTextCharFormat()
-        self._reply_format.setFontWeight(QFont.Weight.Normal)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
         self.context_menu: QMenu | None = None  # the last one shown
@@ -102,8 +275,11 @@ class Transcript(QTextBrowser):
         # a cursor that stays at the reply's end while one streams: moving a new one there costs a
         # text shaping
         self._reply_end: QTextCursor | None = None
-        self._streamed: list[str] = []  # the reply's text so far, to lay it out again on a resize
-        self._reply_width = 0  # the width its lines were split at
+        self._streamed: list[str] = []  # the reply's text so far
+        self._tail = ""  # its Markdown after the last finished block: shown as it came
+        self._tail_start = 0  # where the tail begins in the document
+        self._tail_format = QTextCharFormat()  # the tail's text: plain, or monospace in a code block
+        self._reply_width = 0  # the width the tail's lines were split at
         # Qt hands the scroll area its viewport's resizes, also when the scroll bar comes and goes
         # in the middle of an insert: the new layout waits for the event loop
         self._relayout = QTimer(self, interval=0, timeout=self._relayout_reply)
@@ -119,31 +295,110 @@ class Transcript(QTextBrowser):
             self.clear()
             self._shown, self._starts = [], []
         for turn in turns[len(self._shown) :]:
-            self._starts.append(self._end().position())
-            self._end().insertHtml(message_html(*turn))
+            cursor = self._new_block()
+            self._starts.append(cursor.position())
+            self._insert_turn(cursor, *turn)
             self._shown.append(turn)
         self._scroll_to_end()
+
+    def _insert_turn(self, cursor: QTextCursor, role: str, text: str) -> None:
+        index, colours = len(self._shown), theme.current()
+        if role in ("user", NOTICE):
+            cursor.insertHtml(message_html(role, text, index))
+        else:
+            _insert_assistant_heading(cursor, index, colours)
+            cursor.insertFragment(markdown_fragment(text, colours, under_name=True))
 
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
         """Show the chat plus an empty assistant turn that streamed text is appended to."""
         self.show_messages(messages)
-        self._reply_start = self._end().position()
-        self._streamed = []
+        cursor = self._new_block()
+        self._reply_start = cursor.position()
+        self._streamed, self._tail = [], ""
         self._reply_width = self.viewport().width()
-        self._open_reply()
+        _insert_assistant_heading(cursor, len(self._shown), theme.current())
+        cursor.insertBlock(QTextBlockFormat())
+        self._tail_start = cursor.position()
+        self._reply_end = cursor
+        self._show_tail()
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         self._streamed.append(text)
-        cursor = self._reply_end or self._end()
-        cursor.insertText(text, self._reply_format)
-        _split_finished_lines(cursor)
+        line_ended = "\n" in text or self._tail.endswith("\n")  # only then can a block end or a code block begin
+        self._tail += text
+        finished = finished_length(self._tail) if line_ended else 0
+        if finished:
+            self._render_finished(self._tail[:finished])
+            self._tail = self._tail[finished:]
+            self._show_tail()
+        elif line_ended and not self._tail_format.fontFixedPitch() and _open_code(self._tail) is not None:
+            self._show_tail()  # a code block began, shown as text so far: shade it
+        else:
+            self._reply_end.insertText(text, self._tail_format)
+            _split_finished_lines(self._reply_end)
         if at_bottom:  # follow the stream unless the user scrolled up to read
             self._scroll_to_end()
 
+    def _render_finished(self, markdown: str) -> None:
+        """Put the rendered form of the tail's finished blocks in its place, and a new tail after them."""
+        cursor = self._reply_end
+        cursor.setPosition(self._tail_start, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if not markdown.strip():
+            return
+        under_name = cursor.block().previous().position() == self._reply_start
+        cursor.insertFragment(markdown_fragment(markdown, theme.current(), under_name))
+        # the emptied tail block took the fragment's empty first one; removing its end joins it to the
+        # next, which keeps its own format: a block's format survives the removal of the break before it
+        QTextCursor(self.document().findBlock(self._tail_start)).deleteChar()
+        cursor = self._end()
+        cursor.insertBlock(QTextBlockFormat())
+        self._tail_start = cursor.position()
+        self._reply_end = cursor
+
+    def _show_tail(self) -> None:
+        """Lay out the tail anew, as it came; an open code block already shaded and monospace, under
+        the line its Copy code link will take."""
+        self._reply_width = self.viewport().width()
+        cursor = self._reply_end
+        cursor.setPosition(self._tail_start, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        colours = theme.current()
+        code = _open_code(self._tail)
+        paragraph = QTextBlockFormat()
+        self._tail_format = QTextCharFormat()
+        if code is not None:
+            cursor.setBlockFormat(_bar_format(colours))
+            paragraph.setNonBreakableLines(True)
+            paragraph.setBackground(colours.code_background)
+            self._tail_format.setFontFamilies([QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()])
+            self._tail_format.setFontFixedPitch(True)
+            cursor.insertBlock(paragraph)
+        else:
+            under_name = cursor.block().previous().position() == self._reply_start
+            paragraph.setTopMargin(0 if under_name else PARAGRAPH_MARGIN)
+            paragraph.setBottomMargin(PARAGRAPH_MARGIN)
+            cursor.setBlockFormat(paragraph)
+        cursor.insertText(self._tail if code is None else code, self._tail_format)
+        _split_finished_lines(cursor)
+
     # -- copying -------------------------------------------------------------------------------
+
+    def _on_anchor(self, url: QUrl) -> None:
+        """A Copy link copies its message or code block as written, and says so; other links open in the
+        browser."""
+        if url.scheme() != COPY:
+            QDesktopServices.openUrl(url)
+            return
+        kind, what = _copied(url.toString())
+        _copy(what if kind == "code" else self._message(int(what)))
+        QToolTip.showText(QCursor.pos(), "Copied", self.viewport())
+
+    def _message(self, index: int) -> str:
+        return self._shown[index][1] if index < len(self._shown) else "".join(self._streamed)
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         """The standard menu (Copy of a selection, Select All) with Copy message and, on a code
@@ -172,17 +427,15 @@ class Transcript(QTextBrowser):
         return self._shown[index][1] if index >= 0 else None
 
     def code_block_at(self, position: int) -> str | None:
-        """The lines of the code block at a document position (each line is a block of its own)."""
+        """The lines of the code block at a document position."""
         block = self.document().findBlock(position)
         if not block.blockFormat().nonBreakableLines():
             return None
         while block.previous().isValid() and block.previous().blockFormat().nonBreakableLines():
             block = block.previous()
-        lines = []
-        while block.isValid() and block.blockFormat().nonBreakableLines():
-            lines.append(block.text())
-            block = block.next()
-        return "\n".join(lines)
+        bar = block.previous().begin()  # the Copy code bar above it, whose link has the code as written
+        link = "" if bar.atEnd() else bar.fragment().charFormat().anchorHref()
+        return _copied(link)[1] if link.startswith(f"{COPY}:code/") else _code_from(block)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -190,26 +443,21 @@ class Transcript(QTextBrowser):
             self._relayout.start()
 
     def _relayout_reply(self) -> None:
-        """The streamed lines were split where the old width wrapped them: lay them out anew."""
-        width = self.viewport().width()
-        if self._reply_end is None or width == self._reply_width:
-            return
-        self._reply_width = width
-        self._remove_reply()
-        self._open_reply()
-        self._reply_end.insertText("".join(self._streamed), self._reply_format)
-        _split_finished_lines(self._reply_end)
-
-    def _open_reply(self) -> None:
-        """The streamed reply's heading, at `_reply_start`, and a cursor after it for the text."""
-        cursor = self._end()
-        cursor.insertHtml(f'<p style="margin-top:6px;">{_assistant_name(theme.current())}<br></p>')
-        self._reply_end = cursor
+        """The tail's lines were split where the old width wrapped them: lay them out anew."""
+        if self._reply_end is not None and self.viewport().width() != self._reply_width:
+            self._show_tail()
 
     def _remove_reply(self) -> None:
         cursor = self._end()
         cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
+
+    def _new_block(self) -> QTextCursor:
+        """A cursor in an empty block at the end: what is inserted at a paragraph's end would join it."""
+        cursor = self._end()
+        if cursor.block().length() > 1:
+            cursor.insertBlock(QTextBlockFormat())
+        return cursor
 
     def _end(self) -> QTextCursor:
         cursor = QTextCursor(self.document())
@@ -242,8 +490,6 @@ def _split_finished_lines(cursor: QTextCursor) -> None:
     at = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
     split.setPosition(at)
     split.beginEditBlock()
-    if block.document().characterAt(at - 1) == LINE_SEPARATOR:  # a <br>: the new paragraph replaces it
-        split.deletePreviousChar()
     split.insertBlock(below, cursor.charFormat())
     split.movePosition(QTextCursor.MoveOperation.PreviousBlock)
     split.setBlockFormat(above)
