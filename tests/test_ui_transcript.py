@@ -260,6 +260,13 @@ def test_a_streaming_reply_shows_its_finished_blocks_rendered(qtbot, qapp):
     assert transcript.toPlainText() == streamed == shown_transcript(qtbot, CHAT).toPlainText()
 
 
+def test_the_block_in_progress_shows_without_the_blank_lines_before_it(qtbot, qapp):
+    transcript = shown_transcript(qtbot, [])
+    transcript.begin_reply(CHAT[:1])
+    stream(transcript, qapp, "```\nx = 1\n```\n\n\n (an indented line: it may go on a list item)", 1)
+    assert transcript.toPlainText().endswith("\nx = 1\n (an indented line: it may go on a list item)")
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(

@@ -160,7 +160,7 @@ def _style(document: QTextDocument, colours: theme.Theme) -> list[int]:
 
 
 def _add_copy_bar(first_line: QTextBlock, code: str, colours: theme.Theme) -> None:
-    """A shaded line above a code block, its right end a link that copies `code`."""
+    """A shaded line above a code block with a link that copies `code`."""
     href = f"{COPY}:code/{bytes(QUrl.toPercentEncoding(code)).decode()}"
     cursor = QTextCursor(first_line)
     cursor.insertBlock(first_line.blockFormat(), first_line.charFormat())  # the code moves a line down
@@ -175,8 +175,7 @@ def _add_copy_bar(first_line: QTextBlock, code: str, colours: theme.Theme) -> No
 
 def _bar_format(colours: theme.Theme) -> QTextBlockFormat:
     bar = QTextBlockFormat()
-    bar.setBackground(colours.code_background)
-    bar.setAlignment(Qt.AlignmentFlag.AlignRight)
+    bar.setBackground(colours.code_background)  # the link on the left: a long line may take the right out of view
     bar.setTopMargin(PARAGRAPH_MARGIN)
     return bar
 
@@ -328,14 +327,15 @@ class Transcript(QTextBrowser):
         at_bottom = bar.value() >= bar.maximum() - 4
         self._streamed.append(text)
         line_ended = "\n" in text or self._tail.endswith("\n")  # only then can a block end or a code block begin
+        blank = not self._tail.strip()  # shown without its blank lines, which text now follows
         self._tail += text
         finished = finished_length(self._tail) if line_ended else 0
         if finished:
             self._render_finished(self._tail[:finished])
             self._tail = self._tail[finished:]
             self._show_tail()
-        elif line_ended and not self._tail_format.fontFixedPitch() and _open_code(self._tail) is not None:
-            self._show_tail()  # a code block began, shown as text so far: shade it
+        elif blank or (line_ended and not self._tail_format.fontFixedPitch() and _open_code(self._tail) is not None):
+            self._show_tail()  # the first text after blank lines, or a code block begun: laid out anew
         else:
             self._reply_end.insertText(text, self._tail_format)
             _split_finished_lines(self._reply_end)
@@ -360,8 +360,8 @@ class Transcript(QTextBrowser):
         self._reply_end = cursor
 
     def _show_tail(self) -> None:
-        """Lay out the tail anew, as it came; an open code block already shaded and monospace, under
-        the line its Copy code link will take."""
+        """Lay out the tail anew, as it came but for blank lines before it; an open code block already
+        shaded and monospace, under the line its Copy code link will take."""
         self._reply_width = self.viewport().width()
         cursor = self._reply_end
         cursor.setPosition(self._tail_start, QTextCursor.MoveMode.KeepAnchor)
@@ -382,7 +382,7 @@ class Transcript(QTextBrowser):
             paragraph.setTopMargin(0 if under_name else PARAGRAPH_MARGIN)
             paragraph.setBottomMargin(PARAGRAPH_MARGIN)
             cursor.setBlockFormat(paragraph)
-        cursor.insertText(self._tail if code is None else code, self._tail_format)
+        cursor.insertText(self._tail.lstrip("\n") if code is None else code, self._tail_format)
         _split_finished_lines(cursor)
 
     # -- copying -------------------------------------------------------------------------------
