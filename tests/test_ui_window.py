@@ -156,7 +156,7 @@ def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_win
 
 def test_the_menu_bar_and_the_keys_people_expect(run_window):
     async def scenario(window):
-        assert [a.text() for a in window.menuBar().actions()] == ["&File", "&View", "&Engine", "&Help"]
+        assert [a.text() for a in window.menuBar().actions()] == ["&File", "&View", "&Compare", "&Engine", "&Help"]
         window.activateWindow()
         QTest.qWaitForWindowActive(window)
         QTest.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)

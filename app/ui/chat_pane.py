@@ -13,15 +13,17 @@ import html
 import math
 import time
 from contextlib import aclosing
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QCursor, QKeyEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
@@ -34,7 +36,7 @@ from app.client import EngineClient, new_request_id
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import SamplingParams
-from app.engine.probs import TokenProbs
+from app.engine.probs import TokenChoice, TokenProbs
 from app.remote import RemoteClient
 
 from . import theme
@@ -75,6 +77,7 @@ class ChatPane(QFrame):
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
     sigTextReceived = Signal()  # streamed text waits to be shown: the window flushes the panes soon
     sigExported = Signal(object)  # Path: the chat was exported there (the window says so)
+    sigBranch = Signal(object, object)  # ChatPane, Branch: go on from another token in a new pane
 
     def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
         super().__init__(parent)
@@ -90,6 +93,8 @@ class ChatPane(QFrame):
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
         self.measure_logprobs = False  # the replies' log-probabilities are wanted (a fan-out compares them)
         self.reply_probs: list[TokenProbs] = []  # the running or last reply's tokens, how likely each was
+        self._prefix = NO_PREFIX  # what the running reply goes on from (a branch)
+        self.branch_menu: QMenu | None = None  # the last menu of rivals shown
         self._checkpoint_timer = QTimer(self, interval=CHECKPOINT_MS, timeout=self._checkpoint)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
@@ -117,6 +122,8 @@ class ChatPane(QFrame):
         self.params_area.setVisible(False)
         layout.addWidget(self.params_area)
         self.transcript = Transcript()
+        self.transcript.show_probs = params.show_probs
+        self.transcript.sigTokenClicked.connect(self._offer_branch)
         layout.addWidget(self.transcript, 1)
         self.input = MessageEdit()
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
@@ -171,6 +178,10 @@ class ChatPane(QFrame):
 
     def _on_params_changed(self, params: PaneParams) -> None:
         self._show_name(params)
+        if params.show_probs != self.transcript.show_probs:
+            self.transcript.show_probs = params.show_probs
+            if not self.is_busy:  # a streaming reply is drawn anew when it ends
+                self.transcript.redraw(self.chat.messages)
         self.sigParamsChanged.emit(self)
 
     def rename(self, name: str) -> None:
@@ -278,12 +289,17 @@ class ChatPane(QFrame):
 
     # -- one reply -----------------------------------------------------------------------------
 
-    def _start_reply(self) -> None:
+    def _start_reply(self, prefix: Branch | None = None) -> None:
         self.chat.model = _model_name(self.client, self.params)
         self.sigChatChanged.emit(self.chat)
         request_id = self._request_id = new_request_id()
         self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
+        self._prefix = prefix or NO_PREFIX
         self._task = self._spawn(self._reply(request_id))
+
+    def go_on_from(self, branch: Branch) -> None:
+        """Start this pane's reply from `branch`'s tokens (the chat holds the turns before it)."""
+        self._start_reply(branch)
 
     async def _reply(self, request_id: str) -> None:
         messages = self.chat.for_model(self.params.system_prompt)
@@ -291,11 +307,16 @@ class ChatPane(QFrame):
         self._set_busy(True)
         final: FinishEvent | None = None
         self._checkpoint_timer.start()
+        self.reply_probs = list(self._prefix.probs)
+        if self._prefix.text:
+            self._received.append(self._prefix.text)
+            self.sigTextReceived.emit()
         try:
             params = self._sampling()
-            self.reply_probs = []
             source = self._source = self._source_for(self.params)
             local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
+            if self._prefix.tokens:
+                local["reply_prefix"] = self._prefix.tokens
             stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
             async with aclosing(stream):  # leaving early closes the stream, which cancels the request
                 async for event in stream:
@@ -324,6 +345,20 @@ class ChatPane(QFrame):
     def reply_logprobs(self) -> list[float]:
         """The log-probability of each token of the running or last reply, when they were asked for."""
         return [p.chosen.logprob for p in self.reply_probs]
+
+    def _offer_branch(self, turn: int, index: int) -> None:
+        """A menu of the token's rivals; the one picked goes on in a new pane (the window makes it)."""
+        text, probs = self.transcript.token_probs[turn]
+        menu = QMenu(self)
+        for rival in probs[index].top:
+            if rival.token == probs[index].chosen.token:
+                continue
+            label = f"Branch from “{rival.text}”  ({100 * math.exp(rival.logprob):.1f}%)"
+            branch = Branch.at(probs, index, rival, self.chat.messages[:turn])
+            menu.addAction(label, lambda branch=branch: self.sigBranch.emit(self, branch))
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.branch_menu = menu
+        menu.popup(QCursor.pos())
 
     def _source_for(self, params: PaneParams) -> EngineClient | RemoteClient:
         endpoint = params.endpoint()
@@ -361,9 +396,11 @@ class ChatPane(QFrame):
             else:
                 self._drop_failed_turn(error)
         else:
-            text = final.text if final is not None else streamed
+            text = self._prefix.text + final.text if final is not None else streamed
             if text.strip():
                 self.chat.add("assistant", text)
+                if self.reply_probs:  # drawn token by token when the pane shows probabilities
+                    self.transcript.token_probs[len(self.chat.messages) - 1] = (text, self.reply_probs)
             note = final.notice if final is not None else None
             if final is None or (final.reason is FinishReason.CANCELLED and not note):
                 note = "stopped"
@@ -413,3 +450,22 @@ def _model_name(client: EngineClient, params: PaneParams) -> str:
     if endpoint is None:
         return Path(client.config.model_path).name
     return endpoint.model or urlsplit(endpoint.api_url).netloc or endpoint.api_url
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A reply's first tokens, the last one a rival of the token drawn there, and the turns before it."""
+
+    tokens: tuple[int, ...]
+    text: str
+    probs: tuple[TokenProbs, ...]  # how likely each of them was
+    messages: tuple[dict[str, str], ...] = ()
+
+    @classmethod
+    def at(cls, probs: list[TokenProbs], index: int, rival: TokenChoice, messages) -> Branch:
+        taken = (*probs[:index], TokenProbs(rival, probs[index].top))
+        text = b"".join(p.chosen.piece for p in taken).decode("utf-8", "replace")
+        return cls(tuple(p.chosen.token for p in taken), text, taken, tuple(dict(m) for m in messages))
+
+
+NO_PREFIX = Branch((), "", ())

@@ -39,6 +39,11 @@ class Chat:
         turns = [{"role": m["role"], "content": m["content"]} for m in self.messages if m["role"] != NOTICE]
         return ([{"role": "system", "content": system_prompt}] if system_prompt.strip() else []) + turns
 
+    def as_text(self, system_prompt: str = "") -> str:
+        """The chat as one text for a model to continue (completion mode): the system prompt, then
+        what was written and what the model wrote, joined as they are (no notices)."""
+        return system_prompt + "".join(m["content"] for m in self.messages if m["role"] != NOTICE)
+
     def add(self, role: str, content: str) -> None:
         self.messages.append({"role": role, "content": content})
         self.touch()

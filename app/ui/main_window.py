@@ -40,7 +40,7 @@ from app.server.server import ApiServer
 
 from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
-from .chat_pane import ChatPane
+from .chat_pane import Branch, ChatPane
 from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
 from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
@@ -300,6 +300,7 @@ class MainWindow(QMainWindow):
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
+        pane.sigBranch.connect(self.branch)
         pane.sigReplyFinished.connect(lambda final, p=pane: self.compare_view.finish(p.key, final, p.reply_logprobs))
         pane.input.setPlainText(self.settings.draft(chat.chat_id))
         pane.input.textChanged.connect(lambda: self.settings.set_draft(pane.key, pane.input.toPlainText()))
@@ -476,7 +477,31 @@ class MainWindow(QMainWindow):
         self.chat_list.remove_row(chat_id)
         return True
 
-    # -- fan out and compare -------------------------------------------------------------------
+    # -- branches, fan out and compare ---------------------------------------------------------
+
+    @asyncSlot(object, object)
+    async def branch(self, source: ChatPane, branch: Branch) -> ChatPane | None:
+        """A new chat in a free pane that goes on from another token of `source`'s reply, on its settings;
+        the cells of the reply up to that token are shared, so it starts at once."""
+        chat = Chat.new(f"{source.chat.name} ⑂")
+        for m in branch.messages:
+            if m["role"] != NOTICE:
+                chat.add(m["role"], m["content"])
+        free = next((p for p in self.panes if not p.is_busy and p.is_blank), None)
+        if free is not None:
+            index = self.panes.index(free)
+            await self._remove_pane(free)
+            pane = self.add_pane(chat, index)
+        else:
+            pane = self.add_pane(chat)
+        if pane is None:
+            self.statusBar().showMessage(
+                f"No free pane for the branch: close or clear a pane, or raise the parallel capacity ({self.capacity}).", 15000
+            )
+            return None
+        pane.params_editor.set_params(source.params)
+        pane.go_on_from(branch)
+        return pane
 
     def ask_fan_out(self) -> FanOutDialog:
         """The fan-out dialog, on the settings and text of the pane in focus (or the first)."""

@@ -117,6 +117,14 @@ class PaneParamsEditor(QWidget):
         self.high_priority = QCheckBox("High priority (under the priority policy)")
         self.high_priority.toggled.connect(lambda on: self._update(high_priority=on))
         form.addRow("", self.high_priority)
+        self.show_probs = QCheckBox("Token probabilities")
+        self.show_probs.setToolTip(
+            "Tint each token of a reply by how likely the model thought it: the more doubt, the redder.\n"
+            "Hover a token for its likeliest rivals, before and after this pane's samplers;\n"
+            "click one to branch: a new pane goes on from that token."
+        )
+        self.show_probs.toggled.connect(lambda on: self._update(show_probs=on))
+        form.addRow("", self.show_probs)
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
         self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`
@@ -143,6 +151,9 @@ class PaneParamsEditor(QWidget):
         self.high_priority.blockSignals(True)
         self.high_priority.setChecked(params.high_priority)
         self.high_priority.blockSignals(False)
+        self.show_probs.blockSignals(True)
+        self.show_probs.setChecked(params.show_probs)
+        self.show_probs.blockSignals(False)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
         self.paramsChanged.emit(params)

@@ -27,6 +27,7 @@ APPLICATION = "batch-playground"
 HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
 DEFAULT_PANES = 4
 MAX_PANES = 8
+PROBS_SHOWN = 5  # rivals a token shows on hover
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class PaneParams:
     seed: int | None = SamplingParams.seed
     system_prompt: str = ""
     high_priority: bool = False  # served first under the priority policy
+    show_probs: bool = False  # the transcript tints each token of a reply by its probability
+    completion: bool = False  # the chat is one text the model continues (a base model), not turns
     remote_url: str = ""  # empty: the local engine
     remote_model: str = ""
     remote_api_key: str = ""
@@ -58,6 +61,7 @@ class PaneParams:
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
+            n_probs=PROBS_SHOWN if self.show_probs else None,
             temperature=self.temperature,
             top_k=self.top_k,
             top_p=self.top_p,
@@ -289,7 +293,7 @@ def _stored(name: str, value):
 
 def _kind(name: str) -> type:
     """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
-    if name == "high_priority":
+    if name in ("high_priority", "show_probs", "completion"):
         return bool
     return int if name in ("top_k", "max_tokens", "seed") else str if name in _TEXT_FIELDS else float
 

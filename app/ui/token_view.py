@@ -35,10 +35,13 @@ def tint(p: float, colours: Theme) -> QColor:
     return colour if contrast(colour, colours.text) >= 4.5 else blend(colours.base, UNLIKELY, share / 2)
 
 
-def tokens_html(message: int, probs: list[TokenProbs], colours: Theme) -> str:
-    """The reply as tinted token links; line breaks kept."""
-    parts = []
+def tokens_html(message: int, probs: list[TokenProbs], colours: Theme, reply: str | None = None) -> str:
+    """The reply as tinted token links; line breaks kept. `reply`, the reply's text, cuts the tokens
+    where it ends (a stop string's tokens are not part of it)."""
+    parts, left = [], len(reply) if reply is not None else None
     for i, (text, p) in enumerate(zip(token_texts(probs), probs)):
+        if left is not None:
+            text, left = text[: max(left, 0)], left - len(text)
         if not text:
             continue
         shown = html.escape(text).replace("\n", "<br>")

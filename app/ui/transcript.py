@@ -7,7 +7,7 @@ import bisect
 import html
 import re
 
-from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QAction,
     QContextMenuEvent,
@@ -26,8 +26,11 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
+from app.engine.probs import TokenProbs
+
 from . import theme
 from .chat_store import NOTICE
+from .token_view import rivals_html, token_at, tokens_html
 
 # GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
 MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
@@ -262,10 +265,16 @@ class Transcript(QTextBrowser):
     progress shows as it comes, and at its end only that reply is rendered again, whole. Re-rendering
     whole chats would stall the window when eight replies end in the same tick."""
 
+    sigTokenClicked = Signal(int, int)  # (turn, token): a token of a reply drawn token by token
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenLinks(False)  # links are opened (or copied from) in _on_anchor
         self.anchorClicked.connect(self._on_anchor)
+        self.highlighted.connect(self._on_hover)
+        # replies drawn token by token, tinted by probability, when `show_probs`: turn -> (text, tokens)
+        self.token_probs: dict[int, tuple[str, list[TokenProbs]]] = {}
+        self.show_probs = False
         self.document().setDocumentMargin(6)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
@@ -306,7 +315,18 @@ class Transcript(QTextBrowser):
             cursor.insertHtml(message_html(role, text, index))
         else:
             _insert_assistant_heading(cursor, index, colours)
-            cursor.insertFragment(markdown_fragment(text, colours, under_name=True))
+            drawn = self.token_probs.get(index)
+            if self.show_probs and drawn is not None and drawn[0] == text:
+                cursor.insertBlock(QTextBlockFormat())
+                cursor.insertHtml(tokens_html(index, drawn[1], colours, text))
+            else:
+                cursor.insertFragment(markdown_fragment(text, colours, under_name=True))
+
+    def redraw(self, messages: list[dict[str, str]]) -> None:
+        """Show `messages` afresh (after the token view was turned on or off)."""
+        self.clear()
+        self._shown, self._starts = [], []
+        self.show_messages(messages)
 
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
         """Show the chat plus an empty assistant turn that streamed text is appended to."""
@@ -387,9 +407,25 @@ class Transcript(QTextBrowser):
 
     # -- copying -------------------------------------------------------------------------------
 
+    def _on_hover(self, url: QUrl) -> None:
+        """Over a token of a reply drawn token by token: its rivals and their probabilities."""
+        where = token_at(url.toString())
+        probs = self._token(where) if where else None
+        if probs is not None:
+            QToolTip.showText(QCursor.pos(), rivals_html(probs) + "<i>Click to branch from a rival.</i>", self.viewport())
+
+    def _token(self, where: tuple[int, int]) -> TokenProbs | None:
+        turn, index = where
+        drawn = self.token_probs.get(turn)
+        return drawn[1][index] if drawn is not None and index < len(drawn[1]) else None
+
     def _on_anchor(self, url: QUrl) -> None:
-        """A Copy link copies its message or code block as written, and says so; other links open in the
-        browser."""
+        """A Copy link copies its message or code block as written, and says so; a token offers its
+        rivals to branch from; other links open in the browser."""
+        if (where := token_at(url.toString())) is not None:
+            if self._token(where) is not None:
+                self.sigTokenClicked.emit(*where)
+            return
         if url.scheme() != COPY:
             QDesktopServices.openUrl(url)
             return
