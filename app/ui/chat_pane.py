@@ -123,10 +123,11 @@ class ChatPane(QFrame):
         layout.addWidget(self.params_area)
         self.transcript = Transcript()
         self.transcript.show_probs = params.show_probs
+        self.transcript.completion = params.completion
         self.transcript.sigTokenClicked.connect(self._offer_branch)
         layout.addWidget(self.transcript, 1)
         self.input = MessageEdit()
-        self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
+        self._show_mode(params)
         self.input.setFixedHeight(44)
         self.input.submitted.connect(self._on_send)
         self.input.stopRequested.connect(self.stop)
@@ -178,11 +179,19 @@ class ChatPane(QFrame):
 
     def _on_params_changed(self, params: PaneParams) -> None:
         self._show_name(params)
-        if params.show_probs != self.transcript.show_probs:
-            self.transcript.show_probs = params.show_probs
+        self._show_mode(params)
+        drawn = (self.transcript.show_probs, self.transcript.completion)
+        if (params.show_probs, params.completion) != drawn:
+            self.transcript.show_probs, self.transcript.completion = params.show_probs, params.completion
             if not self.is_busy:  # a streaming reply is drawn anew when it ends
                 self.transcript.redraw(self.chat.messages)
         self.sigParamsChanged.emit(self)
+
+    def _show_mode(self, params: PaneParams) -> None:
+        if params.completion:
+            self.input.setPlaceholderText("Text to continue (Enter: the model goes on; empty: it goes on from where it stands)")
+        else:
+            self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
 
     def rename(self, name: str) -> None:
         self.chat.rename(name)
@@ -194,12 +203,15 @@ class ChatPane(QFrame):
         endpoint = params.endpoint()
         where = f" → {urlsplit(endpoint.api_url).netloc or endpoint.api_url}" if endpoint else ""
         marks = ("&nbsp;⬆" if params.high_priority else "") + ("&nbsp;§" if params.system_prompt.strip() else "")
+        marks += "&nbsp;✎" if params.completion else ""
         self.name_label.setText(f"<b>{html.escape(self.chat.name)}</b>{marks}{where}")
         tips = [self.chat.name]
         if params.high_priority:
             tips.append("⬆ high priority: served first under the priority policy")
         if params.system_prompt.strip():
             tips.append(f"§ system prompt: {params.system_prompt.strip()[:200]}")
+        if params.completion:
+            tips.append("✎ completion mode: the chat is one text the model continues")
         self.name_label.setToolTip("\n".join(tips))
 
     # -- state ---------------------------------------------------------------------------------
@@ -238,10 +250,17 @@ class ChatPane(QFrame):
     # -- actions -------------------------------------------------------------------------------
 
     def send(self, text: str) -> bool:
-        """Add a user turn and start the reply; False while a reply is still running."""
-        if self.is_busy or not text.strip():
+        """Add a user turn and start the reply; False while a reply is still running. In completion
+        mode the text is added as typed, and nothing typed lets the model go on with the text."""
+        if self.is_busy:
             return False
-        self.chat.add("user", text.strip())
+        if self.params.completion and (text or self.chat.messages):
+            if text:
+                self.chat.add("user", text)
+        elif text.strip():
+            self.chat.add("user", text.strip())
+        else:
+            return False
         self._start_reply()
         return True
 
@@ -317,6 +336,8 @@ class ChatPane(QFrame):
             local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
             if self._prefix.tokens:
                 local["reply_prefix"] = self._prefix.tokens
+            if self.params.completion and source is self.client:  # one text to continue, no chat template
+                messages, local["prompt"] = None, self.chat.as_text(self.params.system_prompt)
             stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
             async with aclosing(stream):  # leaving early closes the stream, which cancels the request
                 async for event in stream:
@@ -404,7 +425,7 @@ class ChatPane(QFrame):
             note = final.notice if final is not None else None
             if final is None or (final.reason is FinishReason.CANCELLED and not note):
                 note = "stopped"
-            elif final.reason is FinishReason.LENGTH and not note:
+            elif final.reason is FinishReason.LENGTH and not note and not self.params.completion:  # completion: go on
                 note = f"cut at Max tokens ({self.params.max_tokens}): raise it in ⚙ for longer replies"
             if note:
                 self.chat.add(NOTICE, note)

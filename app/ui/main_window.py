@@ -52,7 +52,7 @@ from .model_library import ModelLibrary
 from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
-from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
+from .settings import DEFAULT_PANES, MAX_PANES, AppSettings, PaneParams
 from .window_placement import place_window
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self._build()
         self._show_title()
         self._restore(pane_count)
+        self._suit_blank_panes_to_model()
         self._list_saved_chats()
         if client.failure:
             self._on_engine_failed(client.failure)
@@ -291,9 +292,11 @@ class MainWindow(QMainWindow):
     def add_pane(self, chat: Chat | None = None, index: int | None = None) -> ChatPane | None:
         if len(self.panes) >= self.capacity:
             return None
+        params = PaneParams(completion=self._is_base_model) if not isinstance(chat, Chat) else None
         chat = chat if isinstance(chat, Chat) else Chat.new(self._free_name())
         colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
-        pane = ChatPane(chat, self.settings.pane_params(chat.chat_id), colour, self.client, self.metrics)
+        params = params or self.settings.pane_params(chat.chat_id)
+        pane = ChatPane(chat, params, colour, self.client, self.metrics)
         pane.sigChatChanged.connect(self._save)
         pane.sigTextReceived.connect(self._request_flush)
         pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
@@ -612,6 +615,26 @@ class MainWindow(QMainWindow):
         self._relayout()
         self._show_title()
         self.library.set_current(config.model_path)
+        self._suit_blank_panes_to_model()
+
+    @property
+    def _is_base_model(self) -> bool:
+        info = self.client.model_info
+        return info is not None and not info.has_chat_template
+
+    def _suit_blank_panes_to_model(self) -> None:
+        """A base model (no chat template) continues text: blank panes go to completion mode and a
+        model with a template back to chat; a pane with a chat keeps its mode (⚙ switches it)."""
+        completion = self._is_base_model
+        for pane in self.panes:
+            if pane.is_blank and pane.params.completion != completion and pane.params.endpoint() is None:
+                pane.params_editor.set_params(pane.params.with_(completion=completion))
+        if completion:
+            self.statusBar().showMessage(
+                f"{Path(self.client.config.model_path).name} has no chat template (a base model): new panes continue "
+                "text (completion mode); ⚙ switches a pane to chat.",
+                20000,
+            )
 
     @asyncSlot(str)
     async def load_model(self, path: str) -> None:

@@ -125,6 +125,13 @@ class PaneParamsEditor(QWidget):
         )
         self.show_probs.toggled.connect(lambda on: self._update(show_probs=on))
         form.addRow("", self.show_probs)
+        self.completion = QCheckBox("Completion mode")
+        self.completion.setToolTip(
+            "The chat is one text the model continues, without a chat template: for base models\n"
+            "(a model with no chat template opens its new panes so). Off: turns of a chat."
+        )
+        self.completion.toggled.connect(lambda on: self._update(completion=on))
+        form.addRow("", self.completion)
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
         self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`
@@ -154,6 +161,9 @@ class PaneParamsEditor(QWidget):
         self.show_probs.blockSignals(True)
         self.show_probs.setChecked(params.show_probs)
         self.show_probs.blockSignals(False)
+        self.completion.blockSignals(True)
+        self.completion.setChecked(params.completion)
+        self.completion.blockSignals(False)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
         self.paramsChanged.emit(params)

@@ -275,6 +275,7 @@ class Transcript(QTextBrowser):
         # replies drawn token by token, tinted by probability, when `show_probs`: turn -> (text, tokens)
         self.token_probs: dict[int, tuple[str, list[TokenProbs]]] = {}
         self.show_probs = False
+        self.completion = False  # the chat is one text: no names, no Markdown, the model's part coloured
         self.document().setDocumentMargin(6)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
@@ -303,7 +304,8 @@ class Transcript(QTextBrowser):
             self.clear()
             self._shown, self._starts = [], []
         for turn in turns[len(self._shown) :]:
-            cursor = self._new_block()
+            flows_on = self.completion and turn[0] != NOTICE and (not self._shown or self._shown[-1][0] != NOTICE)
+            cursor = self._end() if flows_on else self._new_block()  # one text: what follows goes on in its line
             self._starts.append(cursor.position())
             self._insert_turn(cursor, *turn)
             self._shown.append(turn)
@@ -311,7 +313,9 @@ class Transcript(QTextBrowser):
 
     def _insert_turn(self, cursor: QTextCursor, role: str, text: str) -> None:
         index, colours = len(self._shown), theme.current()
-        if role in ("user", NOTICE):
+        if self.completion and role != NOTICE:
+            cursor.insertText(text, _completion_format(role, colours))
+        elif role in ("user", NOTICE):
             cursor.insertHtml(message_html(role, text, index))
         else:
             _insert_assistant_heading(cursor, index, colours)
@@ -331,6 +335,12 @@ class Transcript(QTextBrowser):
     def begin_reply(self, messages: list[dict[str, str]]) -> None:
         """Show the chat plus an empty assistant turn that streamed text is appended to."""
         self.show_messages(messages)
+        if self.completion:  # the model's text goes on where the text stands, as it comes
+            self._reply_end = self._end()
+            self._reply_start = self._reply_end.position()
+            self._streamed = []
+            self._scroll_to_end()
+            return
         cursor = self._new_block()
         self._reply_start = cursor.position()
         self._streamed, self._tail = [], ""
@@ -346,6 +356,12 @@ class Transcript(QTextBrowser):
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         self._streamed.append(text)
+        if self.completion:
+            self._reply_end.insertText(text, _completion_format("assistant", theme.current()))
+            _split_finished_lines(self._reply_end)
+            if at_bottom:
+                self._scroll_to_end()
+            return
         line_ended = "\n" in text or self._tail.endswith("\n")  # only then can a block end or a code block begin
         blank = not self._tail.strip()  # shown without its blank lines, which text now follows
         self._tail += text
@@ -480,7 +496,7 @@ class Transcript(QTextBrowser):
 
     def _relayout_reply(self) -> None:
         """The tail's lines were split where the old width wrapped them: lay them out anew."""
-        if self._reply_end is not None and self.viewport().width() != self._reply_width:
+        if self._reply_end is not None and not self.completion and self.viewport().width() != self._reply_width:
             self._show_tail()
 
     def _remove_reply(self) -> None:
@@ -503,6 +519,13 @@ class Transcript(QTextBrowser):
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+
+def _completion_format(role: str, colours: theme.Theme) -> QTextCharFormat:
+    """Completion mode's text: what was written in the text colour, what the model wrote in the assistant's."""
+    fmt = QTextCharFormat()
+    fmt.setForeground(colours.assistant if role == "assistant" else colours.text)
+    return fmt
 
 
 def _copy(text: str) -> None:
