@@ -20,6 +20,7 @@ from app.client import EngineClient
 from app.default_model import default_model_path
 
 from .chat_store import ChatStore
+from .fan_out import SETTINGS, Sweep, parse_values
 from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
 
@@ -104,11 +105,19 @@ def freeze_startup_objects() -> None:
 
 
 async def run_demo(window: MainWindow, args) -> None:
-    """Broadcast each prompt in turn; save a screenshot mid-reply (after N tokens) or at the end."""
+    """Broadcast each prompt in turn (or fan the first out); save a screenshot mid-reply (after N
+    tokens) or at the end."""
     prompts = args.prompt if isinstance(args.prompt, list) else [args.prompt]
     after_tokens = getattr(args, "screenshot_after_tokens", None)
+    if getattr(args, "probs", False):
+        for pane in window.panes:
+            pane.params_editor.set_params(pane.params.with_(show_probs=True))
     for i, prompt in enumerate(prompts):
-        window.broadcast(prompt)
+        fan_out = getattr(args, "fan_out", None)
+        if fan_out and i == 0:
+            window.fan_out(demo_sweep(window, prompt, fan_out))
+        else:
+            window.broadcast(prompt)
         if after_tokens and args.screenshot and i == len(prompts) - 1:
             await _wait(
                 lambda: window.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens
@@ -119,6 +128,18 @@ async def run_demo(window: MainWindow, args) -> None:
     if args.screenshot and not after_tokens:
         await asyncio.sleep(2 * POLL_S)  # one more plot tick after the last token
         save_screenshot(window, args.screenshot)
+
+
+def demo_sweep(window: MainWindow, prompt: str, spec: str) -> Sweep:
+    """A fan-out written as SETTING=VALUES (temperature=0.2..1.4 step 0.4), on the first pane's settings."""
+    name, _, values = spec.partition("=")
+    setting = next((s for s in SETTINGS if s.name == name.strip()), None)
+    if setting is None:
+        raise SystemExit(f"error: --fan-out: no setting {name!r}; one of {', '.join(s.name for s in SETTINGS)}")
+    try:
+        return Sweep(prompt, setting, parse_values(setting, values), window.panes[0].params, seed=42)
+    except ValueError as e:
+        raise SystemExit(f"error: --fan-out: {e}") from None
 
 
 async def _wait(condition) -> None:
