@@ -77,6 +77,29 @@ SLIDERS = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Switch:
+    name: str  # the PaneParams field
+    label: str
+    what: str = ""
+
+
+SWITCHES = (
+    Switch("high_priority", "High priority (under the priority policy)"),
+    Switch(
+        "show_probs", "Token probabilities",
+        "Tint each token of a reply by how likely the model thought it: the more doubt, the redder.\n"
+        "Hover a token for its likeliest rivals, before and after this pane's samplers;\n"
+        "click one to branch: a new pane goes on from that token.",
+    ),
+    Switch(
+        "completion", "Completion mode",
+        "The chat is one text the model continues, without a chat template: for base models\n"
+        "(a model with no chat template opens its new panes so). Off: turns of a chat.",
+    ),
+)  # fmt: skip
+
+
 class SeedValidator(QIntValidator):
     """A seed, or nothing (random). QLineEdit finishes an edit only on acceptable text, and to
     QIntValidator empty text is not: a cleared field kept the old seed."""
@@ -114,24 +137,12 @@ class PaneParamsEditor(QWidget):
         self.system_edit.setFixedHeight(48)
         self.system_edit.textChanged.connect(self._on_system)
         form.addRow("System", self.system_edit)
-        self.high_priority = QCheckBox("High priority (under the priority policy)")
-        self.high_priority.toggled.connect(lambda on: self._update(high_priority=on))
-        form.addRow("", self.high_priority)
-        self.show_probs = QCheckBox("Token probabilities")
-        self.show_probs.setToolTip(
-            "Tint each token of a reply by how likely the model thought it: the more doubt, the redder.\n"
-            "Hover a token for its likeliest rivals, before and after this pane's samplers;\n"
-            "click one to branch: a new pane goes on from that token."
-        )
-        self.show_probs.toggled.connect(lambda on: self._update(show_probs=on))
-        form.addRow("", self.show_probs)
-        self.completion = QCheckBox("Completion mode")
-        self.completion.setToolTip(
-            "The chat is one text the model continues, without a chat template: for base models\n"
-            "(a model with no chat template opens its new panes so). Off: turns of a chat."
-        )
-        self.completion.toggled.connect(lambda on: self._update(completion=on))
-        form.addRow("", self.completion)
+        self.switches: dict[str, QCheckBox] = {}
+        for switch in SWITCHES:
+            box = self.switches[switch.name] = QCheckBox(switch.label, toolTip=switch.what)
+            box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
+            form.addRow("", box)
+        self.high_priority, self.show_probs, self.completion = self.switches.values()
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
         self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`
@@ -155,15 +166,10 @@ class PaneParamsEditor(QWidget):
         self.system_edit.blockSignals(True)
         self.system_edit.setPlainText(params.system_prompt)
         self.system_edit.blockSignals(False)
-        self.high_priority.blockSignals(True)
-        self.high_priority.setChecked(params.high_priority)
-        self.high_priority.blockSignals(False)
-        self.show_probs.blockSignals(True)
-        self.show_probs.setChecked(params.show_probs)
-        self.show_probs.blockSignals(False)
-        self.completion.blockSignals(True)
-        self.completion.setChecked(params.completion)
-        self.completion.blockSignals(False)
+        for name, box in self.switches.items():
+            box.blockSignals(True)
+            box.setChecked(getattr(params, name))
+            box.blockSignals(False)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
         self.paramsChanged.emit(params)
