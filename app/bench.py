@@ -1,6 +1,7 @@
 """Headless benchmark: N conversations chat at once through the engine; the batching guide's table.
 
-The same code serves `python -m app bench` and the in-app benchmark view.
+With several models, each gets its N conversations at once, on one engine thread. The same code
+serves `python -m app bench` and the in-app benchmark view.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class Conversation:
 @dataclass
 class BenchSettings:
     model_path: str
-    parallel: int = 1
+    parallel: int = 1  # conversations at once, on each model
+    other_models: tuple[str, ...] = ()  # more models loaded beside the first, each with its own `parallel` conversations
     mode: ServingMode = ServingMode.BATCHED
     kv_reuse: bool = True
     max_tokens: int = 128
@@ -90,6 +92,8 @@ class BenchSettings:
             label += f", adaptive {self.itl_target_ms:.0f} ms"
         if self.n_probs is not None:
             label += f", probabilities (top {self.n_probs})"
+        if self.other_models:
+            label += f", {1 + len(self.other_models)} models"
         return label
 
 
@@ -193,32 +197,34 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     client = EngineClient(config)
     await client.start()
     try:
-        await warm_up(client)
-        lanes = [conversations[k :: s.parallel] for k in range(s.parallel)]
+        models = [client.default_model] + [await client.load_model(config.with_(model_path=p)) for p in s.other_models]
+        for model in models:
+            await warm_up(client, model)
+        lanes = [(model, k, conversations[k :: s.parallel]) for model in models for k in range(s.parallel)]
         cpu0, t0 = os.times(), time.perf_counter()
         results = await asyncio.gather(
-            *(_run_lane(client, k, lane, s.parallel, params, progress) for k, lane in enumerate(lanes))
+            *(_run_lane(client, k, lane, s.parallel, params, progress, model, t0) for model, k, lane in lanes)
         )
         wall = time.perf_counter() - t0
         cpu1 = os.times()
-        snapshot = client.snapshot
-        steps = client.recent_steps(wall)
-        info = client.model_info
+        snapshots = [client.snapshot_of(model) for model in models]
+        steps = [st for model in models for st in client.recent_steps(wall, model)]
+        kv_bytes = sum(info.kv_bytes for info in client.models.values())
     finally:
         await client.close()
     records = [r for lane in results for r in lane]
-    run = _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshot, steps)
-    run["kv_pool_bytes"] = info.kv_bytes  # the pool's memory, as llama.cpp allocated it
+    run = _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshots, steps)
+    run["kv_pool_bytes"] = kv_bytes  # the pools' memory, as llama.cpp allocated it
     return run
 
 
-async def warm_up(client: EngineClient) -> None:
+async def warm_up(client: EngineClient, model: str | None = None) -> None:
     """One tiny request pages the weights in; then the KV cells are emptied so nothing is reused."""
-    await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4))
-    await client.call(lambda engine: engine.kv.clear())
+    await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4), model=model)
+    await client.call(lambda engine: engine.kv.clear(), model)
 
 
-async def _run_lane(client, lane_index, conversations, parallel, params, progress) -> list[dict]:
+async def _run_lane(client, lane_index, conversations, parallel, params, progress, model, t0) -> list[dict]:
     records = []
     for i, conv in enumerate(conversations):
         conv_index = lane_index + i * parallel
@@ -226,11 +232,14 @@ async def _run_lane(client, lane_index, conversations, parallel, params, progres
         history = None  # cells the conversation's last turn left: its prompt and reply
         for turn, text in enumerate(conv.turns):
             messages.append({"role": "user", "content": text})
-            final = await client.complete(messages, params, conversation_id=f"bench-{conv_index}", priority=conv.priority)
+            final = await client.complete(
+                messages, params, conversation_id=f"bench-{conv_index}", priority=conv.priority, model=model
+            )
             if final.error:
-                raise RuntimeError(f"conversation {conv_index}, turn {turn}: {final.error}")
+                raise RuntimeError(f"{model}: conversation {conv_index}, turn {turn}: {final.error}")
             messages.append({"role": "assistant", "content": final.text})
-            records.append(_request_record(conv_index, turn, conv.priority, final, history))
+            ended = {"model": model, "finished_s": time.perf_counter() - t0}
+            records.append(_request_record(conv_index, turn, conv.priority, final, history) | ended)
             # every token but the last sampled one, which was never decoded
             history = final.stats.prompt_tokens + final.stats.gen_tokens - 1
             if progress:
@@ -266,7 +275,7 @@ def _request_record(conversation: int, turn: int, priority: Priority, final: Fin
     }
 
 
-def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, snapshot, steps) -> dict:
+def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, snapshots, steps) -> dict:
     gen = sum(r["gen_tokens"] for r in records)
     cached = sum(r["cached_tokens"] for r in records)
     evaluated = sum(r["evaluated_tokens"] for r in records)
@@ -312,17 +321,28 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         ],
         "kv_hit_rate_ideal_by_turn": [_ideal_hit_rate(rs) for rs in by_turn],
         "ttft_p50_by_turn_s": [percentile([r["ttft_s"] for r in rs], 50) for rs in by_turn],
-        "evictions": snapshot.evictions,
-        "preemptions": snapshot.preemptions,
-        "ram_saves": snapshot.saves,  # the KV cache's RAM tier (--cache-ram)
-        "ram_restores": snapshot.restores,
-        "ram_restored_tokens": snapshot.restored_tokens,
+        "evictions": sum(snap.evictions for snap in snapshots),
+        "preemptions": sum(snap.preemptions for snap in snapshots),
+        "ram_saves": sum(snap.saves for snap in snapshots),  # the KV cache's RAM tier (--cache-ram)
+        "ram_restores": sum(snap.restores for snap in snapshots),
+        "ram_restored_tokens": sum(snap.restored_tokens for snap in snapshots),
         "cpu_util": cpu_s / (wall * (os.cpu_count() or 1)),
         "mean_batch_tokens": statistics.fmean(st.n_tokens for st in steps) if steps else math.nan,
         "mean_batch_seqs": statistics.fmean(st.n_seqs for st in steps) if steps else math.nan,
         "mean_batch_limit": statistics.fmean(st.batch_limit for st in steps) if steps else math.nan,
+        "by_model": _by_model(records),
         "requests": records,
     }
+
+
+def _by_model(records: list[dict]) -> dict[str, dict]:
+    """Each model's tokens and its own speed: its tokens over the time until its last reply ended."""
+    figures = {}
+    for model in dict.fromkeys(r["model"] for r in records):
+        mine = [r for r in records if r["model"] == model]
+        gen = sum(r["gen_tokens"] for r in mine)
+        figures[model] = {"gen_tokens": gen, "agg_tok_s": gen / max(r["finished_s"] for r in mine)}
+    return figures
 
 
 def _ideal_hit_rate(records: list[dict]) -> float | None:

@@ -136,7 +136,10 @@ AUTO_CTX = "KV cells shared by all sequences (default 0: sized from the model, t
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batch-playground", description=__doc__)
-    parser.add_argument("--model", help="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--model", action="append", dest="models", metavar="PATH",
+        help="GGUF model file (default: the bundled SmolLM2-135M-Instruct); again to load several, the first the default",
+    )  # fmt: skip
     parser.add_argument("--panes", type=_positive, help="number of chat panes to open")
     parser.add_argument("--prompt", help="broadcast this message to every pane at start")
     parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
@@ -144,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_flags(parser, AUTO_CTX)
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")
-    bench.add_argument("--model", dest="bench_model", metavar="PATH", help="GGUF model file")
+    bench.add_argument(
+        "--model", action="append", dest="bench_models", metavar="PATH",
+        help="GGUF model file; again for several at once, each with --parallel conversations",
+    )  # fmt: skip
     bench.add_argument("--parallel", type=_positive, default=None, help="parallel conversations (one run)")
     bench.add_argument("--sweep", type=_int_list, help="several runs, e.g. 1,2,4,8,16")
     bench.add_argument("--mode", choices=[m.value for m in ServingMode], default="batched")
@@ -173,11 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_serve_parser(sub) -> None:
     serve = sub.add_parser("serve", help="serve the engine over the OpenAI-compatible HTTP API")
-    serve.add_argument("--model", dest="serve_model", metavar="PATH", help="GGUF model file")
+    serve.add_argument(
+        "--model", action="append", dest="serve_models", metavar="PATH",
+        help="GGUF model file; again to serve several, the first the default",
+    )  # fmt: skip
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"require this key (default: ${API_KEY_ENV})")
-    serve.add_argument("--alias", help="the model name clients see (default: the file name)")
+    serve.add_argument(
+        "--alias", action="append", dest="aliases", default=[],
+        help="the name clients see for a model, once per --model in order (default: its file name without .gguf)",
+    )  # fmt: skip
     serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
     serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     _add_engine_flags(serve, AUTO_CTX)
@@ -190,6 +202,7 @@ def _add_serve_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.model = args.models[0] if args.models else None  # the window's model; args.models has them all
     try:
         args.engine_overrides = engine_overrides(args)
         if args.command == "bench":
@@ -209,8 +222,9 @@ def _bench(args) -> int:
     from .default_model import default_model_path
     from .engine.backend import check_gguf_file
 
-    model = args.bench_model or default_model_path()
-    check_gguf_file(model)
+    model, *others = args.bench_models or [default_model_path()]
+    for path in (model, *others):
+        check_gguf_file(path)
     system = args.system
     if system and system.startswith("@"):
         with open(system[1:], encoding="utf-8") as f:
@@ -218,6 +232,7 @@ def _bench(args) -> int:
     prompts = load_prompts(args.prompts) if args.prompts else None
     base = BenchSettings(
         model_path=model,
+        other_models=tuple(others),
         mode=ServingMode(args.mode),
         kv_reuse=not args.no_kv_reuse,
         max_tokens=args.max_tokens,
@@ -248,6 +263,7 @@ def _bench(args) -> int:
         runs.append(run)
     print(format_table(runs))
     for run in runs:
+        _print_models(run)
         _print_turns(run)
         for note in run["notes"]:
             print(f"note: {note}")
@@ -255,6 +271,13 @@ def _bench(args) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"runs": _without_nan(runs)}, f, indent=1)
     return 0
+
+
+def _print_models(run: dict) -> None:
+    """Each model's own speed, when a run had several."""
+    if len(run["by_model"]) > 1:
+        figures = ", ".join(f"{name} {m['agg_tok_s']:.1f} tok/s" for name, m in run["by_model"].items())
+        print(f"{run['configuration']}, {run['parallel']} parallel on each: {figures}")
 
 
 def _print_turns(run: dict) -> None:
@@ -280,11 +303,16 @@ def _serve(args) -> int:
     from .engine.backend import check_gguf_file
     from .server.run import serve
 
-    model = args.serve_model or default_model_path()
-    check_gguf_file(model)
-    config = EngineConfig(model_path=model, n_batch=max(args.batch, args.parallel), capacity=args.parallel)
+    paths = args.serve_models or [default_model_path()]
+    if len(args.aliases) > len(paths):
+        raise ValueError(f"{len(args.aliases)} aliases for {len(paths)} models: give --alias once per --model at most")
+    for path in paths:
+        check_gguf_file(path)
+    config = EngineConfig(model_path="", n_batch=max(args.batch, args.parallel), capacity=args.parallel)
     config = config.with_(**args.engine_overrides)
-    return asyncio.run(serve(config, args.host, args.port, args.api_key, args.alias, args.max_queue))
+    aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
+    models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
+    return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue))
 
 
 def _print_perf_lines(run: dict) -> None:

@@ -1,9 +1,11 @@
-"""The engine's asyncio face: `async for event in client.generate(...)`.
+"""The engine's asyncio face: `async for event in client.generate(...)`, on one model or several.
 
 The one place where a thread hop happens: the engine thread hands each step's events to
 `loop.call_soon_threadsafe`, and they are dispatched to per-request queues on the event loop.
-Readers on any thread get the engine's figures as immutable values (snapshot, recent steps, model
-info), never the engine itself; if the engine thread ends, every open stream ends with the reason.
+Models are loaded, unloaded and addressed by name (the file name without .gguf, or an alias); the
+first loaded is the default, which every call without a model uses. Readers on any thread get each
+model's figures as immutable values (snapshot, recent steps, model info), never the engine itself;
+if the engine thread ends, every open stream ends with the reason.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from .engine.backend import ModelInfo
-from .engine.engine_thread import EngineThread
-from .engine.errors import EngineError
+from .engine.engine_thread import EngineThread, model_name
+from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
@@ -33,20 +35,24 @@ def new_request_id() -> str:
 
 
 class EngineClient:
-    def __init__(self, config: EngineConfig):
-        self.config = config
+    def __init__(self, config: EngineConfig, name: str | None = None):
+        # the models to load at the start, by name, the default first; once started, the engine
+        # thread's engines are the truth, and they are read back here when it closes (for a restart)
+        self._models: dict[str, EngineConfig] = {name or model_name(config.model_path): config}
         self._thread: EngineThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[str, asyncio.Queue] = {}
+        self._stream_models: dict[str, str | None] = {}  # request id -> the model it was sent to
         self._listeners: list[Listener] = []
         self._failure_listeners: list[FailureListener] = []
 
     # -- life ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the model (off the event loop); raises ModelLoadError with the reason."""
+        """Load the models (off the event loop), the default first; raises ModelLoadError with the reason, and then none stays loaded."""
         self._loop = asyncio.get_running_loop()
-        thread = EngineThread(self.config, self._on_events, self._on_engine_exit)
+        (name, config), *more = self._models.items()
+        thread = EngineThread(config, self._on_events, self._on_engine_exit, name)
         load = self._loop.run_in_executor(None, thread.start)
         try:
             await asyncio.shield(load)
@@ -55,21 +61,43 @@ class EngineClient:
             load.add_done_callback(lambda f: f.exception() or self._loop.run_in_executor(None, thread.stop))
             raise
         self._thread = thread
+        models = dict(self._models)
+        try:
+            for name, config in more:
+                await asyncio.wrap_future(thread.load(config, name))
+        except BaseException:
+            await self.close()
+            self._models = models
+            raise
 
-    async def reload(self, config: EngineConfig):
-        """Swap to a new configuration or model; the old one stays if the new one fails to load."""
+    async def load_model(self, config: EngineConfig, name: str | None = None) -> str:
+        """Load another model beside those loaded and return its name (`name`, else its file name
+        without .gguf). Raises ModelLoadError (a bad file) or ValueError (the name is taken)."""
         self._check_running()
-        info = await asyncio.wrap_future(self._thread.reload(config))
-        self.config = config
-        return info
+        name = name or model_name(config.model_path)
+        await asyncio.wrap_future(self._thread.load(config, name))
+        return name
+
+    async def unload_model(self, name: str) -> None:
+        """Free a model; its running and waiting requests end with a notice that it was unloaded.
+        Raises UnknownModelError, or ValueError for the last model loaded (reload it instead)."""
+        self._check_running()
+        await asyncio.wrap_future(self._thread.unload(name))
+
+    async def reload(self, config: EngineConfig, model: str | None = None, name: str | None = None) -> ModelInfo:
+        """Put `config` in place of `model` (None: the default), named `name` (None: its file name);
+        the old one stays if the new one fails to load."""
+        self._check_running()
+        return await asyncio.wrap_future(self._thread.reload(config, model, name))
 
     async def close(self) -> None:
         if self._thread is not None:
+            self._models = {name: engine.config for name, engine in self._thread.engines.items()} or self._models
             await self._loop.run_in_executor(None, self._thread.stop)
             self._thread = None
 
     async def restart(self) -> None:
-        """A fresh engine thread on the same configuration, after the last one ended (or to reset it)."""
+        """A fresh engine thread with the same models and settings, after the last one ended (or to reset it)."""
         await self.close()
         await self.start()
 
@@ -86,29 +114,67 @@ class EngineClient:
         if not self.is_running:
             raise EngineError(self.failure or "the engine is not running")
 
-    # -- read-only figures, safe on any thread (the engine publishes them as immutable values) --
+    # -- the models, and their read-only figures: safe on any thread (immutable values) --------
+    # `model` is a loaded model's name, None the default's; a name not loaded (just unloaded, say)
+    # reads as nothing there: None, or no steps
+
+    @property
+    def models(self) -> dict[str, ModelInfo]:
+        """The loaded models by name, the default first (none before the start)."""
+        return {name: engine.info for name, engine in self._engines.items()}
+
+    @property
+    def default_model(self) -> str:
+        """The name of the model that requests without one go to: the first loaded."""
+        return next(iter(self._engines or self._models))
+
+    @property
+    def config(self) -> EngineConfig:
+        """The default model's settings."""
+        return self.config_of(None)
+
+    def config_of(self, model: str | None) -> EngineConfig:
+        engine = self._engine_of(model)
+        if engine is not None:
+            return engine.config
+        if not self._engines and (model is None or model in self._models):  # not started, or closed
+            return self._models[model or self.default_model]
+        raise UnknownModelError(self._unknown(model))
 
     @property
     def snapshot(self) -> EngineSnapshot | None:
-        """The engine as a whole after its last step; None before the start."""
-        engine = self._engine
+        """The default model's engine after its last step; None before the start."""
+        return self.snapshot_of(None)
+
+    def snapshot_of(self, model: str | None) -> EngineSnapshot | None:
+        engine = self._engine_of(model)
         return engine.snapshot if engine else None
 
-    def recent_steps(self, seconds: float | None = None) -> tuple[StepStats, ...]:
-        """The steps of the last `seconds` (all those kept when None), oldest first."""
-        engine = self._engine
+    def recent_steps(self, seconds: float | None = None, model: str | None = None) -> tuple[StepStats, ...]:
+        """A model's steps of the last `seconds` (all those kept when None), oldest first."""
+        engine = self._engine_of(model)
         if engine is None:
             return ()
         return engine.steps.since(-math.inf if seconds is None else time.monotonic() - seconds)
 
     @property
     def model_info(self) -> ModelInfo | None:
-        engine = self._engine
+        return self.model_info_of(None)
+
+    def model_info_of(self, model: str | None) -> ModelInfo | None:
+        engine = self._engine_of(model)
         return engine.info if engine else None
 
     @property
-    def _engine(self):
-        return self._thread.engine if self._thread else None
+    def _engines(self) -> dict:
+        return self._thread.engines if self._thread else {}
+
+    def _engine_of(self, model: str | None):
+        engines = self._engines  # one read: the engine thread replaces the dict, never changes it
+        return next(iter(engines.values()), None) if model is None else engines.get(model)
+
+    def _unknown(self, model: str) -> str:
+        return f"no model named {model!r} is loaded; loaded: {', '.join(self._engines or self._models)}"
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(events)` on the event loop for every batch of events (plots, metrics)."""
@@ -134,13 +200,17 @@ class EngineClient:
         request_id: str | None = None,
         priority: Priority = Priority.NORMAL,
         reply_prefix: Sequence[int] = (),
+        model: str | None = None,
     ) -> AsyncIterator[Event]:
-        """Stream one reply: TokenEvents, then exactly one FinishEvent.
+        """Stream one reply of `model` (None: the default): TokenEvents, then exactly one FinishEvent.
 
         Leaving the loop early (break, an exception, the task cancelled) cancels the request, so
-        its sequence never lingers in the engine. Raises EngineError if the engine is not running.
+        its sequence never lingers in the engine. Raises EngineError if the engine is not running,
+        UnknownModelError if no model of that name is loaded.
         """
         self._check_running()
+        if model is not None and model not in self._engines:
+            raise UnknownModelError(self._unknown(model))
         request = Request(
             request_id=request_id or new_request_id(),
             params=params or SamplingParams(),
@@ -149,9 +219,11 @@ class EngineClient:
             conversation_id=conversation_id,
             priority=priority,
             reply_prefix=tuple(reply_prefix),
+            model=model,
         )
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = queue
+        self._stream_models[request.request_id] = model
         finished = False
         try:
             self._thread.submit(request)
@@ -161,8 +233,9 @@ class EngineClient:
                 yield event
         finally:
             self._streams.pop(request.request_id, None)
+            self._stream_models.pop(request.request_id, None)
             if not finished and self._thread is not None:
-                self._thread.cancel(request.request_id)
+                self._thread.cancel(request.request_id, model)
 
     async def complete(self, messages=None, params=None, **kwargs) -> FinishEvent:
         """Run one request to its end and return its FinishEvent."""
@@ -173,26 +246,25 @@ class EngineClient:
 
     def cancel(self, request_id: str) -> None:
         if self._thread is not None:
-            self._thread.cancel(request_id)
+            self._thread.cancel(request_id, self._stream_models.get(request_id))
 
-    async def set_mode(self, mode: ServingMode) -> None:
-        """Batched or sequential serving, switched live (no reload)."""
-        await self.call(lambda engine: engine.set_mode(mode))
-        self.config = self.config.with_(mode=mode)
+    # settings of one model's engine, switched live (no reload); the engine keeps them in its config
 
-    async def set_policy(self, policy: Policy) -> None:
-        await self.call(lambda engine: engine.set_policy(policy))
-        self.config = self.config.with_(policy=policy)
+    async def set_mode(self, mode: ServingMode, model: str | None = None) -> None:
+        """Batched or sequential serving."""
+        await self.call(lambda engine: engine.set_mode(mode), model)
 
-    async def set_itl_target(self, itl_target_ms: float | None) -> None:
+    async def set_policy(self, policy: Policy, model: str | None = None) -> None:
+        await self.call(lambda engine: engine.set_policy(policy), model)
+
+    async def set_itl_target(self, itl_target_ms: float | None, model: str | None = None) -> None:
         """Adapt the batch size to this inter-token latency target (ms), or None for a fixed batch."""
-        await self.call(lambda engine: engine.set_itl_target(itl_target_ms))
-        self.config = self.config.with_(itl_target_ms=itl_target_ms)
+        await self.call(lambda engine: engine.set_itl_target(itl_target_ms), model)
 
-    async def call(self, fn):
-        """Run fn(engine) on the engine thread and await its result."""
+    async def call(self, fn, model: str | None = None):
+        """Run fn(engine of `model`) on the engine thread and await its result."""
         self._check_running()
-        return await asyncio.wrap_future(self._thread.call(fn))
+        return await asyncio.wrap_future(self._thread.call(fn, model))
 
     # -- events from the engine thread --------------------------------------------------------
 

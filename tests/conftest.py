@@ -17,13 +17,23 @@ def model_path() -> str:
     return default_model_path()
 
 
+@pytest.fixture(scope="session")
+def q8_model_path(model_path, tmp_path_factory) -> str:
+    """A second model, made offline: the bundled one re-quantized to Q8_0 (about a second on 2 cores)."""
+    from app.engine.backend import quantize
+
+    path = str(tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct.Q8_0.gguf")
+    quantize(model_path, path, "q8_0", n_threads=2)
+    return path
+
+
 @pytest.fixture
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
 
 GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
-MODEL_FIXTURES = {"model_path", "config", "shared_engine", "served"}
+MODEL_FIXTURES = {"model_path", "q8_model_path", "config", "shared_engine", "served"}
 
 
 def pytest_collection_modifyitems(items) -> None:

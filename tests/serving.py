@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
@@ -11,14 +12,20 @@ from app.server.server import ApiServer
 
 
 class Serving:
-    """`async with Serving(config) as (client, server, url):` an engine and its API, always closed afterwards."""
+    """`async with Serving(config) as (client, server, url):` an engine and its API, always closed afterwards.
 
-    def __init__(self, config: EngineConfig, api_key: str | None = None):
+    `more`: other models to load beside the first, (settings, name or None) each.
+    """
+
+    def __init__(self, config: EngineConfig, api_key: str | None = None, more: Sequence[tuple[EngineConfig, str | None]] = ()):
         self.client = EngineClient(config)
         self.server = ApiServer(self.client, api_key)
+        self.more = more
 
     async def __aenter__(self):
         await self.client.start()
+        for config, name in self.more:
+            await self.client.load_model(config, name)
         url = await self.server.start("127.0.0.1", 0)
         return self.client, self.server, url
 

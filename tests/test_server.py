@@ -15,10 +15,10 @@ def openai_client(url: str, api_key: str = "none") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=120)
 
 
-async def stream_chat(api: openai.AsyncOpenAI, text: str, **kwargs):
+async def stream_chat(api: openai.AsyncOpenAI, text: str, model: str = "any", **kwargs):
     """Stream one chat reply; return its text, finish reason, usage chunk and last chunk."""
     stream = await api.chat.completions.create(
-        model="any",
+        model=model,
         messages=[{"role": "user", "content": text}],
         stream=True,
         stream_options={"include_usage": True},
@@ -60,7 +60,7 @@ def test_openai_client_streams_a_chat_reply_with_usage_and_timings(config):
     timings = last.model_extra["timings"]
     assert timings["predicted_n"] == usage.completion_tokens and timings["prompt_n"] + timings["cache_n"] == usage.prompt_tokens
     assert timings["predicted_per_second"] > 0
-    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1"]  # the file name without .gguf
 
 
 def test_eight_concurrent_clients_share_decode_steps(config):

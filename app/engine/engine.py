@@ -30,10 +30,11 @@ HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes 
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, sink: Sink):
+    def __init__(self, config: EngineConfig, sink: Sink, name: str | None = None):
         if config.n_batch < config.capacity:
             raise ValueError("the batch size must hold at least one token per sequence")
         self.config = config
+        self.name = name  # the model's name, told in every final event
         self._sink = sink
         self.backend = LlamaBackend(config)
         self.n_ctx = self.backend.n_ctx
@@ -112,7 +113,7 @@ class Engine:
         """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""
         stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
         if self._early_cancels.pop(request.request_id, False):
-            self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats)])
+            self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
             return
         prompt = prompt or self.prepare(request)
         if prompt.error is not None:
@@ -238,11 +239,11 @@ class Engine:
         self.conversations.add(seq.stats)
         if seq.request.conversation_id is not None:
             self.history.remember(seq.request.conversation_id, seq.tokens)
-        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice))
+        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice, self.name))
 
     def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:
         stats.t_finish = time.monotonic()
-        return FinishEvent(request_id, FinishReason.ERROR, "", stats, error)
+        return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=self.name)
 
     # -- figures ---------------------------------------------------------------------------
 

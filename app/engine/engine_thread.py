@@ -1,16 +1,24 @@
-"""The one thread that calls llama.cpp: a thread-safe inbox in, events out through a sink.
+"""The one thread that decodes, for every loaded model: a thread-safe inbox in, events out through a sink.
 
-The inbox is a deque under a condition: requests join the back, cancels jump to the front, and the
-thread sleeps on the condition while it has nothing to do (no polling). A request's prompt (chat
-template and tokenizer, seconds for a chat of thousands of messages) is built first on a helper
-thread, so the streams already running never wait for it. No request, call or reload
-can end the thread: each inbox item is handled under a guard that settles it with the reason. If
-the thread ends anyway (a fault in the engine itself), everything queued is settled with an
-EngineError and `on_exit` is told why, so no caller waits forever.
+It holds one Engine per model (its own context, scheduler and KV pool), by name; the first loaded is
+the default. It steps the engines that have work in turn, one decode each, so two models share the
+cores by steps and a model with nothing to do costs nothing. One thread rather than one per model:
+each thread that decodes keeps its own team of llama.cpp's OpenMP workers, and with more of them
+than cores an idle model's team slowed the busy one by 29% (docs/performance.md).
+
+The inbox is a deque under a condition: requests join the back; cancels, loads and unloads jump to
+the front, and the thread sleeps on the condition while no engine has work (no polling). A
+request's prompt (chat template and tokenizer, seconds for a chat of thousands of messages) is
+built first on a helper thread, and a model is loaded on another, so the streams already running
+never wait for either. No request, call, load or unload can end the thread: each inbox item is
+handled under a guard that settles it with the reason. If the thread ends anyway (a fault in an
+engine itself), everything queued is settled with an EngineError and `on_exit` is told why, so no
+caller waits forever.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -19,21 +27,32 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .engine import Engine, Sink
-from .errors import EngineError
+from .errors import EngineError, UnknownModelError
 from .events import refused
 from .params import EngineConfig
 from .sequence import Request
 
-_ORDER = {"stop": 0, "reload": 0, "submit": 1, "cancel": 2, "call": 3}
+# all taken at once run before the next decode in this order: a model in place before the requests
+# meant for it, a cancel after its own submit, a call after both
+_ORDER = {"stop": 0, "install": 0, "unload": 0, "submit": 1, "cancel": 2, "call": 3}
 RELOAD_NOTICE = "the engine was reloaded; this reply was cut short"
 CLOSE_NOTICE = "the engine was closed"
 
 ExitListener = Callable[[str], None]  # called on the engine thread with the reason it ended
 
 
+def model_name(path: str) -> str:
+    """A model's name unless it is given one: its file name without .gguf."""
+    return os.path.basename(path).removesuffix(".gguf")
+
+
+def unload_notice(name: str) -> str:
+    return f"the model {name} was unloaded; this reply was cut short"
+
+
 class EngineThread:
-    def __init__(self, config: EngineConfig, sink: Sink, on_exit: ExitListener | None = None):
-        self._config = config
+    def __init__(self, config: EngineConfig, sink: Sink, on_exit: ExitListener | None = None, name: str | None = None):
+        self._first = (name or model_name(config.model_path), config)
         self._sink = sink
         self._on_exit = on_exit
         self._inbox: deque[tuple[str, Any]] = deque()
@@ -41,39 +60,58 @@ class EngineThread:
         self._ready = Future()
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-prompts")
-        self._engine_lock = threading.Lock()  # the prompt thread reads the engine's tokenizer under it
-        self.engine: Engine | None = None
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-loader")
+        self._engine_lock = threading.Lock()  # the prompt thread reads an engine's tokenizer under it
+        # name -> engine, the default first; replaced whole, never changed in place, so any thread may read it
+        self.engines: dict[str, Engine] = {}
+        self._last_stepped: str | None = None  # the next step goes to the next model with work after it
         self._gone: str | None = None  # set when the thread stops taking items: why
         self.failure: str | None = None  # why the thread ended, when it was not asked to stop
+
+    @property
+    def engine(self) -> Engine | None:
+        """The default model's engine (the first loaded), or None before the start."""
+        return next(iter(self.engines.values()), None)
 
     # -- called from any thread -------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the model on the engine thread; raise its ModelLoadError here if it fails."""
+        """Load the first model on the engine thread; raise its ModelLoadError here if it fails."""
         self._thread.start()
         self._ready.result()
 
     def submit(self, request: Request) -> None:
-        """Build the request's prompt on the prompt thread, then queue it for the engine."""
+        """Build the request's prompt on the prompt thread, then queue it for its model's engine."""
         t_submit = time.monotonic()
         try:
             self._prompts.submit(self._prepare, request, t_submit)
         except RuntimeError:  # the threads have ended
             self._refuse(("submit", (request, t_submit)), self._gone or CLOSE_NOTICE)
 
-    def cancel(self, request_id: str) -> None:
-        self._post(("cancel", request_id), urgent=True)
+    def cancel(self, request_id: str, model: str | None = None) -> None:
+        self._post(("cancel", (request_id, model)), urgent=True)
 
-    def call(self, fn: Callable[[Engine], Any]) -> Future:
-        """Run fn(engine) on the engine thread between two steps."""
+    def call(self, fn: Callable[[Engine], Any], model: str | None = None) -> Future:
+        """Run fn(engine of `model`, None: the default) on the engine thread between two steps."""
         future: Future = Future()
-        self._post(("call", (fn, future)))
+        self._post(("call", (fn, future, model)))
         return future
 
-    def reload(self, config: EngineConfig) -> Future:
-        """Load `config`; on success swap engines (requests in flight end with a notice), else keep the old."""
+    def load(self, config: EngineConfig, name: str | None = None) -> Future:
+        """Load another model beside those loaded, as `name` (None: its file name); the future gives its ModelInfo."""
+        return self._build(config, name or model_name(config.model_path), replaces=None)
+
+    def reload(self, config: EngineConfig, model: str | None = None, name: str | None = None) -> Future:
+        """Load `config` in place of `model` (None: the default), named `name` (None: its file name).
+
+        If it loads, it takes the old one's place (requests in flight end with a notice); else the old stays.
+        """
+        return self._build(config, name or model_name(config.model_path), replaces=model or next(iter(self.engines), None))
+
+    def unload(self, model: str) -> Future:
+        """Free a model; its requests end with a notice. The last model loaded cannot be unloaded."""
         future: Future = Future()
-        self._post(("reload", (config, future)), urgent=True)
+        self._post(("unload", (model, future)), urgent=True)
         return future
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -96,22 +134,39 @@ class EngineThread:
                 return
         self._refuse(item, self._gone)  # the thread takes no more items: answer at once
 
+    def _build(self, config: EngineConfig, name: str, replaces: str | None) -> Future:
+        """Load an engine on the loader thread (the engine thread goes on stepping), then hand it over."""
+        future: Future = Future()
+
+        def build() -> None:
+            try:
+                self._check_name(name, replaces)  # before a load of seconds that could only be refused
+                engine = Engine(config, self._sink, name)
+            except Exception as e:  # a bad model or bad settings: the caller hears why
+                future.set_exception(e)
+                return
+            self._post(("install", (name, engine, replaces, future)), urgent=True)
+
+        try:
+            self._loader.submit(build)
+        except RuntimeError:  # the threads have ended
+            future.set_exception(EngineError(self._gone or CLOSE_NOTICE))
+        return future
+
     # -- the prompt thread -----------------------------------------------------------------
 
     def _prepare(self, request: Request, t_submit: float) -> None:
         with self._engine_lock:
-            engine = self.engine
-            if engine is None or self._gone is not None:
-                prompt = None  # refused by _post
-            else:
-                prompt = engine.prepare(request)
+            engine = self._find(request.model) if self._gone is None else None
+            prompt = engine.prepare(request) if engine is not None else None  # none: refused later
         self._post(("submit", (request, t_submit, engine, prompt)))
 
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        name, config = self._first
         try:
-            self.engine = Engine(self._config, self._sink)
+            self.engines = {name: Engine(config, self._sink, name)}
         except BaseException as e:  # the starter re-raises it
             self._ready.set_exception(e)
             return
@@ -122,10 +177,11 @@ class EngineThread:
             self._die(f"the engine stopped after an internal error: {e!r}")
         finally:
             self._prompts.shutdown(wait=False)
+            self._loader.shutdown(wait=False)
 
     def _loop(self) -> None:
         while True:
-            items = self._take(block=not self.engine.has_work())
+            items = self._take(block=not any(engine.has_work() for engine in self.engines.values()))
             if any(kind == "stop" for kind, _ in items):
                 self._close(CLOSE_NOTICE, [item for item in items if item[0] != "stop"])
                 return
@@ -134,10 +190,12 @@ class EngineThread:
                     self._handle(kind, arg)
                 except Exception as e:
                     self._item_failed(kind, arg, e)
-            try:
-                self.engine.step()
-            except Exception as e:  # a bug must not leave clients waiting forever
-                self.engine.fail_all(f"internal error: {e!r}")
+            engine = self._next_with_work()
+            if engine is not None:
+                try:
+                    engine.step()
+                except Exception as e:  # a bug must not leave clients waiting forever
+                    engine.fail_all(f"internal error: {e!r}")
 
     def _take(self, block: bool) -> list[tuple[str, Any]]:
         with self._cond:
@@ -145,43 +203,98 @@ class EngineThread:
                 self._cond.wait()
             items = list(self._inbox)
             self._inbox.clear()
-        # all of these run before the next decode, in this order: a reload before the requests
-        # meant for the new engine, a cancel after its own submit, a call after both
         items.sort(key=lambda item: _ORDER[item[0]])
         return items
 
+    def _next_with_work(self) -> Engine | None:
+        """The first engine with work after the one stepped last: the models take turns, a decode each."""
+        names = list(self.engines)
+        start = names.index(self._last_stepped) + 1 if self._last_stepped in names else 0
+        for name in names[start:] + names[:start]:
+            if self.engines[name].has_work():
+                self._last_stepped = name
+                return self.engines[name]
+        return None
+
     def _handle(self, kind: str, arg) -> None:
-        engine = self.engine
         if kind == "submit":
-            request, t_submit, built_by, prompt = arg
-            if built_by is engine:
-                engine.submit(request, t_submit, prompt)  # it answers a request it cannot take with an ERROR finish
-            else:  # built for the engine a reload replaced: build it again for this one
-                self._prompts.submit(self._prepare, request, t_submit)
+            self._take_request(*arg)
         elif kind == "cancel":
-            engine.cancel(arg)
+            request_id, model = arg
+            engine = self._find(model)
+            if engine is not None:  # else its model is gone, and with it the request
+                engine.cancel(request_id)
         elif kind == "call":
-            fn, future = arg
-            _settle(future, lambda: fn(engine))
-        elif kind == "reload":
-            config, future = arg
-            _settle(future, lambda: self._swap(config))
+            fn, future, model = arg
+            _settle(future, lambda: fn(self._named(model)))
+        elif kind == "install":
+            name, engine, replaces, future = arg
+            _settle(future, lambda: self._install(name, engine, replaces))
+        elif kind == "unload":
+            name, future = arg
+            _settle(future, lambda: self._unload(name))
+
+    def _take_request(self, request: Request, t_submit: float, built_by: Engine | None, prompt) -> None:
+        engine = self._find(request.model)
+        if engine is None:
+            error = f"no model named {request.model!r} is loaded"
+            self._sink([refused(request.request_id, error, request.conversation_id, t_submit, request.model)])
+        elif built_by is engine:
+            engine.submit(request, t_submit, prompt)  # it answers a request it cannot take with an ERROR finish
+        else:  # built for an engine since replaced (or none): build it again for this one
+            self._prompts.submit(self._prepare, request, t_submit)
 
     def _item_failed(self, kind: str, arg, error: Exception) -> None:
         reason = f"internal error: {error!r}"
         if kind == "submit":  # only that request fails
             request, t_submit = arg[:2]
-            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit)])
-        else:  # a cancel left its sequence in an unknown state: end every request rather than guess
-            self.engine.fail_all(reason)
+            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model)])
+        elif kind == "cancel":  # it left its sequence in an unknown state: end that engine's requests rather than guess
+            engine = self._find(arg[1])
+            if engine is not None:
+                engine.fail_all(reason)
 
-    def _swap(self, config: EngineConfig):
-        new = Engine(config, self._sink)  # raises and keeps the old engine if the model is bad
-        with self._engine_lock:  # the old tokenizer is freed: no prompt may be read with it meanwhile
-            self.engine.shutdown(RELOAD_NOTICE)
-            self.engine = new
-        self._config = config
-        return new.info
+    # -- the models ------------------------------------------------------------------------
+
+    def _find(self, name: str | None) -> Engine | None:
+        return self.engine if name is None else self.engines.get(name)
+
+    def _named(self, name: str | None) -> Engine:
+        engine = self._find(name)
+        if engine is None:
+            raise UnknownModelError(f"no model named {name!r} is loaded; loaded: {', '.join(self.engines)}")
+        return engine
+
+    def _check_name(self, name: str, replaces: str | None) -> None:
+        if replaces is not None:
+            self._named(replaces)
+        if name in self.engines and name != replaces:
+            raise ValueError(f"a model named {name!r} is already loaded: give this one another name")
+
+    def _install(self, name: str, engine: Engine, replaces: str | None):
+        try:
+            self._check_name(name, replaces)  # again: another load may have taken the name meanwhile
+        except Exception:
+            engine.shutdown(CLOSE_NOTICE)  # it holds no requests: this frees it
+            raise
+        if replaces is None:
+            self.engines = {**self.engines, name: engine}
+        else:  # in the old one's place, so the default stays the default
+            old = self.engines[replaces]
+            with self._engine_lock:  # the old tokenizer is freed: no prompt may be read with it meanwhile
+                old.shutdown(RELOAD_NOTICE)
+                self.engines = {(name if n == replaces else n): (engine if n == replaces else e) for n, e in self.engines.items()}
+        return engine.info
+
+    def _unload(self, name: str) -> None:
+        engine = self._named(name)
+        if len(self.engines) == 1:
+            raise ValueError(f"{name} is the only model loaded: load another first, or reload it with another model")
+        with self._engine_lock:
+            self.engines = {n: e for n, e in self.engines.items() if n != name}
+            engine.shutdown(unload_notice(name))
+
+    # -- the end ---------------------------------------------------------------------------
 
     def _close(self, notice: str, taken: list[tuple[str, Any]]) -> None:
         """Stop taking items; settle those taken with the stop and those still queued."""
@@ -192,7 +305,8 @@ class EngineThread:
         for item in items:
             self._refuse(item, notice)
         with self._engine_lock:
-            self.engine.shutdown(notice)
+            for engine in self.engines.values():
+                engine.shutdown(notice)
 
     def _die(self, reason: str) -> None:
         with self._cond:
@@ -201,10 +315,11 @@ class EngineThread:
             self._inbox.clear()
         for item in items:
             self._refuse(item, reason)
-        try:
-            self.engine.fail_all(reason)  # best effort: the engine is in an unknown state
-        except BaseException:
-            pass
+        for engine in self.engines.values():
+            try:
+                engine.fail_all(reason)  # best effort: the engine is in an unknown state
+            except BaseException:
+                pass
         if self._on_exit is not None:
             self._on_exit(reason)
 
@@ -213,8 +328,12 @@ class EngineThread:
         kind, arg = item
         if kind == "submit":
             request, t_submit = arg[:2]
-            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit)])
-        elif kind in ("call", "reload"):
+            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model)])
+        elif kind == "install":
+            _, engine, _, future = arg
+            engine.shutdown(reason)  # loaded while the thread ended: nobody will use it
+            future.set_exception(EngineError(reason))
+        elif kind in ("call", "unload"):
             arg[1].set_exception(EngineError(reason))
 
 

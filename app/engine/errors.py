@@ -11,3 +11,7 @@ class ModelLoadError(EngineError):
 
 class RequestError(EngineError):
     """One request cannot be served (for example its prompt is longer than the context)."""
+
+
+class UnknownModelError(EngineError):
+    """No loaded model has that name."""

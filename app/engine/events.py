@@ -40,6 +40,7 @@ class FinishEvent:
     stats: RequestStats
     error: str | None = None  # why, when reason is ERROR
     notice: str | None = None  # something the user should know (e.g. old turns were dropped)
+    model: str | None = None  # the name of the model that served it (None: not said)
 
     @property
     def ok(self) -> bool:
@@ -49,8 +50,10 @@ class FinishEvent:
 Event = TokenEvent | FinishEvent
 
 
-def refused(request_id: str, error: str, conversation_id: str | None = None, t_submit: float | None = None) -> FinishEvent:
+def refused(
+    request_id: str, error: str, conversation_id: str | None = None, t_submit: float | None = None, model: str | None = None
+) -> FinishEvent:
     """The final event of a request that no engine step served (refused, or its engine is gone)."""
     now = time.monotonic()
     stats = RequestStats(request_id, conversation_id, t_submit=now if t_submit is None else t_submit, t_finish=now)
-    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error)
+    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=model)

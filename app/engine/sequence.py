@@ -22,6 +22,7 @@ class Request:
     priority: Priority = Priority.NORMAL  # served first under the priority policy
     # the reply's first tokens, given: it goes on from them (a branch from another token of a reply)
     reply_prefix: tuple[int, ...] = ()
+    model: str | None = None  # the name of the loaded model that serves it (None: the default model)
 
 
 class SequenceStatus(Enum):

@@ -11,8 +11,8 @@ from aiohttp import web
 from app.engine.events import Event, FinishEvent, FinishReason, TokenEvent
 from app.engine.probs import TokenProbs
 
-from .prometheus import RATE_WINDOW_S, prometheus_text
-from .protocol import Job, parse_chat, parse_completion, parse_json
+from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
+from .protocol import Job, parse_chat, parse_completion, parse_json, requested_model
 from .shaping import Shape, error_body
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
@@ -28,12 +28,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def models(request: web.Request) -> web.Response:
     server = request.app[SERVER]
-    info = server.client.model_info
+    data = [_model(server, name, info) for name, info in server.client.models.items()]
+    return web.json_response({"object": "list", "data": data})
+
+
+def _model(server, name: str, info) -> dict:
     meta = {"n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "n_params": info.n_params, "size": info.size_bytes}
     # where the model went (layers offloaded, the KV pool's memory) and what the build can run on
     meta |= {**info.as_json(), "placement": info.placement(), "build": info.build.as_json() if info.build else None}
-    model = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
-    return web.json_response({"object": "list", "data": [model]})
+    return {"id": name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
 
 
 async def health(request: web.Request) -> web.Response:
@@ -47,7 +50,12 @@ async def health(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     server = request.app[SERVER]
     client = server.client
-    text = prometheus_text(client.snapshot, client.recent_steps(RATE_WINDOW_S), server.totals)
+    figures = {}
+    for name in client.models:
+        snapshot = client.snapshot_of(name)
+        if snapshot is not None:  # else unloaded since
+            figures[name] = ModelFigures(snapshot, client.recent_steps(RATE_WINDOW_S, name))
+    text = prometheus_text(figures, server.totals)
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={"X-Format": "prometheus 0.0.4"})
 
 
@@ -56,16 +64,18 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def _complete(request: web.Request, parse) -> web.StreamResponse:
     server = request.app[SERVER]
-    job: Job = parse(parse_json(await request.read()), server.client.model_info.n_ctx)
+    body = parse_json(await request.read())
+    model, info = server.pick_model(requested_model(body))
+    job: Job = parse(body, info.n_ctx)
     with server.admit(job.n):
-        return await _serve(request, server, job)
+        return await _serve(request, server, job, model)
 
 
-async def _serve(request: web.Request, server, job: Job) -> web.StreamResponse:
-    shape = Shape(job.is_chat, server.model_name, job.post_sampling_probs)
+async def _serve(request: web.Request, server, job: Job, model: str) -> web.StreamResponse:
+    shape = Shape(job.is_chat, model, job.post_sampling_probs)
     # leaving early (a client gone, an error) closes the streams, and that cancels their requests
     async with AsyncExitStack() as stack:
-        streams = [await stack.enter_async_context(aclosing(server.submit(job, i))) for i in range(job.n)]
+        streams = [await stack.enter_async_context(aclosing(server.submit(job, model, i))) for i in range(job.n)]
         # all submitted at once, so that the choices share one reading of the prompt
         firsts = await asyncio.gather(*(anext(stream) for stream in streams))
         for first in firsts:  # the headers wait for them: a refused prompt is still a 400

@@ -1,9 +1,14 @@
-"""The engine's figures in the Prometheus text format, for GET /metrics."""
+"""The engine's figures in the Prometheus text format, for GET /metrics.
+
+Each figure has a line without labels, for every model together (what a server of one model has
+always shown), then a line per model labelled `model="name"`.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 from app.engine.events import FinishEvent
 from app.engine.stats import EngineSnapshot, StepStats, hit_rate
@@ -12,39 +17,76 @@ PREFIX = "batch_playground_"
 RATE_WINDOW_S = 10.0  # tokens/s and sequences per step are averaged over the last 10 s of steps
 
 
+@dataclass
+class Totals:
+    """Running totals over finished requests."""
+
+    requests: dict[str, int] = field(default_factory=dict)  # finish reason -> count
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    evaluated_tokens: int = 0
+    gen_tokens: int = 0
+
+    def add(self, ev: FinishEvent) -> None:
+        st = ev.stats
+        self.requests[ev.reason.value] = self.requests.get(ev.reason.value, 0) + 1
+        self.prompt_tokens += st.prompt_tokens
+        self.cached_tokens += st.cached_tokens
+        self.evaluated_tokens += st.evaluated_tokens
+        self.gen_tokens += st.gen_tokens
+
+
 class ServedTotals:
-    """Running totals over every finished request (panes and API alike), fed by the client's listener."""
+    """Totals over every finished request (panes and API alike), all models' and each model's; fed by the client's listener."""
 
     def __init__(self):
-        self.requests: dict[str, int] = {}  # finish reason -> count
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
-        self.evaluated_tokens = 0
-        self.gen_tokens = 0
+        self.all = Totals()
+        self.by_model: dict[str, Totals] = {}
 
     def on_events(self, events) -> None:
         for ev in events:
             if isinstance(ev, FinishEvent):
-                st = ev.stats
-                self.requests[ev.reason.value] = self.requests.get(ev.reason.value, 0) + 1
-                self.prompt_tokens += st.prompt_tokens
-                self.cached_tokens += st.cached_tokens
-                self.evaluated_tokens += st.evaluated_tokens
-                self.gen_tokens += st.gen_tokens
+                self.all.add(ev)
+                if ev.model is not None:  # else refused before it reached a model
+                    self.by_model.setdefault(ev.model, Totals()).add(ev)
 
 
-def prometheus_text(snapshot: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals) -> str:
-    """The figures of `snapshot`, of `steps` (those of the last RATE_WINDOW_S) and of `totals`."""
+@dataclass(frozen=True)
+class ModelFigures:
+    """One model's engine as /metrics shows it: its snapshot and its steps of the last RATE_WINDOW_S."""
+
+    snapshot: EngineSnapshot
+    steps: Sequence[StepStats]
+
+
+def prometheus_text(models: dict[str, ModelFigures], totals: ServedTotals) -> str:
+    """Every figure for all `models` together, then for each model."""
+    together = _figures(_sum(m.snapshot for m in models.values()), [st for m in models.values() for st in m.steps], totals.all)
+    each = {name: _figures(m.snapshot, m.steps, totals.by_model.get(name, Totals())) for name, m in models.items()}
     lines: list[str] = []
-    for kind, name, help_text, value in _figures(snapshot, steps, totals):
+    for i, (kind, name, help_text, value) in enumerate(together):
         lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value:g}"]
+        lines += [f"{PREFIX}{name}{{model={_label(model)}}} {figures[i][3]:g}" for model, figures in each.items()]
     lines += [f"# HELP {PREFIX}requests_total requests finished, by reason", f"# TYPE {PREFIX}requests_total counter"]
-    for reason, count in sorted(totals.requests.items()):
+    for reason, count in sorted(totals.all.requests.items()):
         lines.append(f'{PREFIX}requests_total{{reason="{reason}"}} {count}')
+    for model in models:
+        for reason, count in sorted(totals.by_model.get(model, Totals()).requests.items()):
+            lines.append(f'{PREFIX}requests_total{{model={_label(model)},reason="{reason}"}} {count}')
     return "\n".join(lines) + "\n"
 
 
-def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: ServedTotals) -> list[tuple[str, str, str, float]]:
+def _sum(snapshots) -> EngineSnapshot:
+    snapshots = list(snapshots)
+    return EngineSnapshot(**{f.name: sum(getattr(s, f.name) for s in snapshots) for f in fields(EngineSnapshot)})
+
+
+def _label(value: str) -> str:
+    """A label value, quoted and escaped as the text format wants."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals) -> list[tuple[str, str, str, float]]:
     """(kind, name, help, value) of every single-valued metric."""
     rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
     window = f"over the last {RATE_WINDOW_S:g} s"

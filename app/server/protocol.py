@@ -66,6 +66,11 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
+def requested_model(body: dict) -> str | None:
+    """The `model` field: a loaded model's name or file name; absent or empty: the default model."""
+    return _get(body, "model", str, None) or None
+
+
 def parse_chat(body: dict, n_ctx: int) -> Job:
     raw = _get(body, "messages", list, None)
     if not raw:

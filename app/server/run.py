@@ -1,10 +1,11 @@
-"""`python -m app serve`: the engine and the API server on one asyncio loop until Ctrl+C or SIGTERM."""
+"""`python -m app serve`: the engine (one model or several) and the API server on one asyncio loop until Ctrl+C or SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import sys
+from collections.abc import Sequence
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
@@ -14,28 +15,35 @@ from .server import ApiServer
 
 
 async def serve(
-    config: EngineConfig, host: str, port: int, api_key: str | None, alias: str | None, max_queue: int | None = None
+    models: Sequence[tuple[EngineConfig, str | None]], host: str, port: int, api_key: str | None, max_queue: int | None = None
 ) -> int:
+    """Serve `models` ((settings, alias or None) each; the first is the default) until a signal."""
     if not api_key and not is_loopback(host):
         print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
-    client = EngineClient(config)
+    (config, alias), *more = models
+    client = EngineClient(config, alias)
     await client.start()  # a bad model raises ModelLoadError: the command line prints it
-    server = ApiServer(client, api_key, alias, max_queue=max_queue)
-    info = client.model_info
-    print(f"{info.build.summary()}\n{info.placement()}; pool {info.pool_reason}", file=sys.stderr)
-    for notice in info.notices:
-        print(f"notice: {notice}", file=sys.stderr)
+    try:
+        for other, other_alias in more:
+            await client.load_model(other, other_alias)
+    except BaseException:
+        await client.close()
+        raise
+    server = ApiServer(client, api_key, max_queue=max_queue)
+    print(client.model_info.build.summary(), file=sys.stderr)
+    for name, info in client.models.items():
+        print(f"{name}: {info.placement()}; pool {info.pool_reason}", file=sys.stderr)
+        for notice in info.notices:
+            print(f"notice: {name}: {notice}", file=sys.stderr)
     try:
         try:
             url = await server.start(host, port)
         except OSError as e:
             print(f"error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 2
-        print(
-            f"serving {server.model_name} at {url}/v1 ({config.capacity} parallel, {info.n_ctx} KV cells, "
-            f"{server.max_queue} requests in flight at most)",
-            flush=True,
-        )
+        for name, info in client.models.items():
+            print(f"serving {name} at {url}/v1 ({client.config_of(name).capacity} parallel, {info.n_ctx} KV cells)")
+        print(f"{server.max_queue} requests in flight at most", flush=True)
         await _until_signal()
     finally:
         await server.stop()

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from app.client import EngineClient, new_request_id
-from app.engine.errors import EngineError
+from app.engine.backend import ModelInfo
+from app.engine.errors import EngineError, UnknownModelError
 from app.engine.events import Event
 
 from . import handlers
@@ -30,7 +31,6 @@ class ApiServer:
         self,
         client: EngineClient,
         api_key: str | None = None,
-        alias: str | None = None,
         on_request: Observer | None = None,
         max_queue: int | None = None,
     ):
@@ -38,21 +38,30 @@ class ApiServer:
         self._max_queue = max_queue
         self.in_flight = 0  # requests admitted and not yet answered
         self.api_key = api_key or None
-        self.alias = alias
         self.on_request = on_request
         self.totals = ServedTotals()
         self.created = int(time.time())
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
 
-    @property
-    def model_name(self) -> str:
-        return self.alias or os.path.basename(self.client.config.model_path)
+    def pick_model(self, requested: str | None) -> tuple[str, ModelInfo]:
+        """The loaded model a request's `model` field names, by its name or its file name (none: the
+        default). With one model loaded, any name is served by it, as llama-server does; with
+        several, a name not loaded is an UnknownModelError (HTTP 404)."""
+        models = self.client.models
+        name = requested or self.client.default_model
+        if name not in models:
+            by_file = [n for n, info in models.items() if os.path.basename(info.path) == name]
+            if by_file or len(models) == 1:
+                name = (by_file or list(models))[0]
+            else:
+                raise UnknownModelError(f"the model {requested!r} is not loaded; loaded: {', '.join(models)}")
+        return name, models[name]
 
     @property
     def max_queue(self) -> int:
         """Requests admitted at once (running and waiting); more get a 503 with Retry-After."""
-        return self._max_queue or QUEUE_PER_SLOT * self.client.config.capacity
+        return self._max_queue or QUEUE_PER_SLOT * sum(self.client.config_of(name).capacity for name in self.client.models)
 
     @property
     def is_serving(self) -> bool:
@@ -86,14 +95,19 @@ class ApiServer:
             raise Busy()
         return Admission(self, n)
 
-    def submit(self, job: Job, index: int = 0) -> AsyncIterator[Event]:
-        """Choice `index` of a job; the first keeps the chat's KV slot between turns, the others take free ones."""
+    def submit(self, job: Job, model: str, index: int = 0) -> AsyncIterator[Event]:
+        """Choice `index` of a job for `model`; the first keeps the chat's KV slot between turns, the others take free ones."""
         request_id = new_request_id()
         if self.on_request is not None:
             self.on_request(request_id, time.monotonic())
         conversation_id = job.conversation_id if index == 0 else None
         return self.client.generate(
-            job.messages, job.choice_params(index), prompt=job.prompt, conversation_id=conversation_id, request_id=request_id
+            job.messages,
+            job.choice_params(index),
+            prompt=job.prompt,
+            conversation_id=conversation_id,
+            request_id=request_id,
+            model=model,
         )
 
     def _app(self) -> web.Application:
@@ -131,6 +145,8 @@ class ApiServer:
                 f"the server is busy: {self.max_queue} requests are in flight; try again shortly", "unavailable_error"
             )
             return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+        except UnknownModelError as e:  # OpenAI's answer to a model it does not have
+            return web.json_response(error_body(str(e), param="model", code="model_not_found"), status=404)
         except EngineError as e:  # the engine thread ended: the request cannot be served until a restart
             return web.json_response(error_body(str(e), "unavailable_error"), status=503)
         except web.HTTPException as e:  # 404, 405, 413: the same JSON shape as every other error
