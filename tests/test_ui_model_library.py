@@ -1,6 +1,7 @@
 """The model library dock in the real window: a folder added with its button lists its models (and the
-files that are not, with the reason), other tools' folders are listed without being added, and a
-row's Load switches the engine's model; a model llama.cpp refuses leaves the previous one."""
+files that are not, with the reason), other tools' folders are listed without being added; a row's
+Load puts the model beside the first (a pane picks it in its header), Unload frees it; a model
+llama.cpp refuses is said, and the others stay."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ async def show_library(window, qtbot):
     return window.library
 
 
-def test_a_folder_added_with_the_button_lists_its_models_and_load_switches_the_model(
+def test_a_folder_added_with_the_button_lists_its_models_and_a_loaded_one_is_picked_in_a_pane(
     run_window, qtbot, tmp_path, model_path, user_home
 ):
     folder = tmp_path / "models"
@@ -59,7 +60,7 @@ def test_a_folder_added_with_the_button_lists_its_models_and_load_switches_the_m
 
     async def scenario(window):
         library = await show_library(window, qtbot)
-        assert library.load_button(BUNDLED).text() == "Loaded" and not library.load_button(BUNDLED).isEnabled()
+        assert library.load_button(BUNDLED).text() == "Unload" and not library.load_button(BUNDLED).isEnabled()  # the last
         assert row_texts(library, "tiny-base")[SOURCE] == "LM Studio"  # found without being added
         assert row_texts(library, "tiny-base")[TEMPLATE] == "none: a base model"
         assert library.row_of("second-model") == -1
@@ -85,18 +86,33 @@ def test_a_folder_added_with_the_button_lists_its_models_and_load_switches_the_m
 
         qtbot.mouseClick(library.load_button("second-model"), Qt.MouseButton.LeftButton)
         assert library.load_button("second-model").text() == "Loading…" and not library.load_button(BUNDLED).isEnabled()
-        await until(lambda: library.load_button("second-model").text() == "Loaded", what="the second model")
-        assert window.client.config.model_path == str(second) and window.client.model_info.path == str(second)
-        assert window.windowTitle().startswith("second-model")
-        assert window.engine_panel.model_path.text() == str(second)
-        assert library.load_button(BUNDLED).text() == "Load" and library.load_button(BUNDLED).isEnabled()
-        assert AppSettings(open_qsettings()).engine_config(model_path).model_path == str(second)  # the next start's
+        await until(lambda: library.load_button("second-model").text() == "Unload", what="the second model")
+        assert list(window.client.models) == [BUNDLED, "second-model"]  # beside the first
+        assert window.windowTitle().startswith(f"{BUNDLED} + second-model")
+        assert library.load_button(BUNDLED).isEnabled()  # no longer the last
+        assert AppSettings(open_qsettings()).extra_models == [str(second)]  # loaded again at the next start
 
-        pane = window.panes[0]  # and the panes chat with it
+        pane = window.panes[0]  # the pane picks it in its header, and chats with it
         set_params(window, QUICK)
-        assert pane.send("Say hello.")
+        combo = pane.model_combo
+        assert combo.isVisible() and [combo.itemData(i) for i in range(combo.count())] == [BUNDLED, "second-model"]
+        qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+        combo.view().setCurrentIndex(combo.model().index(1, 0))
+        qtbot.keyClick(combo.view(), Qt.Key.Key_Return)
+        assert pane.params.model == "second-model" and pane.model == "second-model"
+        assert combo.currentText() == "second-model" and "Pane 1 · second-model" in window.plots.legend.text  # said
+        finals = []
+        pane.sigReplyFinished.connect(finals.append)
+        qtbot.keyClicks(pane.input, "Say hello.")
+        qtbot.keyClick(pane.input, Qt.Key.Key_Return)
         await until(lambda: not pane.is_busy, what="a reply from the second model")
-        assert [m["role"] for m in pane.chat.messages][:2] == ["user", "assistant"] and pane.chat.messages[1]["content"]
+        assert finals[0].model == "second-model" and pane.chat.messages[1]["content"]
+        assert pane.chat.model == "second-model.gguf"
+
+        qtbot.mouseClick(library.load_button("second-model"), Qt.MouseButton.LeftButton)  # Unload
+        await until(lambda: list(window.client.models) == [BUNDLED], what="the second model unloaded")
+        assert not combo.isVisible() and pane.model is None  # the pane goes on with the first
+        assert library.load_button("second-model").text() == "Load" and AppSettings(open_qsettings()).extra_models == []
 
         library.remove_menu.actions()[0].trigger()  # Remove folder ▸ the folder
         await until(lambda: library.row_of("second-model") == -1, what="the folder's rows gone")
@@ -123,8 +139,7 @@ def test_a_model_llama_cpp_refuses_leaves_the_previous_one(run_window, qtbot, tm
         qtbot.mouseClick(library.load_button("headers-only"), Qt.MouseButton.LeftButton)
         await until(lambda: "Not loaded" in library.status.text(), what="the refusal")
         assert "headers-only.gguf" in library.status.text()
-        assert window.client.config.model_path == model_path and library.load_button(BUNDLED).text() == "Loaded"
+        assert list(window.client.models) == [BUNDLED] and library.load_button(BUNDLED).text() == "Unload"
         assert library.load_button("headers-only").isEnabled()  # it may be tried again
-        window.engine_panel.error_box.close()
 
     run_window(scenario, panes=1)

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCursor, QKeyEvent
 from PySide6.QtWidgets import (
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -48,6 +49,7 @@ from .readout import Readout
 from .settings import PaneParams
 from .transcript import Transcript
 
+MODEL_CHARS = 12  # of a model's name shown in the pane's header
 CHECKPOINT_MS = 2000  # a streaming reply is saved this often: a kill or a power cut loses at most this much
 READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
 
@@ -142,6 +144,13 @@ class ChatPane(QFrame):
         self.name_label = QLabel()
         self.name_label.setMinimumWidth(40)  # a long chat name is cut rather than widening the pane; "Pane 1" is whole
         self.readout = Readout(legend=READOUT_LEGEND)
+        # the model it talks to, when more than one is loaded
+        self.model_combo = QComboBox(toolTip="The model this pane talks to (load more in the Model library)")
+        # narrow, so eight panes keep their readouts: the list shows the whole names
+        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_combo.setMinimumContentsLength(MODEL_CHARS)
+        self.model_combo.setVisible(False)
+        self.model_combo.currentIndexChanged.connect(self._on_model_picked)
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
         self.settings_button = QToolButton(text="⚙", toolTip="Sampling settings")
         self.settings_button.setCheckable(True)
@@ -151,7 +160,7 @@ class ChatPane(QFrame):
         for w in (swatch, self.name_label):
             row.addWidget(w)
         row.addWidget(self.readout, 1)
-        for w in (self.settings_button, self.close_button):
+        for w in (self.model_combo, self.settings_button, self.close_button):
             row.addWidget(w)
         self.refresh_readout()
         return row
@@ -174,11 +183,52 @@ class ChatPane(QFrame):
             row.addWidget(b)
         return row
 
+    def show_models(self, names: list[str]) -> None:
+        """The loaded models to pick from (the first is the default); a pane whose model is gone goes
+        on with the default."""
+        if self.params.model and self.params.model not in names:
+            self.params_editor.set_params(self.params.with_(model=""))
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        for name in names:  # the list shows each name whole; the closed box its short form
+            self.model_combo.addItem(name, name)
+        self._show_model(self.params)
+        self.model_combo.blockSignals(False)
+        self.model_combo.setVisible(len(names) > 1 and self.params.endpoint() is None)
+
+    def _on_model_picked(self, _index: int) -> None:
+        name = self.model_combo.currentData()
+        if name and name != (self.params.model or self.model_combo.itemData(0)):
+            self.params_editor.set_params(self.params.with_(model=name))
+
+    def _show_model(self, params: PaneParams) -> None:
+        """The picker on the pane's model; the box shows the end of a long name (where the
+        quantization is), the list and the tooltip the whole."""
+        combo = self.model_combo
+        index = max(combo.findData(params.model or combo.itemData(0)), 0)
+        combo.setCurrentIndex(index)
+        name = combo.itemData(index) or ""
+        shown = name if len(name) <= MODEL_CHARS else "…" + name[-(MODEL_CHARS - 1) :]
+        combo.setItemText(index, shown)
+        for i in range(combo.count()):
+            if i != index:
+                combo.setItemText(i, combo.itemData(i))
+        combo.setToolTip(f"{name}: the model this pane talks to (load more in the Model library)")
+
+    @property
+    def model(self) -> str | None:
+        """The loaded model this pane talks to (None: the default)."""
+        return self.params.model or None
+
     def params_editor_visible(self, visible: bool) -> None:
         self.params_area.setVisible(visible)
 
     def _on_params_changed(self, params: PaneParams) -> None:
         self._show_name(params)
+        if self.model_combo.count():
+            self.model_combo.blockSignals(True)
+            self._show_model(params)
+            self.model_combo.blockSignals(False)
         self._show_mode(params)
         drawn = (self.transcript.show_probs, self.transcript.completion)
         if (params.show_probs, params.completion) != drawn:
@@ -336,6 +386,8 @@ class ChatPane(QFrame):
             local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
             if self._prefix.tokens:
                 local["reply_prefix"] = self._prefix.tokens
+            if source is self.client:
+                local["model"] = self.model
             if self.params.completion and source is self.client:  # one text to continue, no chat template
                 messages, local["prompt"] = None, self.chat.as_text(self.params.system_prompt)
             stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
@@ -469,7 +521,8 @@ def _model_name(client: EngineClient, params: PaneParams) -> str:
     """What the chat list shows as the chat's model: the model file, or the remote model or host."""
     endpoint = params.endpoint()
     if endpoint is None:
-        return Path(client.config.model_path).name
+        info = client.models.get(params.model) or client.model_info
+        return Path(info.path if info else client.config.model_path).name
     return endpoint.model or urlsplit(endpoint.api_url).netloc or endpoint.api_url
 
 

@@ -263,12 +263,6 @@ class EnginePanel(QWidget):
             return
         await self.reload(config)
 
-    async def load_model(self, path: str) -> str:
-        """Another model file with the settings that run now (the model library's Load); the reason
-        it failed, or empty when it loaded."""
-        self.model_path.setText(path)
-        return await self.reload(self.client.config.with_(model_path=path))
-
     async def reload(self, config: EngineConfig) -> str:
         """Reload the client on `config`; on failure a dialog, the previous model stays and the
         reason is returned."""

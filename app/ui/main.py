@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.client import EngineClient
 from app.default_model import default_model_path
+from app.engine.errors import EngineError
 
 from .chat_store import ChatStore
 from .fan_out import SETTINGS, Sweep, parse_values
@@ -82,7 +83,13 @@ async def _main(args) -> int:
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError here: the command line prints it
     settings.set_engine_config(config)
+    # more models: those on the command line, else those loaded beside the first when the window closed
+    models = getattr(args, "models", None)  # the demo's parser has none
+    more = models[1:] if models else settings.extra_models
+    not_loaded = await load_more_models(client, config, more)
     window = MainWindow(client, ChatStore(data_dir()), settings, pane_count=args.panes)
+    if not_loaded:
+        window.statusBar().showMessage("Not loaded: " + "; ".join(not_loaded), 20000)
     closed = asyncio.Event()
     window.sigClosed.connect(closed.set)
     window.show()
@@ -93,6 +100,17 @@ async def _main(args) -> int:
         window.close()
     await closed.wait()
     return 0
+
+
+async def load_more_models(client: EngineClient, config, paths: list[str]) -> list[str]:
+    """Load each model beside the first, with its settings; what could not be loaded, and why."""
+    failed = []
+    for path in paths:
+        try:
+            await client.load_model(config.with_(model_path=path))
+        except (EngineError, ValueError) as e:  # a file gone or broken, a name taken
+            failed.append(f"{Path(path).name}: {e}")
+    return failed
 
 
 def freeze_startup_objects() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import html
 import math
+import os
 import time
 from pathlib import Path
 
@@ -63,6 +64,14 @@ COMPARE_HEIGHT = 200  # px: the compare dock's first height
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
+
+
+def short_name(name: str, chars: int = 16) -> str:
+    """A model's name within `chars`, its start and its end kept (where sizes and quantizations are)."""
+    if len(name) <= chars:
+        return name
+    tail = chars // 2
+    return f"{name[: chars - tail - 1]}…{name[-tail:]}"
 
 
 def grid_columns(n: int) -> int:
@@ -138,8 +147,9 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.plots_dock, self.bench_dock)
         self.plots_dock.raise_()
         self.bench_dock.hide()
-        self.library = ModelLibrary(ModelFinder(), self.settings, current_model=self.client.config.model_path)
+        self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self._model_paths())
         self.library.sigLoad.connect(self.load_model)
+        self.library.sigUnload.connect(self.unload_model)
         self.library_dock = self._dock("Model library", self.library, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.library_dock.hide()
         self.compare_view = CompareView()
@@ -299,11 +309,13 @@ class MainWindow(QMainWindow):
         pane = ChatPane(chat, params, colour, self.client, self.metrics)
         pane.sigChatChanged.connect(self._save)
         pane.sigTextReceived.connect(self._request_flush)
-        pane.sigParamsChanged.connect(lambda p: self.settings.set_pane_params(p.key, p.params))
+        pane.sigParamsChanged.connect(self._on_pane_params)
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(self.copy_settings_to_all)
         pane.sigExported.connect(self._show_exported)
         pane.sigBranch.connect(self.branch)
+        if self.client.models:
+            pane.show_models(list(self.client.models))
         pane.sigReplyFinished.connect(lambda final, p=pane: self.compare_view.finish(p.key, final, p.reply_logprobs))
         pane.input.setPlainText(self.settings.draft(chat.chat_id))
         pane.input.textChanged.connect(lambda: self.settings.set_draft(pane.key, pane.input.toPlainText()))
@@ -377,7 +389,8 @@ class MainWindow(QMainWindow):
     # -- saving --------------------------------------------------------------------------------
 
     def _save(self, chat: Chat) -> None:
-        self.plots.name_pane(chat.chat_id, chat.name)  # a renamed chat: its legend entry follows
+        pane = self._pane_of(chat.chat_id)
+        self.plots.name_pane(chat.chat_id, self._legend_name(pane) if pane else chat.name)  # a renamed chat's follows
         self.saves.save(chat)
         self._show_save_state()
         self.chat_list.update_row(ChatRow.of(chat, is_open=self._pane_of(chat.chat_id) is not None))
@@ -614,7 +627,7 @@ class MainWindow(QMainWindow):
         self.settings.set_engine_config(config)
         self._relayout()
         self._show_title()
-        self.library.set_current(config.model_path)
+        self._show_models()
         self._suit_blank_panes_to_model()
 
     @property
@@ -638,17 +651,61 @@ class MainWindow(QMainWindow):
 
     @asyncSlot(str)
     async def load_model(self, path: str) -> None:
-        """The library's Load: the engine panel's reload with another model file and the settings
-        running now. The chats stay; replies in flight end with a notice; a model that fails to load
-        leaves the previous one."""
-        error = await self.engine_panel.load_model(path)
-        self.library.set_current(self.client.config.model_path, error)
-        if not error:
-            self.statusBar().showMessage(f"Loaded {Path(path).name}.", 10000)
+        """The library's Load: the model beside those loaded, with the first one's settings; the
+        panes pick it in their header. One that cannot be loaded is said in the library."""
+        try:
+            name = await self.client.load_model(self.client.config.with_(model_path=path))
+        except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
+            self.library.set_loaded(self._model_paths(), str(e))
+            return
+        self._show_models()
+        self.statusBar().showMessage(f"Loaded {name}: pick it in a pane's header.", 10000)
+
+    @asyncSlot(str)
+    async def unload_model(self, path: str) -> None:
+        """The library's Unload: its panes' replies end with a notice, and they go on with the first model."""
+        name = next((n for n, info in self.client.models.items() if os.path.realpath(info.path) == os.path.realpath(path)), None)
+        if name is None:
+            return
+        try:
+            await self.client.unload_model(name)
+        except (EngineError, ValueError) as e:  # the last model: nothing would be left to chat with
+            self.statusBar().showMessage(f"{name} stays loaded: {e}", 10000)
+            return
+        self._show_models()
+        self.statusBar().showMessage(f"Unloaded {name}.", 10000)
+
+    def _on_pane_params(self, pane: ChatPane) -> None:
+        self.settings.set_pane_params(pane.key, pane.params)
+        self.plots.name_pane(pane.key, self._legend_name(pane))  # a pane that picked another model says so
+
+    def _legend_name(self, pane: ChatPane) -> str:
+        """The pane's name in the plots' legend, with its model's when more than one is loaded."""
+        models = self.client.models
+        if len(models) < 2 or pane.params.endpoint() is not None:
+            return pane.chat.name
+        return f"{pane.chat.name} · {short_name(pane.model or next(iter(models)))}"
+
+    def _model_paths(self) -> list[str]:
+        return [info.path for info in self.client.models.values()]
+
+    def _show_models(self) -> None:
+        """The loaded models everywhere they show (the panes' pickers, the library, the title), and
+        kept for the next start."""
+        names = list(self.client.models)
+        if not names:  # the engine thread has stopped: nothing changed
+            return
+        for pane in self.panes:
+            pane.show_models(names)
+            self.plots.name_pane(pane.key, self._legend_name(pane))
+        self.library.set_loaded(self._model_paths())
+        self.settings.extra_models = self._model_paths()[1:]
+        self._show_title()
 
     def _show_title(self) -> None:
-        """The window's title names the model every local pane talks to."""
-        self.setWindowTitle(f"{Path(self.client.config.model_path).stem} · Batch playground")
+        """The window's title names the models the local panes talk to."""
+        names = list(self.client.models) or [Path(self.client.config.model_path).stem]
+        self.setWindowTitle(f"{' + '.join(names)} · Batch playground")
 
     def _on_engine_failed(self, reason: str) -> None:
         """The engine thread ended on its own; every stream has already ended with the reason."""

@@ -45,14 +45,16 @@ def format_size(n: int) -> str:
 
 
 class ModelLibrary(QWidget):
-    """Lists the models; Load asks the window to switch the engine's model (sigLoad)."""
+    """Lists the models; Load asks the window to load one beside those loaded (sigLoad), Unload to free
+    one (sigUnload)."""
 
     sigLoad = Signal(str)  # the model file's path (a split model's first part)
+    sigUnload = Signal(str)  # a loaded model's path
 
-    def __init__(self, finder: ModelFinder, settings: AppSettings, current_model: str = "", parent=None):
+    def __init__(self, finder: ModelFinder, settings: AppSettings, loaded: tuple[str, ...] = (), parent=None):
         super().__init__(parent)
         self.finder, self.settings = finder, settings
-        self.current_model = current_model
+        self.loaded = _real_paths(loaded)  # the models loaded now
         self.loading = ""  # the path being loaded, while it is
         self.entries: tuple[ModelEntry, ...] = ()
         self.scan_result: Scan | None = None
@@ -220,8 +222,7 @@ class ModelLibrary(QWidget):
         elif not meta.has_chat_template:
             self.table.item(row, TEMPLATE).setForeground(colours.notice)
         button = QPushButton("Load")
-        button.setToolTip(f"Load {entry.name} into the engine (the chats stay; replies in flight end)")
-        button.clicked.connect(lambda _=False, path=entry.path: self._on_load(path))
+        button.clicked.connect(lambda _=False, path=entry.path: self._on_button(path))
         self.table.setCellWidget(row, LOAD, button)
         self._show_row_state(row, entry)
 
@@ -242,24 +243,33 @@ class ModelLibrary(QWidget):
         return "<br>".join(lines)
 
     def _show_row_state(self, row: int, entry: ModelEntry) -> None:
-        """Bold for the model loaded now; its button says so; no Load while another one loads."""
-        is_current = os.path.realpath(entry.path) == os.path.realpath(self.current_model or "")
+        """Bold for a model loaded now, whose button unloads it (not the last one); no button works
+        while a model loads."""
+        is_loaded = os.path.realpath(entry.path) in self.loaded
         font = QFont(self.table.font())
-        font.setBold(is_current)
+        font.setBold(is_loaded)
         self.table.item(row, NAME).setFont(font)
         button: QPushButton = self.table.cellWidget(row, LOAD)
         is_loading = entry.path == self.loading
-        button.setText("Loading…" if is_loading else "Loaded" if is_current else "Load")
-        button.setEnabled(entry.loadable and not is_current and not self.loading)
+        button.setText("Loading…" if is_loading else "Unload" if is_loaded else "Load")
+        button.setEnabled(entry.loadable and not self.loading and not (is_loaded and len(self.loaded) == 1))
         if not entry.loadable:
             button.setToolTip(entry.problem)
+        elif is_loaded:
+            button.setToolTip(f"Free {entry.name}: its panes' replies end, and they go on with another model")
+        else:
+            button.setToolTip(f"Load {entry.name} beside the models loaded: a pane picks it in its header")
 
     def _refresh_rows(self) -> None:
         for row, entry in enumerate(self.entries):
             self._show_row_state(row, entry)
 
-    def _on_load(self, path: str) -> None:
-        if not self.loading:
+    def _on_button(self, path: str) -> None:
+        if self.loading:
+            return
+        if os.path.realpath(path) in self.loaded:
+            self.sigUnload.emit(path)
+        else:
             self.set_loading(path)  # at once: the click shows, and no second Load starts meanwhile
             self.sigLoad.emit(path)
 
@@ -270,9 +280,9 @@ class ModelLibrary(QWidget):
         self._say(f"Loading {os.path.basename(path)}…")
         self._refresh_rows()
 
-    def set_current(self, path: str, error: str = "") -> None:
-        """The engine's model now; `error`: why the one being loaded was not (the previous one stays)."""
-        tried, self.loading, self.current_model = self.loading, "", path
+    def set_loaded(self, paths, error: str = "") -> None:
+        """The models loaded now; `error`: why the one being loaded was not."""
+        tried, self.loading, self.loaded = self.loading, "", _real_paths(paths)
         self._refresh_rows()
         if error:
             name = os.path.basename(tried)
@@ -286,3 +296,7 @@ class ModelLibrary(QWidget):
 
     def load_button(self, name: str) -> QPushButton:
         return self.table.cellWidget(self.row_of(name), LOAD)
+
+
+def _real_paths(paths) -> set[str]:
+    return {os.path.realpath(p) for p in paths}

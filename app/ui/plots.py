@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy
 from .metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
-LEGEND_PER_LINE = 4
+LEGEND_LINE_CHARS = 48  # a legend line holds entries up to this many characters: a longer one would widen the dock
 RIGHT_MARGIN_S = 1.0  # room right of now, so a point just added is drawn whole
 BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
@@ -213,12 +213,15 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._show_legend()
 
     def _show_legend(self) -> None:
-        entries = [
-            f"<span style='color:{colour}'>&#9632;</span>&nbsp;{html.escape(name)}"
-            for name, colour in self._legend_entries.values()
-        ]
-        lines = ["&nbsp;&nbsp; ".join(entries[i : i + LEGEND_PER_LINE]) for i in range(0, len(entries), LEGEND_PER_LINE)]
-        self.legend.setText("<br>".join(lines), size="8pt")
+        lines: list[list[str]] = [[]]
+        used = 0
+        for name, colour in self._legend_entries.values():
+            if lines[-1] and used + len(name) > LEGEND_LINE_CHARS:
+                lines.append([])
+                used = 0
+            lines[-1].append(f"<span style='color:{colour}'>&#9632;</span>&nbsp;{html.escape(name)}")
+            used += len(name) + 4
+        self.legend.setText("<br>".join("&nbsp;&nbsp; ".join(line) for line in lines), size="8pt")
 
     def remove_pane(self, key: str) -> None:
         if self._legend_entries.pop(key, None) is not None:

@@ -45,6 +45,7 @@ class PaneParams:
     high_priority: bool = False  # served first under the priority policy
     show_probs: bool = False  # the transcript tints each token of a reply by its probability
     completion: bool = False  # the chat is one text the model continues (a base model), not turns
+    model: str = ""  # the loaded model it talks to, by name ("": the first loaded)
     remote_url: str = ""  # empty: the local engine
     remote_model: str = ""
     remote_api_key: str = ""
@@ -166,6 +167,16 @@ class AppSettings:
     @library_folders.setter
     def library_folders(self, folders: list[str]) -> None:
         self._set_or_remove("library/folders", "\n".join(folders))
+
+    @property
+    def extra_models(self) -> list[str]:
+        """The models loaded beside the first when the window closed, loaded again at the start."""
+        text = self._get("library/extra_models", "", str)
+        return [x for x in text.split("\n") if x]
+
+    @extra_models.setter
+    def extra_models(self, paths: list[str]) -> None:
+        self._set_or_remove("library/extra_models", "\n".join(paths))
 
     # -- panes ---------------------------------------------------------------------------------
 
@@ -298,4 +309,4 @@ def _kind(name: str) -> type:
     return int if name in ("top_k", "max_tokens", "seed") else str if name in _TEXT_FIELDS else float
 
 
-_TEXT_FIELDS = ("system_prompt", "remote_url", "remote_model", "remote_api_key")
+_TEXT_FIELDS = ("system_prompt", "remote_url", "remote_model", "remote_api_key", "model")
