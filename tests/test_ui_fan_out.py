@@ -74,3 +74,32 @@ def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_wind
         assert "Fan out needs 4 free panes" in window.statusBar().currentMessage()
 
     run_window(scenario, panes=4, capacity=4)
+
+
+def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtbot, q8_model_path):
+    async def scenario(window):
+        second = await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
+        window._show_models()  # as the library's Load does once the model is in
+        first = window.client.default_model
+        set_params(window, QUICK.with_(max_tokens=12))
+        dialog = window.ask_fan_out()
+        qtbot.keyClicks(dialog.prompt_edit, "Name a colour.")
+        dialog.setting_combo.setCurrentIndex(dialog.setting_combo.findText("Model"))
+        assert first in dialog.values_edit.placeholderText() and second in dialog.values_edit.placeholderText()
+        qtbot.keyClicks(dialog.values_edit, "nope")
+        assert not dialog.start_button.isEnabled() and "no model named 'nope' is loaded" in dialog.preview.text()
+        dialog.values_edit.clear()
+        qtbot.keyClicks(dialog.values_edit, first)
+        qtbot.keyClick(dialog.values_edit, Qt.Key.Key_Return)  # a name a line
+        qtbot.keyClicks(dialog.values_edit, second)
+        finals = {}
+        for pane in window.panes:
+            pane.sigReplyFinished.connect(lambda final, p=pane: finals.__setitem__(p.key, final))
+        qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+        await until(lambda: len(finals) == 2, what="both replies")
+        panes = window.panes
+        assert [p.model for p in panes] == [first, second]
+        assert [finals[p.key].model for p in panes] == [first, second]  # each answered by its model
+        assert [row.setting for row in window.compare_view.rows] == [f"Model: {first[:11]}…{first[-12:]}", "Model: q8"]
+
+    run_window(scenario, panes=2)

@@ -51,6 +51,7 @@ SETTINGS = (
     *(_numeric(name) for name in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")),
     Setting("seed", "Seed", int, 0, MAX_SEED, "1, 2, 3, 4  or  1..8"),
     Setting("system_prompt", "System prompt", str, example="one a line; (none) for no system prompt"),
+    Setting("model", "Model", str, example="a loaded model's name a line"),
 )
 MAX_PANES = 16
 NO_SYSTEM_PROMPT = "(none)"
@@ -118,7 +119,7 @@ class Sweep:
 
     def label_for(self, value) -> str:
         if self.setting.kind is str:
-            shown = value if len(value) <= 24 else value[:23] + "…"
+            shown = value if len(value) <= 24 else f"{value[:11]}…{value[-12:]}"  # a model's end tells its quantization
             return f"{self.setting.label}: {shown or NO_SYSTEM_PROMPT}"
         return f"{self.setting.label} {value:g}"
 
@@ -128,9 +129,17 @@ class FanOutDialog(QDialog):
 
     sigStart = Signal(object)  # Sweep
 
-    def __init__(self, base: PaneParams, prompt: str = "", max_panes: int = MAX_PANES, parent: QWidget | None = None):
+    def __init__(
+        self,
+        base: PaneParams,
+        prompt: str = "",
+        max_panes: int = MAX_PANES,
+        models: tuple[str, ...] = (),
+        parent: QWidget | None = None,
+    ):
         super().__init__(parent)
         self._max_panes = max_panes
+        self._models = models  # the loaded models' names, the default first
         self.setWindowTitle("Fan out a prompt")
         self._base = base
         self._seed = base.seed if base.seed is not None else random.randint(0, MAX_SEED)
@@ -166,7 +175,8 @@ class FanOutDialog(QDialog):
         return self.setting_combo.currentData()
 
     def _on_setting(self) -> None:
-        self.values_edit.setPlaceholderText(self.setting.example)
+        example = "\n".join(self._models) if self.setting.name == "model" else self.setting.example
+        self.values_edit.setPlaceholderText(example)
         self._check()
 
     def sweep(self) -> Sweep:
@@ -177,6 +187,11 @@ class FanOutDialog(QDialog):
             raise ValueError("write the prompt every pane sends")
         if len(values) > self._max_panes:
             raise ValueError(f"{len(values)} values, but the engine runs at most {self._max_panes} panes at once")
+        if self.setting.name == "model":
+            values = tuple(v or self._models[0] for v in values)
+            missing = [v for v in values if v not in self._models]
+            if missing:
+                raise ValueError(f"no model named {missing[0]!r} is loaded; loaded: {', '.join(self._models)}")
         return Sweep(prompt, self.setting, values, self._base, self._seed)
 
     def _check(self) -> None:

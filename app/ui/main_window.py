@@ -523,7 +523,7 @@ class MainWindow(QMainWindow):
         """The fan-out dialog, on the settings and text of the pane in focus (or the first)."""
         source = next((p for p in self.panes if p.isAncestorOf(self.focusWidget())), self.panes[0])
         prompt = source.input.toPlainText() or self.broadcast_edit.text()
-        dialog = FanOutDialog(source.params, prompt, self.capacity, parent=self)
+        dialog = FanOutDialog(source.params, prompt, self.capacity, tuple(self.client.models), parent=self)
         dialog.sigStart.connect(self.fan_out)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
