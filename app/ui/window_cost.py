@@ -64,7 +64,7 @@ class StallMeter:
 class BenchWindow:
     """The real window with 8 panes set to the bench's exact load; `send()` starts every pane at once."""
 
-    def __init__(self, client: EngineClient, max_tokens: int):
+    def __init__(self, client: EngineClient, max_tokens: int, second: str | None = None):
         self.client = client
         home = tempfile.mkdtemp(prefix="window-bench-")
         app_settings = AppSettings(QSettings(f"{home}/settings.ini", QSettings.Format.IniFormat))
@@ -78,14 +78,21 @@ class BenchWindow:
             pane.sigReplyFinished.connect(self._finished)
             pane.params_editor.set_params(PaneParams(temperature=0.0, repeat_penalty=1.0, seed=42, max_tokens=max_tokens))
             pane.sampling_override = params
+        if second is not None:  # half the panes on the second model
+            self.window._show_models()
+            for pane in self.window.panes[PANES // 2 :]:
+                pane.params_editor.set_params(pane.params.with_(model=second))
 
     @classmethod
-    async def open(cls, model_path: str, n_threads: int | None, max_tokens: int = MAX_TOKENS) -> BenchWindow:
+    async def open(
+        cls, model_path: str, n_threads: int | None, max_tokens: int = MAX_TOKENS, second: str | None = None
+    ) -> BenchWindow:
         settings = bench_settings(model_path, n_threads, max_tokens)
         client = EngineClient(engine_config(settings, conversations_for(settings)))
         await client.start()
         await warm_up(client)
-        bench = cls(client, max_tokens)
+        name = await client.load_model(client.config.with_(model_path=second)) if second else None
+        bench = cls(client, max_tokens, name)
         bench.window.show()
         freeze_startup_objects()  # as the app does once its window is up
         await asyncio.sleep(0.3)  # let the window paint once before the clock starts
@@ -131,12 +138,14 @@ async def measure_window(model_path: str, n_threads: int | None) -> dict:
     }
 
 
-async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens: int, phase_s: float) -> dict:
+async def measure_interleaved(
+    model_path: str, n_threads: int | None, max_tokens: int, phase_s: float, second: str | None = None
+) -> dict:
     """One long stream, the window shown and minimized in turns of `phase_s`: minimized, the window
     draws nothing, which leaves the GUI thread what the headless bench also does (take the events).
     Each shown phase is compared with the minimized phases on either side of it, so the machine's
     drift and the slower steps of a growing context cancel out."""
-    bench = await BenchWindow.open(model_path, n_threads, max_tokens)
+    bench = await BenchWindow.open(model_path, n_threads, max_tokens, second)
     window = bench.window
     meter = StallMeter()
     meter.start()
@@ -152,7 +161,7 @@ async def measure_interleaved(model_path: str, n_threads: int | None, max_tokens
             phases.append((shown, start, time.monotonic(), time.thread_time() - cpu))
         shown = not shown
     meter.stop()
-    steps = bench.client.recent_steps()
+    steps = [step for name in bench.client.models for step in bench.client.recent_steps(model=name)]
     await bench.close()
     phases = phases[1:]  # the first holds the prompts' prefill, which generates nothing
     rates = [_rate(steps, start + SETTLE_S, end) for _, start, end, _ in phases]
@@ -224,7 +233,7 @@ async def interleaved(model: str, args) -> int:
     costs, stalls = [], []
     for _ in range(args.repeats):
         try:
-            run = await measure_interleaved(model, args.threads, args.interleave_tokens, args.phase)
+            run = await measure_interleaved(model, args.threads, args.interleave_tokens, args.phase, args.second)
         except ValueError as e:
             print(f"window-bench: {e}", file=sys.stderr)
             return 2
@@ -259,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--interleave-tokens", type=int, default=256, help="tokens per pane in an interleaved run")
     parser.add_argument("--phase", type=float, default=1.5, help="seconds per interleaved phase")
+    parser.add_argument("--second", metavar="PATH", help="with --interleave: a second model, for half the panes")
     args = parser.parse_args(argv)
+    if args.second and not args.interleave:
+        parser.error("--second goes with --interleave")
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
     loop = qasync.QEventLoop(app)
