@@ -161,8 +161,7 @@ class AppSettings:
     @property
     def library_folders(self) -> list[str]:
         """The folders added to the model library, in the order they were added."""
-        text = self._get("library/folders", "", str)
-        return [x for x in text.split("\n") if x]
+        return self._paths("library/folders")
 
     @library_folders.setter
     def library_folders(self, folders: list[str]) -> None:
@@ -171,12 +170,15 @@ class AppSettings:
     @property
     def extra_models(self) -> list[str]:
         """The models loaded beside the first when the window closed, loaded again at the start."""
-        text = self._get("library/extra_models", "", str)
-        return [x for x in text.split("\n") if x]
+        return self._paths("library/extra_models")
 
     @extra_models.setter
     def extra_models(self, paths: list[str]) -> None:
         self._set_or_remove("library/extra_models", "\n".join(paths))
+
+    def _paths(self, key: str) -> list[str]:
+        """A list of paths kept a line each (a path may hold commas, which QSettings' lists split at)."""
+        return [x for x in self._get(key, "", str).split("\n") if x]
 
     # -- panes ---------------------------------------------------------------------------------
 
