@@ -364,3 +364,28 @@ def test_models_endpoint_says_where_the_model_went_and_what_the_build_runs_on(mo
     assert meta["build"]["gpu_offload"] is False and meta["build"]["summary"].startswith("CPU only")
     assert any(d["kind"] == "CPU" for d in meta["build"]["devices"])
     assert "KV pool: 2048 cells" in meta["placement"]
+
+
+def test_a_kv_stream_per_sequence_decodes_the_same_and_ends_a_reply_at_its_stream(model_path):
+    """llama.cpp's non-unified layout: each sequence has n_ctx / capacity cells; a reply that fills
+    them ends with the context-full notice (not a decode failure), and greedy text is unchanged."""
+    from helpers import Started, collect, run, user
+
+    from app.engine.events import FinishReason
+    from app.engine.params import EngineConfig, SamplingParams
+
+    assert "needs KV reuse off" in EngineConfig(model_path, kv_unified=False).problem()
+    base = EngineConfig(model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False)
+    greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=24)
+
+    async def go(config):
+        async with Started(config) as client:
+            short = await collect(client.generate(user("Name a fruit."), greedy))
+            long = await client.complete(user("Tell a story."), greedy.with_(max_tokens=600, ignore_eos=True))
+            return short, long, client.model_info.n_ctx
+
+    (unified_tokens, _), _, _ = run(go(base))
+    (stream_tokens, stream_final), long, n_ctx = run(go(base.with_(kv_unified=False)))
+    assert [e.token for e in stream_tokens] == [e.token for e in unified_tokens] and stream_final.ok
+    assert n_ctx == 1024 and long.reason is FinishReason.CONTEXT  # 256 cells a stream: full before 600 tokens
+    assert long.stats.prompt_tokens + long.stats.gen_tokens == 256 and "256 tokens is full" in long.notice

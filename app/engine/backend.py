@@ -316,6 +316,7 @@ class LlamaBackend:
             self.ctx = self._open_context(config)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)  # what one sequence may hold: all, or its stream
         self._placement = _placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -457,7 +458,7 @@ class LlamaBackend:
         params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
         params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
         params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
-        params.kv_unified = True  # one pool of cells; seq_cp shares cells instead of copying
+        params.kv_unified = config.kv_unified  # one pool: seq_cp shares cells instead of copying them
         params.swa_full = True  # sliding-window models keep whole prefixes, so they can be reused
         params.no_perf = True
         _log_tail.clear()
