@@ -100,7 +100,7 @@ def test_a_folder_added_with_the_button_lists_its_models_and_a_loaded_one_is_pic
         combo.view().setCurrentIndex(combo.model().index(1, 0))
         qtbot.keyClick(combo.view(), Qt.Key.Key_Return)
         assert pane.params.model == "second-model" and pane.model == "second-model"
-        assert combo.currentText() == "second-model" and "Pane 1 · second-model" in window.plots.legend.text  # said
+        assert combo.currentText() == "…nd-model" and "Pane 1 · second-model" in window.plots.legend.text  # its end
         finals = []
         pane.sigReplyFinished.connect(finals.append)
         qtbot.keyClicks(pane.input, "Say hello.")

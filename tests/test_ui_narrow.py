@@ -59,6 +59,20 @@ def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
     run_window(scenario, panes=8)
 
 
+def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(run_window, q8_model_path):
+    async def scenario(window):
+        await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
+        window._show_models()  # as the library's Load does once the model is in
+        room = _on_laptop(window)
+        await asyncio.sleep(0.05)  # laid out
+        assert window.geometry() == room  # the pickers did not push it past the screen
+        for pane in window.panes:
+            assert pane.model_combo.isVisible() and pane.model_combo.width() >= 60
+            assert _cut_buttons(pane) == []
+
+    run_window(scenario, panes=8)
+
+
 def test_a_panes_settings_open_at_eight_panes_without_growing_the_window_past_the_screen(run_window, qtbot):
     async def scenario(window):
         room = _on_laptop(window)

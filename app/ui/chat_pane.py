@@ -49,7 +49,7 @@ from .readout import Readout
 from .settings import PaneParams
 from .transcript import Transcript
 
-MODEL_CHARS = 12  # of a model's name shown in the pane's header
+MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is
 CHECKPOINT_MS = 2000  # a streaming reply is saved this often: a kill or a power cut loses at most this much
 READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
 
@@ -148,7 +148,7 @@ class ChatPane(QFrame):
         self.model_combo = QComboBox(toolTip="The model this pane talks to (load more in the Model library)")
         # narrow, so eight panes keep their readouts: the list shows the whole names
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_combo.setMinimumContentsLength(MODEL_CHARS)
+        self.model_combo.setMinimumContentsLength(MODEL_CHARS - 3)  # shorter still in a narrow pane, elided
         self.model_combo.setVisible(False)
         self.model_combo.currentIndexChanged.connect(self._on_model_picked)
         # bool properties are set with setters: PySide6 6.12 mis-counts references of bool constructor kwargs
