@@ -329,7 +329,8 @@ class LlamaBackend:
         self.eos_text = self._token_text(ll.llama_vocab_eos(self.vocab))
         self.special_texts = self._special_texts()
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
-        self.eog_tokens = tuple(t for t in range(ll.llama_vocab_n_tokens(self.vocab)) if ll.llama_vocab_is_eog(self.vocab, t))
+        self._token_ids = np.arange(self.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
+        self.eog_tokens = tuple(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -578,8 +579,7 @@ class LlamaBackend:
         if params.ignore_eos:  # as llama.cpp does: an end-of-generation token can never be drawn
             add(chain, self._ban(self.eog_tokens))
         if params.repeat_penalty != 1.0:
-            n_vocab = ll.llama_vocab_n_tokens(self.vocab)
-            add(chain, ll.llama_sampler_init_penalties(n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
+            add(chain, ll.llama_sampler_init_penalties(self.n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
         if params.temperature <= 0:
             add(chain, ll.llama_sampler_init_greedy())
         else:
@@ -596,11 +596,11 @@ class LlamaBackend:
 
     def _ban(self, tokens: tuple[int, ...]):
         biases = (ll.llama_logit_bias * len(tokens))(*((t, -math.inf) for t in tokens))
-        return ll.llama_sampler_init_logit_bias(ll.llama_vocab_n_tokens(self.vocab), len(tokens), biases)
+        return ll.llama_sampler_init_logit_bias(self.n_vocab, len(tokens), biases)
 
     def logits(self, row: int) -> np.ndarray:
         """A copy of the logits the last decode produced at batch row `row`."""
-        n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        n_vocab = self.n_vocab
         return np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,)).copy()
 
     def sample(self, sampler, row: int) -> int:
@@ -609,16 +609,18 @@ class LlamaBackend:
     def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool) -> tuple[int, TokenProbs]:
         """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
         keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
-        n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        n_vocab = self.n_vocab
         logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,))
         candidates = np.empty(n_vocab, dtype=_TOKEN_DATA)
-        candidates["id"] = np.arange(n_vocab, dtype=np.int32)
+        candidates["id"] = self._token_ids
         candidates["logit"] = logits
         candidates["p"] = 0.0
         array = ll.llama_token_data_array(candidates.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), n_vocab, -1, False)
         ll.llama_sampler_apply(sampler, ctypes.byref(array))
         # a sampler may point `data` at a buffer of its own: read the candidates where it says
-        kept = np.ctypeslib.as_array(ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * 12,))
+        kept = np.ctypeslib.as_array(
+            ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * _TOKEN_DATA.itemsize,)
+        )
         kept = kept.view(_TOKEN_DATA)
         token = int(kept["id"][array.selected])
         ll.llama_sampler_accept(sampler, token)

@@ -303,6 +303,8 @@ class Transcript(QTextBrowser):
         if turns[: len(self._shown)] != self._shown:
             self.clear()
             self._shown, self._starts = [], []
+            # a cleared chat or a regenerated reply: drop the token views of turns it no longer has
+            self.token_probs = {i: drawn for i, drawn in self.token_probs.items() if i < len(turns) and turns[i][1] == drawn[0]}
         for turn in turns[len(self._shown) :]:
             flows_on = self.completion and turn[0] != NOTICE and (not self._shown or self._shown[-1][0] != NOTICE)
             cursor = self._end() if flows_on else self._new_block()  # one text: what follows goes on in its line
