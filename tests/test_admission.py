@@ -24,6 +24,12 @@ class CellBook:
     def seq_cp(self, src, dst, p0, p1):
         pass
 
+    def seq_save(self, seq_id):
+        return object(), 1
+
+    def seq_restore(self, seq_id, state, size):
+        return True
+
 
 def turn(conversation: int, n_turn: int, prompt_len: int, max_tokens: int, arrival: int) -> Sequence:
     """A conversation's turn: its tokens start with the ones its earlier turns had (as a chat does)."""
@@ -93,11 +99,14 @@ def test_a_request_passed_by_cached_ones_too_often_is_passed_no_more():
         min_size=1,
         max_size=8,
     ),
+    streams=st.booleans(),
 )
-def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bound(n_cells, capacity, chats):
+def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bound(n_cells, capacity, chats, streams):
     """Conversations send their turns (each longer than the last by its new text and the reply)
-    into a pool of any size; a turn too long for the pool is left out, as the engine refuses it."""
-    kv = KVCacheManager(CellBook(), n_slots=capacity, n_cells=n_cells)
+    into a pool of any size, one pool or a stream per sequence; a turn too long for the pool (or
+    its stream) is left out, as the engine refuses it. No stream ever holds more than its share."""
+    kv = KVCacheManager(CellBook(), n_slots=capacity, n_cells=n_cells, streams=streams)
+    per_sequence = n_cells // capacity if streams else n_cells
     scheduler = Scheduler(kv, n_batch=128, max_running=capacity)
     length = [0] * len(chats)
     next_turn = [0] * len(chats)
@@ -108,7 +117,7 @@ def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bo
             new, reply = chats[c][next_turn[c]]
             next_turn[c] += 1
             length[c] += new
-            if length[c] + reply <= n_cells:
+            if length[c] + reply <= per_sequence:
                 seq = turn(c, next_turn[c], length[c], reply, arrival=len(seen))
                 length[c] += reply
                 scheduler.add(seq)
@@ -122,6 +131,7 @@ def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bo
             break
         for seq in step(scheduler):
             send(int(seq.request.conversation_id[1:]))
+        assert kv.cells_used <= n_cells and all(len(slot.cells) <= per_sequence for slot in kv.slots)
     assert not scheduler.has_work(), f"stuck: running {scheduler.running}, waiting {list(scheduler.waiting)}"
     assert all(s.status is SequenceStatus.FINISHED for s in seen)
     assert all(s.bypassed <= MAX_BYPASSES for s in seen)

@@ -100,7 +100,7 @@ def test_a_quantized_k_cache_or_flash_attention_alone_is_fine():
 # -- the command line ------------------------------------------------------------------------------
 
 LLAMA_FLAGS = ["-ngl", "all", "-mg", "0", "-fa", "off", "-ctk", "q8_0", "-ctv", "f16", "--mlock", "--no-mmap"]
-LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024", "-cram", "512"]
+LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024", "-cram", "512", "-kvu", "off"]
 EXPECTED = {
     "gpu_layers": GPU_LAYERS_ALL,
     "main_gpu": 0,
@@ -113,6 +113,7 @@ EXPECTED = {
     "n_threads_batch": 1,
     "n_ctx": 1024,
     "cache_ram_mib": 512,
+    "kv_unified": False,
 }
 
 
@@ -128,7 +129,7 @@ def test_llama_cpp_flags_parse_into_engine_config_fields(command):
 def test_long_flag_names_and_layer_counts():
     args = build_parser().parse_args(
         ["serve", "--gpu-layers", "12", "--main-gpu", "1", "--flash-attn", "auto", "--cache-type-k", "q4_0"]
-        + ["--cache-type-v", "q8_0", "--threads-batch", "3", "--ctx", "0", "--cache-ram", "0"]
+        + ["--cache-type-v", "q8_0", "--threads-batch", "3", "--ctx", "0", "--cache-ram", "0", "--kv-unified", "auto"]
     )
     assert engine_overrides(args) == {
         "gpu_layers": 12,
@@ -139,6 +140,7 @@ def test_long_flag_names_and_layer_counts():
         "n_threads_batch": 3,
         "n_ctx": 0,
         "cache_ram_mib": 0,
+        "kv_unified": None,
     }
     assert engine_overrides(build_parser().parse_args(["serve", "--n-gpu-layers", "0"])) == {"gpu_layers": 0}
 
@@ -374,8 +376,7 @@ def test_a_kv_stream_per_sequence_decodes_the_same_and_ends_a_reply_at_its_strea
     from app.engine.events import FinishReason
     from app.engine.params import EngineConfig, SamplingParams
 
-    assert "needs KV reuse off" in EngineConfig(model_path, kv_unified=False).problem()
-    base = EngineConfig(model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False)
+    base = EngineConfig(model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False, kv_unified=True)
     greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=24)
 
     async def go(config):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import ModelLoadError
 from .params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SamplingParams
-from .pool import KVShape, default_pool, format_bytes, free_memory_bytes, halvings
+from .pool import KVShape, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
 from .probs import TokenProbs, token_probs
 
 _GGUF_MAGIC = b"GGUF"
@@ -135,6 +135,7 @@ class ModelInfo:
     cache_type_v: str = "f16"
     flash_attn: str = "auto"  # what llama.cpp chose: "on", "off" (or "auto" when it did not say)
     pool_reason: str = ""  # how the pool's size was chosen
+    kv_layout: str = "one pool"  # or "a stream per sequence (8 × 8192 cells)", with how it was chosen
     has_chat_template: bool = True  # False: a base model (chats are rendered in ChatML; completion suits it better)
     notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
     build: BuildInfo | None = None
@@ -162,6 +163,7 @@ class ModelInfo:
             "cache_type_v": self.cache_type_v,
             "flash_attn": self.flash_attn,
             "pool": self.pool_reason,
+            "kv_layout": self.kv_layout,
             "notices": list(self.notices),
         }
 
@@ -459,7 +461,8 @@ class LlamaBackend:
         params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
         params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
         params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
-        params.kv_unified = config.kv_unified  # one pool: seq_cp shares cells instead of copying them
+        self.layout = choose_layout(n_ctx, config.capacity, ll.llama_model_n_ctx_train(self.model), config.kv_unified)
+        params.kv_unified = self.layout.unified  # one pool: seq_cp shares cells instead of copying them
         params.swa_full = True  # sliding-window models keep whole prefixes, so they can be reused
         params.no_perf = True
         _log_tail.clear()
@@ -502,10 +505,23 @@ class LlamaBackend:
             cache_type_v=type_v.value,
             flash_attn=place.get("flash_attn", "auto"),
             pool_reason=self.pool_reason,
+            kv_layout=self._layout_text(),
             has_chat_template=self._meta("tokenizer.chat_template") is not None,
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             build=self.build,
         )
+
+    def _layout_text(self) -> str:
+        layout: LayoutChoice = self.layout
+        if layout.unified:
+            return f"one pool ({layout.reason})"
+        streams = self.n_ctx // max(1, self.n_ctx_seq)
+        return f"a stream per sequence, {streams} × {self.n_ctx_seq} cells ({layout.reason})"
+
+    @property
+    def streams(self) -> bool:
+        """Whether each sequence has a stream of its own (llama.cpp's kv_unified off)."""
+        return not self.layout.unified
 
     def close(self) -> None:
         if self.ctx:

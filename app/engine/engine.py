@@ -39,7 +39,7 @@ class Engine:
         self.backend = LlamaBackend(config)
         self.n_ctx = self.backend.n_ctx_seq  # a sequence's context: the pool, or its stream of it
         host = HostCache(config.cache_ram_mib << 20) if config.cache_ram_mib > 0 else None
-        self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host)
+        self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)

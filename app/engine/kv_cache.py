@@ -5,6 +5,9 @@ its tokens: from its own slot (trim the divergent tail with seq_rm) or from any 
 which shares cells on a unified KV cache). Cells are counted with reference counts mirroring
 llama.cpp's sharing, so eviction knows what it frees. When the pool is full, idle slots go first,
 least recently used first.
+
+With a stream per sequence (llama.cpp's kv_unified off) each slot is a stream of its own: a slot
+never takes another's room, and a prefix crosses streams as a copy of its cells, not shared cells.
 """
 
 from __future__ import annotations
@@ -55,8 +58,17 @@ class Acquire(Enum):
 
 
 class KVCacheManager:
-    def __init__(self, memory: Memory, n_slots: int, n_cells: int, reuse: bool = True, host: HostCache | None = None):
+    def __init__(
+        self,
+        memory: Memory,
+        n_slots: int,
+        n_cells: int,
+        reuse: bool = True,
+        host: HostCache | None = None,
+        streams: bool = False,
+    ):
         self._mem = memory
+        self.streams = streams  # a stream of n_cells / n_slots cells per slot
         self.slots = [Slot(i) for i in range(n_slots)]
         self.n_cells = n_cells
         self.reuse = reuse
@@ -119,11 +131,15 @@ class KVCacheManager:
         if restored == 0:  # tried and failed: making room may have evicted `src`
             src, n = self._longest_prefix(target)
             n = min(n, len(target) - 1)
+        if src is not dst and self.streams:
+            # a copy across streams moves every cell of `src`: for a few tokens, computing them is cheaper
+            own = min(common_prefix_len(dst.tokens, target), n)
+            if n - own < MIN_SHARED_PREFIX:
+                src, n = dst, own
         if src is dst or n == 0:
             return self._truncate(dst, n), 0
         self._truncate(dst, 0)
-        self._copy(src, dst, n)
-        return n, 0
+        return self._copy(src, dst, n), 0
 
     def _restorable(self, target: list[int], n_pool: int) -> tuple[str, int, SavedCells] | None:
         """The saved cells sharing the most of `target`, when they beat the pool's `n_pool` tokens
@@ -148,7 +164,7 @@ class KVCacheManager:
         if found is None:
             return None
         owner, n, saved = found
-        if self.free_cells + self._freeable() < reserved + saved.n_cells:
+        if not self.streams and self.free_cells + self._freeable() < reserved + saved.n_cells:
             return None
         self._truncate(dst, 0)
         room = self.make_room(reserved + saved.n_cells)
@@ -156,14 +172,11 @@ class KVCacheManager:
         if not room or held < saved.start or not self.host.restore(self._mem, dst.seq_id, saved):
             self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
-        if saved.start:
+        if saved.start:  # never with streams: their cells are never shared
             self._copy(src, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
-        first = self._next_cell
-        self._next_cell += saved.n_cells
-        new_cells = range(first, self._next_cell)
+        del dst.cells[saved.start :]
+        self._add_cells(dst, saved.n_cells)
         dst.tokens = list(saved.tokens)
-        dst.cells = dst.cells[: saved.start] + list(new_cells)
-        self._refs.update(dict.fromkeys(new_cells, 1))
         self.host.taken(owner, n)
         return self._truncate(dst, n)
 
@@ -181,10 +194,12 @@ class KVCacheManager:
         return min(idle, key=lambda s: s.last_used)  # its conversation loses its cache
 
     def _longest_prefix(self, target: list[int]) -> tuple[Slot | None, int]:
+        """The slot holding the longest prefix of `target` (the shortest such slot: copying it
+        across streams costs its length), and how long that prefix is."""
         best, best_n = None, 0
         for s in self.slots:
             n = common_prefix_len(s.tokens, target)
-            if n > best_n:
+            if n > best_n or (n == best_n and n and len(s.tokens) < len(best.tokens)):
                 best, best_n = s, n
         return best, best_n
 
@@ -203,10 +218,7 @@ class KVCacheManager:
         slot = self.slots[seq.slot_id]
         start = seq.num_computed
         slot.tokens.extend(seq.tokens[start : start + n])
-        first = self._next_cell
-        self._next_cell += n
-        slot.cells.extend(range(first, first + n))
-        self._refs.update(dict.fromkeys(range(first, first + n), 1))
+        self._add_cells(slot, n)
         seq.num_computed += n
 
     def release(self, seq: Sequence) -> None:
@@ -237,6 +249,8 @@ class KVCacheManager:
         freeable. Evicts nothing: the idle slot it would evict may hold this very prefix. Cells
         saved in RAM come back whole (none shared), so a prompt that would restore them waits for
         room for all of them rather than compute them again."""
+        if self.streams:
+            return True  # a prompt always fits its own stream (the prompt builder keeps it within)
         needed = self._cost(tokens)[1]
         return self.free_cells + self._freeable() >= reserved + needed
 
@@ -246,7 +260,8 @@ class KVCacheManager:
         if not self.reuse:
             return False
         cached, needed = self._cost(tokens)
-        return cached >= cached_share * len(tokens) and needed <= self.free_cells - reserved
+        fits = self.streams or needed <= self.free_cells - reserved
+        return cached >= cached_share * len(tokens) and fits
 
     def _cost(self, tokens: list[int]) -> tuple[int, int]:
         """(tokens it would find cached, in the pool or in RAM; new cells it would take)."""
@@ -261,8 +276,9 @@ class KVCacheManager:
         return sum(len(s.cells) for s in self.slots if s.is_idle)
 
     def make_room(self, n: int) -> bool:
-        """Evict idle slots, least recently used first, until `n` cells are free."""
-        while self.free_cells < n:
+        """Evict idle slots, least recently used first, until `n` cells are free. With streams
+        there is nothing to make: each sequence writes into its own stream only."""
+        while not self.streams and self.free_cells < n:
             victims = [s for s in self.slots if s.is_idle and s.tokens]
             if not victims:
                 return False
@@ -329,13 +345,37 @@ class KVCacheManager:
         del slot.tokens[n:]
         return n
 
-    def _copy(self, src: Slot, dst: Slot, n: int) -> None:
+    def _copy(self, src: Slot, dst: Slot, n: int) -> int:
+        """Give the empty `dst` the first `n` cells of `src`; return how many it holds."""
+        if self.streams:
+            return self._copy_across(src, dst, n)
         self._mem.seq_cp(src.seq_id, dst.seq_id, 0, n)
         dst.tokens = src.tokens[:n]
         dst.cells = src.cells[:n]
         refs = self._refs
         for c in dst.cells:
             refs[c] += 1
+        return n
+
+    def _copy_across(self, src: Slot, dst: Slot, n: int) -> int:
+        """Streams share no cells: copy all of `src`'s into `dst`'s stream and keep `n`. Through the
+        sequence state, at once: llama.cpp's own cross-stream seq_cp copies the whole stream buffer
+        at the next decode, by which time a restore into `src` may have overwritten it."""
+        state, size = self._mem.seq_save(src.seq_id)
+        if state is None or not self._mem.seq_restore(dst.seq_id, state, size):
+            self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
+            return 0
+        self._add_cells(dst, len(src.tokens))
+        dst.tokens = list(src.tokens)
+        return self._truncate(dst, n)
+
+    def _add_cells(self, slot: Slot, n: int) -> None:
+        """Count `n` new cells at the end of `slot` (written by a decode, a restore or a copy)."""
+        first = self._next_cell
+        self._next_cell += n
+        new_cells = range(first, self._next_cell)
+        slot.cells.extend(new_cells)
+        self._refs.update(dict.fromkeys(new_cells, 1))
 
     def _tick(self) -> int:
         self._clock += 1

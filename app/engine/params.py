@@ -53,6 +53,14 @@ class FlashAttn(str, Enum):
     AUTO = "auto"
 
 
+# llama.cpp's -kvu as a setting: on (one pool), off (a stream per sequence), or auto (pool.choose_layout)
+KV_UNIFIED = {"auto": None, "on": True, "off": False}
+
+
+def kv_unified_name(value: bool | None) -> str:
+    return next(name for name, v in KV_UNIFIED.items() if v is value)
+
+
 class CacheType(str, Enum):
     """A KV cache data type (llama.cpp's --cache-type-k/-v); bytes_per_value is its storage cost."""
 
@@ -148,8 +156,9 @@ class EngineConfig:
     mode: ServingMode = ServingMode.BATCHED
     kv_reuse: bool = True
     # llama.cpp's -kvu: one pool of cells for all sequences (prefixes shared by seq_cp), or a stream
-    # of n_ctx / capacity cells each, which decodes faster (each token attends to its own cells only)
-    kv_unified: bool = True
+    # of n_ctx / capacity cells each, which decodes faster (each token attends to its own cells only);
+    # None: streams when each holds a long chat (pool.choose_layout)
+    kv_unified: bool | None = None
     overflow: OverflowPolicy = OverflowPolicy.STOP
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the batch size adapts to keep the latency under it
@@ -190,11 +199,6 @@ class EngineConfig:
             return f"the context must be a number of KV cells, or 0 for automatic; got {self.n_ctx}"
         if self.cache_ram_mib < 0:
             return f"the RAM cache is a number of MiB, or 0 for none; got {self.cache_ram_mib}"
-        if not self.kv_unified and self.kv_reuse:
-            return (
-                "a KV stream per sequence (kv_unified off) needs KV reuse off: sharing a prefix across "
-                "streams copies whole streams, which the KV manager does not do yet"
-            )
         if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):
             return "thread counts must be 1 or more"
         return None

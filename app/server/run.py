@@ -32,7 +32,7 @@ async def serve(
     server = ApiServer(client, api_key, max_queue=max_queue)
     print(client.model_info.build.summary(), file=sys.stderr)
     for name, info in client.models.items():
-        print(f"{name}: {info.placement()}; pool {info.pool_reason}", file=sys.stderr)
+        print(f"{name}: {info.placement()}; pool {info.pool_reason}; layout {info.kv_layout}", file=sys.stderr)
         for notice in info.notices:
             print(f"notice: {name}: {notice}", file=sys.stderr)
     try:

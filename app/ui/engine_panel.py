@@ -29,7 +29,17 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
-from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, OverflowPolicy, Policy, ServingMode
+from app.engine.params import (
+    GPU_LAYERS_ALL,
+    KV_UNIFIED,
+    CacheType,
+    EngineConfig,
+    FlashAttn,
+    OverflowPolicy,
+    Policy,
+    ServingMode,
+    kv_unified_name,
+)
 from app.engine.pool import format_bytes
 
 from . import theme
@@ -37,6 +47,12 @@ from .settings import MAX_PANES
 
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150
+KV_LAYOUTS = {"auto": "automatic", "on": "one pool (-kvu)", "off": "a stream per sequence"}
+KV_LAYOUT_HELP = (
+    "llama.cpp's -kvu. One pool: chats share all the cells, so one may grow long.\n"
+    "A stream per sequence: each chat has context / capacity cells and decodes faster on long chats.\n"
+    "Automatic: streams when each holds a long chat."
+)
 POLICY_HELP = "\n".join(f"{p.value}: {p.help}" for p in Policy)
 
 
@@ -121,6 +137,10 @@ class EnginePanel(QWidget):
             layout.addWidget(QLabel(label))
             layout.addWidget(box, 1)
         form.addRow("KV cache type", row)
+        self.kv_unified = QComboBox(toolTip=KV_LAYOUT_HELP)
+        for name, label in KV_LAYOUTS.items():
+            self.kv_unified.addItem(label, name)
+        form.addRow("KV layout", self.kv_unified)
         self.use_mlock = QCheckBox("mlock", toolTip="Keep the model in RAM: never swapped out")
         self.use_mmap = QCheckBox("mmap", toolTip="Map the model file instead of reading it into memory")
         row = QWidget()
@@ -186,6 +206,7 @@ class EnginePanel(QWidget):
         self.cache_type_v.setCurrentIndex(self.cache_type_v.findData(config.cache_type_v.value))
         self.use_mlock.setChecked(config.use_mlock)
         self.use_mmap.setChecked(config.use_mmap)
+        self.kv_unified.setCurrentIndex(self.kv_unified.findData(kv_unified_name(config.kv_unified)))
         self.overflow.setCurrentIndex(self.overflow.findData(config.overflow.value))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
@@ -211,6 +232,7 @@ class EnginePanel(QWidget):
             f"<b>{escape(info.name)}</b>",
             f"{escape(info.description)} · {size} · trained context {info.n_ctx_train}",
             f"KV pool: {info.n_ctx} cells, {format_bytes(info.kv_bytes)} ({escape(info.pool_reason)})",
+            f"KV layout: {escape(info.kv_layout)}",
             escape(info.placement()),
         ]
         if info.build is not None:
@@ -240,6 +262,7 @@ class EnginePanel(QWidget):
             cache_type_v=CacheType(self.cache_type_v.currentData()),
             use_mlock=self.use_mlock.isChecked(),
             use_mmap=self.use_mmap.isChecked(),
+            kv_unified=KV_UNIFIED[self.kv_unified.currentData()],
             overflow=OverflowPolicy(self.overflow.currentData()),
         )
         problem = config.problem()

@@ -11,6 +11,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from app.engine.params import (
     GPU_LAYERS_ALL,
+    KV_UNIFIED,
     CacheType,
     EngineConfig,
     FlashAttn,
@@ -19,6 +20,7 @@ from app.engine.params import (
     Priority,
     SamplingParams,
     ServingMode,
+    kv_unified_name,
 )
 from app.remote import Endpoint
 
@@ -241,6 +243,7 @@ class AppSettings:
                 cache_type_v=_choice(CacheType, self._get("cache_type_v", "f16", str), base.cache_type_v),
                 use_mlock=self._get("use_mlock", base.use_mlock, bool),
                 use_mmap=self._get("use_mmap", base.use_mmap, bool),
+                kv_unified=KV_UNIFIED.get(self._get("kv_unified", "auto", str)),
             )
         finally:
             self.q.endGroup()
@@ -262,6 +265,7 @@ class AppSettings:
             self.q.setValue(key, getattr(config, key).value)
         self.q.setValue("use_mlock", config.use_mlock)
         self.q.setValue("use_mmap", config.use_mmap)
+        self.q.setValue("kv_unified", kv_unified_name(config.kv_unified))
         self.q.endGroup()
 
     def sync(self) -> None:

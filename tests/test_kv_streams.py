@@ -1,0 +1,86 @@
+"""KV reuse with a stream per sequence (llama.cpp's kv_unified off), with the real model: a later
+turn and a shared system prompt are reused across streams, an evicted chat comes back from RAM,
+and the engine picks the layout by the room a stream would give a chat."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
+from test_host_cache import OTHER, chat
+from test_kv_cache import prompt_tokens, system_chat
+
+from app.engine.kv_cache import common_prefix_len
+from app.engine.params import GREEDY, EngineConfig
+from app.engine.pool import LONG_CHAT, choose_layout
+
+
+@pytest.fixture
+def streams(config) -> EngineConfig:
+    return config.with_(n_ctx=4096, capacity=4, kv_unified=False)  # 4 streams of 1,024 cells
+
+
+def test_a_system_prompt_is_copied_across_streams_and_a_later_turn_reuses_its_stream(streams, model_path):
+    params = GREEDY.with_(max_tokens=24)
+    second_turn = system_chat("How much is printing?")
+
+    async def main():
+        async with Started(streams) as client:
+            await client.complete(system_chat("When do you open on Saturday?"), params, conversation_id="a")
+            b_events, b = await collect(client.generate(second_turn, params, conversation_id="b"))
+            later = second_turn + [{"role": "assistant", "content": b.text}, {"role": "user", "content": "In colour?"}]
+            c = await client.complete(later, params, conversation_id="b")
+            prompts = [await prompt_tokens(client, m) for m in (system_chat("When do you open on Saturday?"), second_turn)]
+            return b_events, b, c, prompts, client.model_info.kv_layout
+
+    b_events, b, c, (pa, pb), layout = run(main())
+    assert layout.startswith("a stream per sequence, 4 × 1024 cells")
+    shared = common_prefix_len(pa, pb)
+    assert shared > 200 and b.stats.cached_tokens == shared  # copied from a's stream, not computed
+    assert c.stats.cached_tokens == len(pb) + b.stats.gen_tokens - 1  # b's stream kept its turn
+
+    async def recomputed():  # the same prompt where nothing was copied
+        async with Started(streams.with_(kv_reuse=False)) as client:
+            return await collect(client.generate(second_turn, params))
+
+    fresh_events, _ = run(recomputed())
+    assert divergence_is_a_near_tie(model_path, pb, token_ids(fresh_events), token_ids(b_events)) is None
+
+
+def test_with_streams_an_evicted_chat_comes_back_from_ram(streams):
+    two = streams.with_(n_ctx=2048, capacity=2)  # two streams: a third chat takes a's
+
+    async def main():
+        async with Started(two) as client:
+            first = await client.complete(chat(), GREEDY.with_(max_tokens=16), conversation_id="a")
+            for name in ("b", "c"):
+                other = [{"role": "user", "content": f"{name}: {OTHER}"}]
+                await client.complete(other, GREEDY.with_(max_tokens=4), conversation_id=name)
+            second = await client.complete(chat(first.text), GREEDY.with_(max_tokens=16), conversation_id="a")
+            return first, second, client.snapshot
+
+    first, second, snapshot = run(main())
+    history = first.stats.prompt_tokens + first.stats.gen_tokens - 1
+    assert snapshot.evictions >= 1 and snapshot.restores >= 1
+    assert second.stats.restored_tokens == second.stats.cached_tokens == history and second.ok
+
+
+def test_the_engine_picks_streams_only_where_each_holds_a_long_chat():
+    assert not choose_layout(8 * 8192, 8, 8192, None).unified  # the default pool of 8 panes
+    assert choose_layout(4096, 16, 8192, None).unified  # 256 cells a chat: one pool
+    assert not choose_layout(4 * 2048, 4, 2048, None).unified  # the whole training context each
+    assert choose_layout(8 * (LONG_CHAT - 256), 8, 131072, None).unified  # a long-context model, short streams
+    assert not choose_layout(8 * LONG_CHAT, 8, 131072, None).unified
+    assert choose_layout(65536, 1, 8192, None).unified  # one sequence: the same either way
+    assert choose_layout(4096, 16, 8192, False).reason == "as set" and not choose_layout(4096, 16, 8192, False).unified
+
+
+def test_an_automatic_engine_reports_the_layout_it_chose(config):
+    async def main(n_ctx):
+        async with Started(config.with_(n_ctx=n_ctx, capacity=2, kv_unified=None)) as client:
+            await client.complete(user("Hi"), GREEDY.with_(max_tokens=2))
+            return client.model_info.kv_layout, client.model_info.as_json()["kv_layout"]
+
+    streams_text, as_json = run(main(2 * 8192))
+    assert streams_text == as_json == "a stream per sequence, 2 × 8192 cells (automatic: each holds a long chat)"
+    pool_text, _ = run(main(2048))
+    assert pool_text == "one pool (automatic: a stream of 1024 cells would cut chats short)"
