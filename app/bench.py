@@ -209,12 +209,14 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         cpu1 = os.times()
         snapshots = [client.snapshot_of(model) for model in models]
         steps = [st for model in models for st in client.recent_steps(wall, model)]
-        kv_bytes = sum(info.kv_bytes for info in client.models.values())
+        infos = list(client.models.values())
     finally:
         await client.close()
     records = [r for lane in results for r in lane]
     run = _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshots, steps)
-    run["kv_pool_bytes"] = kv_bytes  # the pools' memory, as llama.cpp allocated it
+    run["kv_pool_bytes"] = sum(info.kv_bytes for info in infos)  # the pools' memory, as llama.cpp allocated it
+    run["n_ctx"] = infos[0].n_ctx  # the pool as allocated (the config's 0 means sized by default)
+    run["kv_layout"] = infos[0].kv_layout
     return run
 
 

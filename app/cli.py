@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--system", help="system prompt for every conversation (@FILE reads a file)")
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=42)
-    _add_engine_flags(bench, "KV cells shared by all sequences (default: enough for every conversation)")
+    _add_engine_flags(bench, "KV cells (default: enough for every conversation; 0: sized as the window sizes it)")
     bench.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
@@ -250,7 +250,7 @@ def _bench(args) -> int:
         turns=args.turns,
         system=system,
         n_threads=getattr(args, "threads", None),
-        n_ctx=getattr(args, "ctx", None) or None,
+        n_ctx=getattr(args, "ctx", None),
         n_batch=args.batch,
         prompts=prompts,
         policy=Policy(args.policy),

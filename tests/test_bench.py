@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import run
 
 from app.bench import BenchSettings, Conversation, conversations_for, cycled_note, run_bench
@@ -21,11 +22,16 @@ def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
     assert [c.turns for c in conversations_for(enough)] == [["a", "b"], ["c"]] and cycled_note(enough) is None
 
 
-def test_later_turns_find_their_whole_history_cached(model_path):
+@pytest.mark.parametrize("unified", [None, False], ids=["automatic layout", "a stream per sequence"])
+def test_later_turns_find_their_whole_history_cached(model_path, unified):
     """With room for every conversation, each later turn evaluates only its new part: the hit rate by
-    turn equals the ideal the benchmark reports beside it."""
-    settings = BenchSettings(model_path, parallel=2, turns=3, max_tokens=24, ignore_eos=True, n_threads=2)
+    turn equals the ideal the benchmark reports beside it, in either KV layout."""
+    settings = BenchSettings(
+        model_path, parallel=2, turns=3, max_tokens=24, ignore_eos=True, n_threads=2, engine_settings=(("kv_unified", unified),)
+    )
     result = run(run_bench(settings))
+    assert result["n_ctx"] == 2048  # room for both conversations: 1,024 cells each, one pool unless asked
+    assert result["kv_layout"].startswith("one pool" if unified is None else "a stream per sequence, 2 × 1024")
     actual, ideal = result["kv_hit_rate_by_turn"], result["kv_hit_rate_ideal_by_turn"]
     assert ideal[0] is None and all(0.5 < rate < 1 for rate in ideal[1:])
     assert actual[1:] == ideal[1:]

@@ -341,7 +341,7 @@ class LlamaBackend:
         # AMX weight packing crashes llama_decode (ggml_backend_amx_mul_mat, llama.cpp issue 20824;
         # seen here with SmolLM2 Q4_1 on a Sapphire Rapids CPU): where the build has AMX, load the
         # weights without extra buffer types
-        params.use_extra_bufts = not _build_has_amx()
+        params.use_extra_bufts = not build_has_amx()
         params.n_gpu_layers = self.n_gpu_layers = self._gpu_layers(config)
         params.main_gpu = self._main_gpu(config)
         params.load_mode = self._load_mode(config)
@@ -713,7 +713,9 @@ def _int(text: str | None) -> int:
         return 0
 
 
-def _build_has_amx() -> bool:
+def build_has_amx() -> bool:
+    """Whether llama.cpp was built with AMX, whose weight packing crashes here (llama.cpp's own tools
+    then need --no-repack, as the engine loads without it)."""
     return "AMX_INT8 = 1" in ll.llama_print_system_info().decode("utf-8", errors="replace")
 
 
