@@ -8,9 +8,10 @@ from helpers import Started, collect, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.engine.host_cache import HostCache
 from app.engine.kv_cache import KVCacheManager
 from app.engine.params import GREEDY
-from app.engine.scheduler import MAX_BYPASSES, Scheduler
+from app.engine.scheduler import MAX_BYPASSES, SLICE_STEPS, SLICE_TOKENS, Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
 from app.engine.stats import RequestStats
 
@@ -105,7 +106,7 @@ def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bo
     """Conversations send their turns (each longer than the last by its new text and the reply)
     into a pool of any size, one pool or a stream per sequence; a turn too long for the pool (or
     its stream) is left out, as the engine refuses it. No stream ever holds more than its share."""
-    kv = KVCacheManager(CellBook(), n_slots=capacity, n_cells=n_cells, streams=streams)
+    kv = KVCacheManager(CellBook(), n_slots=capacity, n_cells=n_cells, host=HostCache(1 << 30), streams=streams)
     per_sequence = n_cells // capacity if streams else n_cells
     scheduler = Scheduler(kv, n_batch=128, max_running=capacity)
     length = [0] * len(chats)
@@ -135,6 +136,44 @@ def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bo
     assert not scheduler.has_work(), f"stuck: running {scheduler.running}, waiting {list(scheduler.waiting)}"
     assert all(s.status is SequenceStatus.FINISHED for s in seen)
     assert all(s.bypassed <= MAX_BYPASSES for s in seen)
+
+
+def test_a_request_kept_waiting_takes_the_turn_of_the_reply_that_ran_longest():
+    """Two long replies hold both slots; a third request gets in after SLICE_STEPS steps, in the
+    place of the one that had run longer, whose cells go to RAM; all three finish whole."""
+    kv = KVCacheManager(CellBook(), n_slots=2, n_cells=1000, host=HostCache(1 << 30))
+    scheduler = Scheduler(kv, n_batch=512, max_running=2)
+    first, second = turn(0, 0, 100, max_tokens=200, arrival=0), turn(1, 0, 100, max_tokens=200, arrival=1)
+    scheduler.add(first)
+    step(scheduler)
+    scheduler.add(second)
+    step(scheduler)
+    late = turn(2, 0, 50, max_tokens=4, arrival=2)
+    scheduler.add(late)
+    waited = 0
+    while late.status is SequenceStatus.WAITING:
+        step(scheduler)
+        waited += 1
+    assert waited == SLICE_STEPS
+    assert first.status is SequenceStatus.WAITING and first.stats.preemptions == 1  # it had run one step longer
+    assert second.status is SequenceStatus.RUNNING and kv.host.saves == 1
+    while scheduler.has_work():
+        step(scheduler)
+    assert all(s.status is SequenceStatus.FINISHED for s in (first, second, late))
+    assert first.num_generated == second.num_generated == 200 and kv.host.restores >= 1
+    assert second.stats.preemptions <= 200 // SLICE_TOKENS
+
+
+def test_sequential_serving_and_a_pool_without_a_ram_tier_keep_each_reply_whole():
+    for host, max_running in ((HostCache(1 << 30), 1), (None, 2)):
+        kv = KVCacheManager(CellBook(), n_slots=2, n_cells=1000, host=host)
+        scheduler = Scheduler(kv, n_batch=512, max_running=max_running)
+        replies = [turn(c, 0, 100, max_tokens=100, arrival=c) for c in range(3)]
+        for seq in replies:
+            scheduler.add(seq)
+        while scheduler.has_work():
+            step(scheduler)
+        assert all(s.num_generated == 100 and s.stats.preemptions == 0 for s in replies)
 
 
 def test_the_real_engine_under_pressure_finishes_every_turn(config):

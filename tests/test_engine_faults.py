@@ -179,17 +179,18 @@ _params = st.builds(
     stop=st.lists(_text, max_size=3).map(tuple),
     ignore_eos=st.booleans(),
 )
-_request = st.tuples(st.lists(_message, max_size=6), _params, st.booleans())
+_request = st.tuples(st.lists(_message, max_size=6), _params, st.booleans(), st.sampled_from([None, "a", "b"]))
 
 
-@pytest.fixture(scope="module")
-def shared_engine(model_path):
-    """One engine for every generated example: it must survive all of them."""
+@pytest.fixture(scope="module", params=[True, False], ids=["one pool", "a stream per sequence"])
+def shared_engine(model_path, request):
+    """One engine for every generated example, in each KV layout: it must survive all of them."""
     from app.client import EngineClient
     from app.engine.params import EngineConfig
 
     loop = asyncio.new_event_loop()
-    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2))
+    config = EngineConfig(model_path=model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2, kv_unified=request.param)
+    client = EngineClient(config)
     loop.run_until_complete(client.start())
     yield loop, client
     loop.run_until_complete(client.close())
@@ -201,9 +202,9 @@ def shared_engine(model_path):
 def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shared_engine, requests):
     loop, client = shared_engine
 
-    async def one(messages, params, cancel_early):
+    async def one(messages, params, cancel_early, conversation_id):
         finals = 0
-        async for event in client.generate(messages, params):
+        async for event in client.generate(messages, params, conversation_id=conversation_id):
             finals += isinstance(event, FinishEvent)
             assert finals <= 1
             if cancel_early:

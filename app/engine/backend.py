@@ -653,6 +653,8 @@ class LlamaBackend:
         return ll.llama_memory_seq_rm(self.memory, seq_id, p0, p1)
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        if self.streams and src != dst:  # llama.cpp aborts the process on a partial copy across streams
+            raise ValueError("seq_cp across KV streams: the KV manager copies through the sequence state")
         ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
 
     def seq_state_size(self, seq_id: int) -> int:

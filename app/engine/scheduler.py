@@ -22,6 +22,10 @@ Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens t
 
 HEADROOM = 64  # tokens of each running reply kept free for it when admitting others
 MAX_BYPASSES = 8  # a waiting request is passed by cheaper, cached ones at most this many times
+# time slices under pressure: a request kept waiting this many steps (about 2 s on a CPU) takes the
+# turn of the running reply that has had the longest one, at least SLICE_TOKENS tokens
+SLICE_STEPS = 32
+SLICE_TOKENS = 16
 
 
 class Scheduler:
@@ -35,9 +39,11 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.preemptions = 0
         self.bypasses = 0  # admissions that went ahead of an earlier waiting request
+        self._step = 0
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
+        seq.queued_step = self._step
         self.waiting.append(seq)
 
     @property
@@ -74,6 +80,9 @@ class Scheduler:
         return running[: self.batch_limit]
 
     def schedule(self, _depth: int = 0) -> Plan:
+        if not _depth:
+            self._step += 1
+            self._end_a_turn()
         plan: Plan = []
         stepping = self.stepping()
         decoding = self._room_for_decodes(stepping)
@@ -139,6 +148,7 @@ class Scheduler:
         if outcome == Acquire.DEFER:
             return 0, True
         self.waiting.remove(seq)
+        seq.turn_start = seq.num_generated
         if math.isnan(seq.stats.t_admit):
             seq.stats.t_admit = time.monotonic()
         seq.status = SequenceStatus.RUNNING
@@ -164,6 +174,32 @@ class Scheduler:
             and seq.request.priority >= blocked.request.priority
             and self.kv.is_cheap(seq.tokens, reserved)
         )
+
+    # -- time slices under pressure ---------------------------------------------------------------
+    # When cells (or slots) run short, the requests that got in first would keep them for their
+    # whole replies while the others wait, however long: at 4,096 cells, 16 chats of 10 turns
+    # waited 10 s for a first token in their last turns. So a request kept waiting SLICE_STEPS
+    # steps takes the turn of the reply that has had the longest one (SLICE_TOKENS at least): that
+    # reply's cells go to RAM and it waits at the back, to be restored in milliseconds. Only with
+    # the RAM tier on: without it, the reply would compute its cells again.
+
+    def _end_a_turn(self) -> None:
+        if not self.waiting or self.kv.host is None or self.max_running == 1:  # sequential serving: one at a time
+            return
+        head = min(self.waiting, key=lambda s: s.queued_step)
+        if self._step - head.queued_step < SLICE_STEPS:
+            return
+        if any(s.is_idle for s in self.kv.slots) and self.kv.could_fit(head.tokens, self._headroom()):
+            return  # no one holds what it needs: it gets in as the batch limit allows
+        longest = [
+            s
+            for s in self.stepping()
+            if s.is_decoding
+            and s.num_generated - s.turn_start >= SLICE_TOKENS
+            and s.request.priority <= head.request.priority
+        ]
+        if longest:
+            self._preempt(max(longest, key=lambda s: s.num_generated - s.turn_start), back=True)
 
     def _headroom(self) -> int:
         """Cells the running replies will take soon: what each has left to write, up to HEADROOM
@@ -198,11 +234,16 @@ class Scheduler:
             return True
         return False
 
-    def _preempt(self, seq: Sequence) -> None:
-        """Last resort when cells run out: the sequence gives its cells back and waits at the front."""
+    def _preempt(self, seq: Sequence, back: bool = False) -> None:
+        """The sequence gives its cells back and waits: at the front when cells ran out (a last
+        resort), at the back when its turn ended."""
         self.running.remove(seq)
         self.kv.preempt(seq)
         seq.status = SequenceStatus.WAITING
         seq.stats.preemptions += 1
         self.preemptions += 1
-        self.waiting.appendleft(seq)
+        seq.queued_step = self._step
+        if back:
+            self.waiting.append(seq)
+        else:
+            self.waiting.appendleft(seq)

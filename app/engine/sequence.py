@@ -42,6 +42,8 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.slot_id: int | None = None  # the llama.cpp sequence id whose cells it uses (the KV manager's slot)
         self.bypassed = 0  # requests admitted ahead of it while it waited for room (bounded)
+        self.queued_step = 0  # the scheduler's step when it last joined the queue
+        self.turn_start = 0  # tokens it had generated when last admitted: its turn's share so far
         self.sampler = None
         self.row = -1  # batch row whose logits this sequence samples in the current step
         self.stream = TextStream(request.params.stop + stop)
