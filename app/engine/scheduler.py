@@ -194,9 +194,7 @@ class Scheduler:
         longest = [
             s
             for s in self.stepping()
-            if s.is_decoding
-            and s.num_generated - s.turn_start >= SLICE_TOKENS
-            and s.request.priority <= head.request.priority
+            if s.is_decoding and s.num_generated - s.turn_start >= SLICE_TOKENS and s.request.priority <= head.request.priority
         ]
         if longest:
             self._preempt(max(longest, key=lambda s: s.num_generated - s.turn_start), back=True)
