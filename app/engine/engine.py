@@ -184,7 +184,9 @@ class Engine:
     def _fill_batch(self, plan: Plan) -> None:
         batch = self.backend.batch
         batch.clear()
-        for seq, n in plan:
+        # by slot: with a stream per sequence llama.cpp cuts the batch into a ubatch per run of
+        # consecutive sequence ids, in batch order (split_equal); one pool does not mind the order
+        for seq, n in sorted(plan, key=lambda p: p[0].slot_id):
             start = seq.num_computed
             wants_logits = start + n == len(seq.tokens)
             seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
