@@ -216,6 +216,25 @@ def test_a_link_in_a_reply_opens_in_the_browser_and_copies_nothing(qtbot):
     assert "the guide" in transcript.toPlainText()  # the transcript did not navigate away
 
 
+def test_a_link_of_any_other_scheme_is_copied_not_opened(qtbot):
+    reply = "See [the file](file:///etc/passwd), [the app](foo:bar) and [the page](https://example.test/page)."
+    transcript = shown_transcript(qtbot, [{"role": "user", "content": "Links?"}, {"role": "assistant", "content": reply}])
+    browser = Browser()
+    for scheme in ("file", "foo", "https"):
+        QDesktopServices.setUrlHandler(scheme, browser, "open")
+    try:
+        assert click_link(qtbot, transcript, "file:") == "file:///etc/passwd"
+        assert QToolTip.text() == "Copied, not opened: a file link"
+        assert click_link(qtbot, transcript, "foo:") == "foo:bar"
+        assert QToolTip.text() == "Copied, not opened: a foo link"
+        assert browser.opened == []
+        assert click_link(qtbot, transcript, "https:") == ""
+    finally:
+        for scheme in ("file", "foo", "https"):
+            QDesktopServices.unsetUrlHandler(scheme)
+    assert browser.opened == [QUrl("https://example.test/page")]
+
+
 def body_size(transcript: Transcript) -> float:
     return QFontInfo(transcript.document().defaultFont()).pointSizeF()
 

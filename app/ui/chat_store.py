@@ -113,12 +113,15 @@ class ChatStore:
     def path(self, chat_id: str) -> Path:
         return self.folder / f"{chat_id}.json"
 
-    def save(self, chat: Chat) -> None:
-        """Write a temp file, fsync it, rename it over the old one, fsync the folder (the rename itself)."""
+    def save(self, chat: Chat) -> bool:
+        """Write a temp file, fsync it, rename it over the old one, fsync the folder (the rename itself).
+        True when the text had to be repaired: lone surrogates (pasted text, a remote model) are saved as U+FFFD."""
         self.folder.mkdir(parents=True, exist_ok=True)
         final = self.path(chat.chat_id)
         tmp = final.with_name(final.name + ".tmp")
-        data = json.dumps(chat.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
+        text = json.dumps(chat.to_json(), ensure_ascii=False, indent=1)
+        repaired = _repair_surrogates(text)
+        data = repaired.encode("utf-8")
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -129,6 +132,7 @@ class ChatStore:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_folder(self.folder)
+        return repaired != text
 
     def load(self, chat_id: str) -> Chat | None:
         """The saved chat, or None when there is none; raises UnreadableChat after moving a bad file aside."""
@@ -158,7 +162,7 @@ class ChatStore:
             chat = Chat.from_json(json.loads(path.read_text(encoding="utf-8")))
         except OSError as e:
             raise UnreadableChat(path.stem, self._set_aside(path), e.strerror or str(e)) from e
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: nested too deeply
             raise UnreadableChat(path.stem, self._set_aside(path), _reason(e)) from e
         chat.chat_id = path.stem  # the file is the chat, whatever a copied file says inside
         chat.updated = chat.updated or path.stat().st_mtime  # older files have no date of their own
@@ -181,21 +185,25 @@ class ChatStore:
 
 class PendingSaves:
     """Saves that never raise: a chat that could not be written (disk full, a read-only folder) waits
-    here and is written with the next save or `retry`. `failure` is the last error while any wait."""
+    here and is written with the next save or `retry`. `failure` is the last error while any wait;
+    `repaired`, the chats whose text the last save or retry had to repair (see `ChatStore.save`)."""
 
     def __init__(self, store: ChatStore):
         self.store = store
         self._waiting: dict[str, Chat] = {}
         self.failure: OSError | None = None
+        self.repaired: list[Chat] = []
 
     def save(self, chat: Chat) -> None:
         self._waiting[chat.chat_id] = chat
         self.retry()
 
     def retry(self) -> None:
+        self.repaired = []
         for chat_id, chat in list(self._waiting.items()):
             try:
-                self.store.save(chat)
+                if self.store.save(chat):
+                    self.repaired.append(chat)
             except OSError as e:
                 self.failure = e
                 return
@@ -216,7 +224,14 @@ def _reason(error: Exception) -> str:
         return f"not valid JSON at line {error.lineno}, column {error.colno}"
     if isinstance(error, UnicodeDecodeError):
         return "not UTF-8 text"
+    if isinstance(error, RecursionError):
+        return "nested too deeply"
     return f"not a chat file: {type(error).__name__} {error}"
+
+
+def _repair_surrogates(text: str) -> str:
+    """`text` as UTF-8 can hold it: split surrogate pairs joined, lone surrogates replaced by U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -248,4 +263,4 @@ def export_chat(chat: Chat, path: str) -> None:
         text = to_markdown(chat)
     else:
         text = json.dumps(chat.to_json(), ensure_ascii=False, indent=1)
-    Path(path).write_text(text, encoding="utf-8")
+    Path(path).write_text(_repair_surrogates(text), encoding="utf-8")

@@ -396,7 +396,10 @@ class MainWindow(QMainWindow):
         self.chat_list.update_row(ChatRow.of(chat, is_open=self._pane_of(chat.chat_id) is not None))
 
     def _show_save_state(self) -> None:
-        """A failing save is told once, in the status bar, until a save works again."""
+        """A failing save is told once, in the status bar, until a save works again; a repaired text, in a message."""
+        if self.saves.repaired:
+            names = ", ".join(f"“{chat.name}”" for chat in self.saves.repaired)
+            self.statusBar().showMessage(f"The text of {names} was repaired to be saved: broken characters became �.", 20000)
         error = self.saves.failure
         if error is None:
             self.save_warning.hide()

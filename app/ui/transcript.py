@@ -34,6 +34,7 @@ from .token_view import rivals_html, token_at, tokens_html
 
 # GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
 MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
+OPENED_SCHEMES = ("http", "https", "mailto")  # links in a reply that open; any other is copied
 COPY = "copy"  # the scheme of the Copy links: copy:message/<turn> and copy:code/<the code, percent-encoded>
 PARAGRAPH_MARGIN = 6  # what Qt's Markdown reader puts above and below a paragraph
 # a heading's size against the text's: in a chat pane an h1 is no page title (Qt's is twice the text)
@@ -439,17 +440,21 @@ class Transcript(QTextBrowser):
 
     def _on_anchor(self, url: QUrl) -> None:
         """A Copy link copies its message or code block as written, and says so; a token offers its
-        rivals to branch from; other links open in the browser."""
+        rivals to branch from; web and mail links open in the browser, any other link is copied."""
         if (where := token_at(url.toString())) is not None:
             if self._token(where) is not None:
                 self.sigTokenClicked.emit(*where)
             return
-        if url.scheme() != COPY:
+        if url.scheme() in OPENED_SCHEMES:
             QDesktopServices.openUrl(url)
             return
-        kind, what = _copied(url.toString())
-        _copy(what if kind == "code" else self._message(int(what)))
-        QToolTip.showText(QCursor.pos(), "Copied", self.viewport())
+        if url.scheme() == COPY:
+            kind, what = _copied(url.toString())
+            _copy(what if kind == "code" else self._message(int(what)))
+            QToolTip.showText(QCursor.pos(), "Copied", self.viewport())
+            return
+        _copy(url.toString())  # a file: or an app's own scheme would run something a model wrote
+        QToolTip.showText(QCursor.pos(), f"Copied, not opened: a {url.scheme() or 'relative'} link", self.viewport())
 
     def _message(self, index: int) -> str:
         return self._shown[index][1] if index < len(self._shown) else "".join(self._streamed)
