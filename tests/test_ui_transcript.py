@@ -217,7 +217,10 @@ def test_a_link_in_a_reply_opens_in_the_browser_and_copies_nothing(qtbot):
 
 
 def test_a_link_of_any_other_scheme_is_copied_not_opened(qtbot):
-    reply = "See [the file](file:///etc/passwd), [the app](foo:bar) and [the page](https://example.test/page)."
+    reply = (
+        "See [the file](file:///etc/passwd), [the app](foo:bar), [the page](https://example.test/page)"
+        " and [a copy link of its own](copy:message/abc)."
+    )
     transcript = shown_transcript(qtbot, [{"role": "user", "content": "Links?"}, {"role": "assistant", "content": reply}])
     browser = Browser()
     for scheme in ("file", "foo", "https"):
@@ -228,6 +231,8 @@ def test_a_link_of_any_other_scheme_is_copied_not_opened(qtbot):
         assert click_link(qtbot, transcript, "foo:") == "foo:bar"
         assert QToolTip.text() == "Copied, not opened: a foo link"
         assert browser.opened == []
+        assert click_link(qtbot, transcript, "copy:message/abc") == "copy:message/abc"  # no message of that number
+        assert QToolTip.text() == "Copied, not opened: a copy link"
         assert click_link(qtbot, transcript, "https:") == ""
     finally:
         for scheme in ("file", "foo", "https"):

@@ -448,8 +448,8 @@ class Transcript(QTextBrowser):
         if url.scheme() in OPENED_SCHEMES:
             QDesktopServices.openUrl(url)
             return
-        if url.scheme() == COPY:
-            kind, what = _copied(url.toString())
+        kind, what = _copied(url.toString()) if url.scheme() == COPY else ("", "")
+        if kind == "code" or (kind == "message" and what.isdigit()):  # else a reply wrote a copy: link itself
             _copy(what if kind == "code" else self._message(int(what)))
             QToolTip.showText(QCursor.pos(), "Copied", self.viewport())
             return
