@@ -25,8 +25,11 @@ class CellBook:
     def seq_cp(self, src, dst, p0, p1):
         pass
 
-    def seq_save(self, seq_id):
-        return object(), 1
+    def seq_state_size(self, seq_id):
+        return 1
+
+    def seq_save(self, seq_id, size):
+        return object()
 
     def seq_restore(self, seq_id, state, size):
         return True

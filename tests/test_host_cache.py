@@ -6,9 +6,11 @@ import asyncio
 
 import aiohttp
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from serving import Serving
 
-from app.engine.host_cache import HostCache, SavedCells
+from app.engine.host_cache import HostBudget, HostCache, SavedCells
 from app.engine.params import GREEDY
 from app.engine.sequence import Request
 
@@ -114,12 +116,78 @@ def test_metrics_show_the_ram_tier_and_cache_ram_0_turns_it_off(config):
     assert off == dict.fromkeys(on, 0.0)
 
 
+def test_a_chat_larger_than_the_ram_budget_is_never_copied_out_of_the_pool(config):
+    """A 1 MiB budget holds 45 of SmolLM2-135M's cells: the evicted chat's state is measured, not copied."""
+    small = config.with_(n_ctx=1024, capacity=2, kv_unified=True, cache_ram_mib=1)
+    params = GREEDY.with_(max_tokens=8)
+
+    async def main():
+        async with Started(small) as client:
+            sizes, copies = [], []
+
+            def spy(engine):
+                backend = engine.backend
+                size_of, save = backend.seq_state_size, backend.seq_save
+                backend.seq_state_size = lambda seq_id: sizes.append(size_of(seq_id)) or sizes[-1]
+                backend.seq_save = lambda seq_id, size: copies.append(size) or save(seq_id, size)
+
+            await client.call(spy)
+            await collect(client.generate(chat(), params, conversation_id="a"))
+            await collect(client.generate(chat(story=OTHER), params, conversation_id="b"))  # pushes "a" out
+            return sizes, copies, client.snapshot
+
+    sizes, copies, snapshot = run(main())
+    assert snapshot.evictions >= 1 and sizes and min(sizes) > 1 << 20
+    assert copies == [] and snapshot.saves == snapshot.saved_entries == snapshot.saved_bytes == 0
+
+
+def test_two_models_keep_their_evicted_chats_within_one_budget_and_an_unload_gives_its_bytes_back(config, q8_model_path):
+    """Each model's pool holds one chat; each evicts chats of 13 MB to a 32 MiB budget they share:
+    together they never hold more than two, the idle model gives way to the other, and each
+    model's figures tell its own."""
+    small = config.with_(n_ctx=1024, capacity=2, cache_ram_mib=32)
+    params = GREEDY.with_(max_tokens=8)
+    stories = [STORY, OTHER, "High in the hills, a shepherd called Lee counted his sheep every single morning. " * 28]
+
+    async def main():
+        async with Started(small) as client:
+            await client.load_model(small.with_(model_path=q8_model_path), "q8")
+            held = []
+            for model in (None, "q8"):
+                for story in stories:
+                    await collect(client.generate(chat(story=story), params, conversation_id=story[-40:], model=model))
+                    exact = [await client.call(lambda e: e.kv.host.bytes_used, m) for m in (None, "q8")]
+                    held.append((exact, [client.snapshot_of(m).saved_bytes for m in (None, "q8")]))
+            budget = await client.call(lambda e: e.kv.host.budget)
+            saves = [client.snapshot_of(m).saves for m in (None, "q8")]
+            await client.unload_model("q8")
+            kept = await client.call(lambda e: e.kv.host.bytes_used)
+            return held, saves, kept, budget.bytes_used, len(budget.caches)
+
+    held, saves, kept, after, n_caches = run(main())
+    assert saves == [2, 2]
+    for exact, shown in held:
+        assert exact == shown and sum(exact) <= 32 << 20
+    (q4_alone, _), _, _, (both, _) = held[2:]
+    assert q4_alone[0] > 24 << 20 and 0 < both[0] < q4_alone[0] and both[1] > 0  # the first model gave way
+    assert n_caches == 1 and after == kept > 0
+
+
 class FakeMemory:
-    def __init__(self):
+    """A sequence state of `size` bytes, without llama.cpp; counts the copies it makes."""
+
+    def __init__(self, size: int = 100):
+        self.size = size
+        self.copies = 0
         self.restored: list[int] = []
 
-    def seq_save(self, seq_id):
-        return object(), 100
+    def seq_state_size(self, seq_id):
+        return self.size
+
+    def seq_save(self, seq_id, size):
+        assert size == self.size
+        self.copies += 1
+        return object()
 
     def seq_restore(self, seq_id, state, size):
         self.restored.append(seq_id)
@@ -127,7 +195,7 @@ class FakeMemory:
 
 
 def test_the_ram_tier_keeps_within_its_budget_dropping_the_least_recent():
-    host = HostCache(budget_bytes=250)
+    host = HostCache(250)
     memory = FakeMemory()
     for owner in "abc":
         host.save(memory, 0, owner, list(range(40)))
@@ -138,3 +206,52 @@ def test_the_ram_tier_keeps_within_its_budget_dropping_the_least_recent():
     assert host.best([0, 1, 2, 99]) == ("b", 3) or host.best([0, 1, 2, 99])[1] == 3
     assert not host.worth_saving(10) and host.worth_saving(40)
     assert host.restore(memory, 3, SavedCells([1], object(), 100)) and memory.restored == [3]
+
+
+def test_a_state_larger_than_the_budget_is_never_copied_and_pushes_nothing_out():
+    host = HostCache(250)
+    host.save(FakeMemory(100), 0, "a", list(range(40)))
+    too_big = FakeMemory(251)
+    host.save(too_big, 1, "b", list(range(40)))
+    assert too_big.copies == 0 and host.get("b") is None
+    assert host.get("a") is not None and host.bytes_used == 100 and host.dropped == 0
+
+
+def test_models_on_one_budget_hold_no_more_than_it_together_and_the_largest_gives_way():
+    budget = HostBudget()
+    told = []
+    a = HostCache(300, budget, lambda: told.append("a"))
+    b = HostCache(300, budget, lambda: told.append("b"))
+    memory = FakeMemory(100)
+    for owner in "xyz":
+        a.save(memory, 0, owner, list(range(40)))  # a model alone may fill the budget
+    assert a.bytes_used == 300 and told == []
+    b.save(memory, 0, "x", list(range(40)))  # a holds the most: its oldest goes, and it is told
+    assert (a.bytes_used, b.bytes_used, a.get("x"), told) == (200, 100, None, ["a"])
+    b.save(memory, 0, "y", list(range(40)))  # 200 each, b's new entry counted: the first gives way
+    assert (a.bytes_used, b.bytes_used, told) == (100, 200, ["a", "a"])
+    b.save(memory, 0, "z", list(range(40)))  # b would hold the most now: its own oldest goes
+    assert (a.bytes_used, b.bytes_used, b.get("x"), told) == (100, 200, None, ["a", "a"])
+    assert budget.bytes_used == 300
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 400), st.integers(0, 5)), max_size=40))
+def test_any_saves_on_any_models_keep_within_the_largest_limit_and_each_models_own(saves):
+    budget = HostBudget()
+    limits = (300, 500, 200)
+    caches = [HostCache(limit, budget) for limit in limits]
+    for model, size, owner in saves:
+        caches[model].save(FakeMemory(size), 0, str(owner), list(range(40)))
+        assert sum(c.bytes_used for c in caches) == budget.bytes_used <= max(limits)
+        assert all(c.bytes_used == sum(c.get(o).size for o in map(str, range(6)) if c.get(o)) for c in caches)
+        assert all(c.bytes_used <= limit for c, limit in zip(caches, limits))
+
+
+def test_a_model_dropped_gives_its_bytes_and_its_share_of_the_limit_back():
+    budget = HostBudget()
+    kept, dropped = HostCache(100, budget), HostCache(300, budget)
+    dropped.save(FakeMemory(250), 0, "a", list(range(40)))
+    assert budget.bytes_used == 250 and budget.limit_bytes == 300
+    del dropped  # as an unloaded model's engine is freed
+    assert budget.bytes_used == 0 and budget.limit_bytes == 100 and budget.caches == [kept]

@@ -661,12 +661,11 @@ class LlamaBackend:
         """The bytes of one sequence's KV state (its cells' K and V rows, in the cache's types)."""
         return ll.llama_state_seq_get_size(self.ctx, seq_id)
 
-    def seq_save(self, seq_id: int) -> tuple[object, int]:
-        """A copy of one sequence's cells (llama.cpp's sequence state) and its size in bytes."""
-        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
+    def seq_save(self, seq_id: int, size: int) -> object | None:
+        """A copy of one sequence's cells (llama.cpp's sequence state) of `size` bytes, as
+        seq_state_size tells; None when llama.cpp writes another size."""
         state = (ctypes.c_uint8 * size)()
-        written = ll.llama_state_seq_get_data(self.ctx, state, size, seq_id)
-        return (state, size) if written == size else (None, 0)
+        return state if ll.llama_state_seq_get_data(self.ctx, state, size, seq_id) == size else None
 
     def seq_restore(self, seq_id: int, state, size: int) -> bool:
         """Put saved cells back under `seq_id`; False when they find no room."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum, auto
 from typing import Protocol
 
-from .host_cache import HostCache, SavedCells
+from .host_cache import HostCache, SavedCells, StateMemory
 from .prefix import common_prefix_len
 from .sequence import Sequence
 
@@ -28,11 +28,9 @@ MIN_SHARED_PREFIX = 32
 MIN_RESTORE_GAIN = 16
 
 
-class Memory(Protocol):
+class Memory(StateMemory, Protocol):
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
-    def seq_save(self, seq_id: int) -> tuple[object, int]: ...
-    def seq_restore(self, seq_id: int, state: object, size: int) -> bool: ...
 
 
 class Slot:
@@ -361,7 +359,8 @@ class KVCacheManager:
         """Streams share no cells: copy all of `src`'s into `dst`'s stream and keep `n`. Through the
         sequence state, at once: llama.cpp's own cross-stream seq_cp copies the whole stream buffer
         at the next decode, by which time a restore into `src` may have overwritten it."""
-        state, size = self._mem.seq_save(src.seq_id)
+        size = self._mem.seq_state_size(src.seq_id)
+        state = self._mem.seq_save(src.seq_id, size)
         if state is None or not self._mem.seq_restore(dst.seq_id, state, size):
             self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
