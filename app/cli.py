@@ -41,6 +41,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _origin(text: str) -> str:
+    """A browser origin as its Origin header says it: scheme://host[:port], no path; or * for any."""
+    scheme, sep, rest = text.strip().partition("://")
+    if text.strip() != "*" and (not sep or not scheme or not rest or "/" in rest.rstrip("/")):
+        raise argparse.ArgumentTypeError(f"expected an origin such as http://example.com:3000, or *; got {text!r}")
+    return text.strip()
+
+
 def _gpu_layers(text: str) -> int:
     if text.strip().lower() == "all":
         return GPU_LAYERS_ALL
@@ -195,6 +203,11 @@ def _add_serve_parser(sub) -> None:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"require this key (default: ${API_KEY_ENV})")
     serve.add_argument(
+        "--allow-origin", action="append", dest="allow_origins", default=[], type=_origin, metavar="ORIGIN",
+        help="a web page's origin that may call the server, e.g. http://example.com:3000 (again for more; * for any); "
+        "pages from this machine always may, others get 403",
+    )  # fmt: skip
+    serve.add_argument(
         "--alias", action="append", dest="aliases", default=[],
         help="the name clients see for a model, once per --model in order (default: its file name without .gguf)",
     )  # fmt: skip
@@ -320,7 +333,7 @@ def _serve(args) -> int:
     config = config.with_(**args.engine_overrides)
     aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
     models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
-    return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue))
+    return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue, args.allow_origins))
 
 
 def _print_perf_lines(run: dict) -> None:

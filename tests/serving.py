@@ -14,12 +14,19 @@ from app.server.server import ApiServer
 class Serving:
     """`async with Serving(config) as (client, server, url):` an engine and its API, always closed afterwards.
 
-    `more`: other models to load beside the first, (settings, name or None) each.
+    `more`: other models to load beside the first, (settings, name or None) each; `server_options`:
+    ApiServer's keywords (allowed origins, deadlines, caps).
     """
 
-    def __init__(self, config: EngineConfig, api_key: str | None = None, more: Sequence[tuple[EngineConfig, str | None]] = ()):
+    def __init__(
+        self,
+        config: EngineConfig,
+        api_key: str | None = None,
+        more: Sequence[tuple[EngineConfig, str | None]] = (),
+        **server_options,
+    ):
         self.client = EngineClient(config)
-        self.server = ApiServer(self.client, api_key)
+        self.server = ApiServer(self.client, api_key, **server_options)
         self.more = more
 
     async def __aenter__(self):

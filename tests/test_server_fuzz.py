@@ -1,9 +1,10 @@
-"""Generated bodies thrown at every endpoint over real loopback HTTP while a normal stream runs beside them.
+"""Generated bodies and headers thrown at every endpoint over real loopback HTTP while a normal stream runs beside them.
 
 The invariant: every answer is a 2xx or a 4xx within a bounded time, never a 5xx; the stream beside
-them keeps getting tokens; afterwards /health is ok and a normal request completes. FUZZ_EXAMPLES
-sets how many bodies (the default keeps CI fast; `FUZZ_EXAMPLES=2000 scripts/test -k fuzz` is the
-long run).
+them keeps getting tokens; afterwards /health is ok and a normal request completes. The headers
+a browser page or a stranger may send (Origin, Host, Content-Type) vary too. FUZZ_EXAMPLES sets
+how many bodies (the default keeps CI fast; `FUZZ_EXAMPLES=2000 scripts/test -k fuzz` is the long
+run).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import aiohttp
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from serving import Serving, chat
 
@@ -129,6 +130,36 @@ bodies = st.one_of(
     json_values.map(lambda v: json.dumps(v).encode()),
     raw_bodies,
 )
+# what an HTTP client lets through in a header: printable ASCII (a space inside, none at the ends)
+header_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)
+header_text = st.one_of(header_text, st.tuples(header_text, header_text).map(" ".join))
+origins = st.one_of(
+    st.sampled_from(
+        ["http://evil.example", "null", "http://localhost:3000", "https://[::1]", "http://127.0.0.1.nip.io", "file://", "http://"]
+    ),
+    st.builds("{}://{}".format, st.sampled_from(["http", "https", "ws", "chrome-extension"]), header_text),
+    header_text,
+)
+hosts = st.one_of(
+    st.sampled_from(["localhost", "127.0.0.1:1", "[::1]", "[::1", "evil.example", ":", "localhost:", "127.0.0.1.evil.example"]),
+    header_text,
+)
+content_types = st.one_of(
+    st.sampled_from(
+        [
+            "application/json",
+            "application/json; charset=latin-1",
+            "APPLICATION/JSON;",
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/json; boundary",
+            ";;;",
+        ]
+    ),
+    header_text,
+)
+headers = st.fixed_dictionaries({}, optional={"Origin": origins, "Host": hosts, "Content-Type": content_types})
 
 
 class Beside:
@@ -171,8 +202,10 @@ def served(model_path):
     loop.close()
 
 
-async def _send(http: aiohttp.ClientSession, url: str, method: str, path: str, body: bytes) -> tuple[int, bytes]:
-    async with http.request(method, url + path, data=body, headers={"Content-Type": "application/json"}) as r:
+async def _send(
+    http: aiohttp.ClientSession, url: str, method: str, path: str, body: bytes, headers: dict | None = None
+) -> tuple[int, bytes]:
+    async with http.request(method, url + path, data=body, headers={"Content-Type": "application/json", **(headers or {})}) as r:
         return r.status, await r.read()
 
 
@@ -185,6 +218,20 @@ def test_any_body_at_any_endpoint_gets_a_2xx_or_4xx_in_bounded_time(served, endp
     assert status < 500, (status, answer[:300])
     if status >= 400 and path != "/metrics":
         assert json.loads(answer)["error"]["message"]  # every refusal says why, in the OpenAI shape
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    endpoint=st.sampled_from(ENDPOINTS), body=st.one_of(valid_chat.map(lambda b: json.dumps(b).encode()), bodies), headers=headers
+)
+def test_any_origin_host_and_content_type_get_a_2xx_or_4xx(served, endpoint, body, headers):
+    loop, url, http, _ = served
+    method, path = endpoint
+    status, answer = loop.run_until_complete(asyncio.wait_for(_send(http, url, method, path, body, headers), ANSWER_WITHIN_S))
+    event(f"status {status}")  # --hypothesis-show-statistics: how many got past the headers
+    assert status < 500, (status, answer[:300])
+    if status >= 400 and path != "/metrics":
+        assert json.loads(answer)["error"]["message"]
 
 
 def test_after_the_fuzz_the_normal_stream_went_on_and_the_server_is_healthy(served):

@@ -15,9 +15,16 @@ from .server import ApiServer
 
 
 async def serve(
-    models: Sequence[tuple[EngineConfig, str | None]], host: str, port: int, api_key: str | None, max_queue: int | None = None
+    models: Sequence[tuple[EngineConfig, str | None]],
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_queue: int | None = None,
+    allow_origins: Sequence[str] = (),
 ) -> int:
-    """Serve `models` ((settings, alias or None) each; the first is the default) until a signal."""
+    """Serve `models` ((settings, alias or None) each; the first is the default) until a signal.
+
+    `allow_origins`: web pages' origins that may call it beside this machine's ("*": any)."""
     if not api_key and not is_loopback(host):
         print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
     (config, alias), *more = models
@@ -29,7 +36,7 @@ async def serve(
     except BaseException:
         await client.close()
         raise
-    server = ApiServer(client, api_key, max_queue=max_queue)
+    server = ApiServer(client, api_key, max_queue=max_queue, allow_origins=allow_origins)
     print(client.model_info.build.summary(), file=sys.stderr)
     for name, info in client.models.items():
         print(f"{name}: {info.placement()}; pool {info.pool_reason}; layout {info.kv_layout}", file=sys.stderr)
@@ -43,6 +50,8 @@ async def serve(
             return 2
         for name, info in client.models.items():
             print(f"serving {name} at {url}/v1 ({client.config_of(name).capacity} parallel, {info.n_ctx} KV cells)")
+        if allow_origins:
+            print(f"web pages from {', '.join(allow_origins)} may call it", file=sys.stderr)
         print(f"{server.max_queue} requests in flight at most", flush=True)
         await _until_signal()
     finally:

@@ -1,29 +1,44 @@
-"""ApiServer: the aiohttp application on the engine client's loop, its routes, key check and error JSON."""
+"""ApiServer: the aiohttp application on the engine client's loop, its routes, key check and error JSON.
+
+What a browser page may do follows Ollama: a page from another origin gets a 403 (loopback pages
+and --allow-origin ones may call it, with CORS headers), a server on loopback answers only to a
+loopback Host (DNS rebinding), and a POST body must be sent as application/json (415).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from app.client import EngineClient, new_request_id
 from app.engine.backend import ModelInfo
 from app.engine.errors import EngineError, UnknownModelError
 from app.engine.events import Event
+from app.loopback import host_of, is_loopback, is_loopback_origin
 
 from . import handlers
+from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
 from .protocol import BadRequest, Job
 from .shaping import error_body
 
 MAX_BODY_BYTES = 64 * 2**20  # larger bodies get a 413; a long prompt under this gets a clear 400
+# the whole body must have come this long after the request's head, else 408 and the connection is
+# closed: a body trickled in a byte at a time cannot hold a connection (a 64 MiB body at 2.2 MB/s fits)
+BODY_TIMEOUT_S = 30.0
 PUBLIC_PATHS = {"/health"}  # answered without the API key, as llama-server does
 QUEUE_PER_SLOT = 4  # default admission bound: this many requests in flight per parallel sequence
 RETRY_AFTER_S = 1  # what a refused client is told to wait before trying again
+PREFLIGHT_MAX_AGE_S = 600  # how long a browser may keep a CORS preflight's answer
 Observer = Callable[[str, float], None]  # (request id, submit time): the window's plots
+_PREPARED = web.RequestKey("prepared", bool)  # the response's head is on its way: no other answer can be sent
+log = logging.getLogger(__name__)
 
 
 class ApiServer:
@@ -33,9 +48,22 @@ class ApiServer:
         api_key: str | None = None,
         on_request: Observer | None = None,
         max_queue: int | None = None,
+        *,
+        allow_origins: Iterable[str] = (),
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        keepalive_s: float = KEEPALIVE_S,
+        max_connections: int = MAX_CONNECTIONS,
     ):
+        """`allow_origins`: browser origins that may call the server beside loopback pages ("*": any)."""
         self.client = client
         self._max_queue = max_queue
+        self.allow_origins = {_normal_origin(o) for o in allow_origins}
+        self.body_timeout_s = body_timeout_s
+        self.keepalive_s = keepalive_s
+        self.max_connections = max_connections
+        self.connections: Connections | None = None  # the open connections while serving
+        self._loopback_only = True  # bound to loopback: the Host must name this machine
+        self._listener: asyncio.Server | None = None
         self.in_flight = 0  # requests admitted and not yet answered
         self.api_key = api_key or None
         self.on_request = on_request
@@ -69,25 +97,35 @@ class ApiServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 8080) -> str:
         """Listen on host:port (0: a free port); return the base URL. An OSError if it cannot bind."""
-        runner = web.AppRunner(self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+        runner = web.AppRunner(
+            self._app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0, keepalive_timeout=self.keepalive_s
+        )
         await runner.setup()
+        # aiohttp's handlers behind our own factory, which counts the connections
+        self.connections = Connections(runner.server, self.max_connections)
+        self._loopback_only = is_loopback(host or "")
         try:
-            await web.TCPSite(runner, host, port).start()
+            listener = await asyncio.get_running_loop().create_server(self.connections, host, port, backlog=BACKLOG)
         except OSError:
             await runner.cleanup()
             raise
-        self._runner = runner
+        self._runner, self._listener = runner, listener
         self.client.add_listener(self.totals.on_events)
-        bound_host, bound_port = runner.addresses[0][:2]
-        self.url = f"http://{bound_host}:{bound_port}"
+        bound_host, bound_port = listener.sockets[0].getsockname()[:2]
+        self.url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}"
         return self.url
 
     async def stop(self) -> None:
         """Close every connection; streams in flight are cancelled and their sequences freed."""
         if self._runner is not None:
             runner, self._runner = self._runner, None
+            self._listener.close()
             self.client.remove_listener(self.totals.on_events)
             await runner.cleanup()
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Whether a page from `origin` (a browser's Origin header) may call the server."""
+        return is_loopback_origin(origin) or "*" in self.allow_origins or _normal_origin(origin) in self.allow_origins
 
     def admit(self, n: int = 1) -> Admission:
         """Places in the queue for a request of n choices (`with server.admit(n):`), or Busy when it is full."""
@@ -111,8 +149,10 @@ class ApiServer:
         )
 
     def _app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors, self._auth])
+        middlewares = [self._track, self._errors, self._guard, self._auth, self._read_body]
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
         app[handlers.SERVER] = self
+        app.on_response_prepare.append(self._on_prepare)
         for prefix in ("/v1", ""):
             app.router.add_post(f"{prefix}/chat/completions", handlers.chat_completions)
             app.router.add_post(f"{prefix}/completions", handlers.completions)
@@ -120,6 +160,81 @@ class ApiServer:
         app.router.add_get("/health", handlers.health)
         app.router.add_get("/metrics", handlers.metrics)
         return app
+
+    @web.middleware
+    async def _track(self, request: web.Request, handler):
+        """While a request is served, its connection is not idle: not closed to make room for another."""
+        if self.connections is None:
+            return await handler(request)
+        with self.connections.serving(request.protocol):
+            return await handler(request)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler):
+        """Browser pages: a foreign Origin or, on loopback, a foreign Host is a 403; CORS preflights; JSON bodies only."""
+        refusal = self._refuse_page(request)
+        if refusal is not None:
+            return refusal
+        route_error = request.match_info.http_exception  # 404, 405: those answers come first
+        if request.method == hdrs.METH_OPTIONS and not isinstance(route_error, web.HTTPNotFound):
+            return self._preflight(request, route_error)
+        if request.method == hdrs.METH_POST and route_error is None and request.content_type != "application/json":
+            sent = request.headers.get(hdrs.CONTENT_TYPE, "no Content-Type")
+            message = f"the body must be JSON sent as Content-Type: application/json; got {sent[:80]}"
+            return web.json_response(error_body(message, code="unsupported_media_type"), status=415)
+        return await handler(request)
+
+    def _refuse_page(self, request: web.Request) -> web.Response | None:
+        host = request.headers.get(hdrs.HOST)
+        if self._loopback_only and host is not None and not is_loopback(host_of(host)):
+            message = (
+                f"the Host {host[:80]!r} is not this machine: a server on a loopback address answers to "
+                "localhost, 127.0.0.1 or [::1] only (a page whose name was rebound to this address is refused)"
+            )
+            return web.json_response(error_body(message, "permission_error", code="host_not_allowed"), status=403)
+        origin = request.headers.get(hdrs.ORIGIN)
+        if origin is not None and not self.origin_allowed(origin):
+            message = (
+                f"a page from {origin[:80]!r} may not call this server: only pages from this machine and those "
+                "given with --allow-origin may"
+            )
+            return web.json_response(error_body(message, "permission_error", code="origin_not_allowed"), status=403)
+        return None
+
+    def _preflight(self, request: web.Request, route_error) -> web.Response:
+        """A CORS preflight (or a plain OPTIONS) for a path that exists: the methods and headers a page may use."""
+        methods = ", ".join(sorted({*getattr(route_error, "allowed_methods", ()), hdrs.METH_OPTIONS}))
+        headers = {hdrs.ALLOW: methods}
+        if hdrs.ORIGIN in request.headers:  # allowed, or _refuse_page would have answered
+            asked = request.headers.get(hdrs.ACCESS_CONTROL_REQUEST_HEADERS, "Authorization, Content-Type")
+            headers |= {
+                hdrs.ACCESS_CONTROL_ALLOW_METHODS: methods,
+                hdrs.ACCESS_CONTROL_ALLOW_HEADERS: asked,
+                hdrs.ACCESS_CONTROL_MAX_AGE: str(PREFLIGHT_MAX_AGE_S),
+            }
+        return web.Response(status=204, headers=headers)
+
+    async def _on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Every response, as its head goes out: an allowed page may read it."""
+        request[_PREPARED] = True
+        origin = request.headers.get(hdrs.ORIGIN)
+        if origin is not None and self.origin_allowed(origin):
+            response.headers[hdrs.ACCESS_CONTROL_ALLOW_ORIGIN] = origin
+            response.headers.add(hdrs.VARY, hdrs.ORIGIN)
+
+    @web.middleware
+    async def _read_body(self, request: web.Request, handler):
+        """The whole body within body_timeout_s (read here; the handler's read() gets it again), else a 408."""
+        if request.method == hdrs.METH_POST and request.match_info.http_exception is None:
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    await request.read()
+            except TimeoutError:
+                message = f"the request body did not arrive within {self.body_timeout_s:g} s"
+                response = web.json_response(error_body(message, code="request_timeout"), status=408)
+                response.force_close()  # the rest of the body may still be coming
+                return response
+        return await handler(request)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler):
@@ -153,6 +268,20 @@ class ApiServer:
             if e.status < 400:
                 raise
             return web.json_response(error_body(f"{e.reason}: {request.method} {request.path}", code=e.status), status=e.status)
+        except web.RequestPayloadError as e:  # a body that breaks HTTP's framing (chunks, length)
+            return web.json_response(error_body(f"the request body could not be read: {e}"), status=400)
+        except ConnectionError:
+            raise  # the client left: nobody to answer
+        except Exception as e:  # a bug: the client is told so, never with a 4xx that blames its request
+            if request.get(_PREPARED):
+                raise  # the status line is gone: aiohttp logs it and drops the connection
+            log.exception("%s %s failed", request.method, request.path)
+            body = error_body(f"internal server error: {type(e).__name__}: {e}", "server_error")
+            return web.json_response(body, status=500)
+
+
+def _normal_origin(origin: str) -> str:
+    return origin.strip().rstrip("/").lower()
 
 
 class Busy(Exception):
