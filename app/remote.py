@@ -187,7 +187,8 @@ class RemoteClient:
             "repetition_penalty": params.repeat_penalty,
         }
         optional = {"model": self.endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
-        body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
+        optional |= {"frequency_penalty": params.frequency_penalty, "presence_penalty": params.presence_penalty}
+        body.update({k: v for k, v in optional.items() if v not in (None, "", [], False, 0.0)})
         return body
 
     # -- the end -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 
 import pytest
@@ -13,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine import engine as engine_module
+from app.engine.engine import Engine
 from app.engine.errors import EngineError
-from app.engine.events import FinishEvent, FinishReason, TokenEvent
+from app.engine.events import Fault, FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY, SamplingParams
 
 QUICK = GREEDY.with_(max_tokens=4)
@@ -172,14 +174,19 @@ _params = st.builds(
     top_k=st.integers(-5, 100),
     top_p=st.floats(-1, 2),
     min_p=st.floats(-1, 2),
-    repeat_penalty=st.floats(-1, 3),
+    repeat_penalty=st.one_of(st.floats(-1, 3), st.just(0.0)),
+    frequency_penalty=st.one_of(st.just(0.0), st.floats(-3, 3)),
+    presence_penalty=st.one_of(st.just(0.0), st.floats(-3, 3)),
     repeat_last_n=st.integers(-2, 100),
     seed=st.one_of(st.none(), st.integers(-(2**40), 2**40)),
     max_tokens=st.integers(-1, 3),
     stop=st.lists(_text, max_size=3).map(tuple),
     ignore_eos=st.booleans(),
+    n_probs=st.sampled_from([None, 0, 3]),
 )
-_request = st.tuples(st.lists(_message, max_size=6), _params, st.booleans(), st.sampled_from([None, "a", "b"]))
+# a chat, or a plain prompt: "" is no token at all with this model (it adds no BOS)
+_input = st.one_of(st.lists(_message, max_size=6), st.just(""), _text)
+_request = st.tuples(_input, _params, st.booleans(), st.sampled_from([None, "a", "b"]))
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["one pool", "a stream per sequence"])
@@ -202,39 +209,47 @@ def shared_engine(model_path, request):
 def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shared_engine, requests):
     loop, client = shared_engine
 
-    async def one(messages, params, cancel_early, conversation_id):
-        finals = 0
-        async for event in client.generate(messages, params, conversation_id=conversation_id):
-            finals += isinstance(event, FinishEvent)
-            assert finals <= 1
+    async def one(given, params, cancel_early, conversation_id):
+        chat, prompt = (None, given) if isinstance(given, str) else (given, None)
+        finals = []
+        async for event in client.generate(chat, params, prompt=prompt, conversation_id=conversation_id):
+            if isinstance(event, FinishEvent):
+                finals.append(event)
             if cancel_early:
                 client.cancel(event.request_id)
         return finals
 
     async def main():
-        counts = await asyncio.wait_for(asyncio.gather(*(one(*r) for r in requests)), 60)
-        return counts, client.is_running
+        finals = await asyncio.wait_for(asyncio.gather(*(one(*r) for r in requests)), 60)
+        return finals, client.is_running, await client.complete(user("Hi"), QUICK)
 
-    counts, alive = loop.run_until_complete(main())
-    assert counts == [1] * len(requests) and alive
+    finals, alive, after = loop.run_until_complete(main())
+    assert [len(f) for f in finals] == [1] * len(requests) and alive and after.ok
+    # whatever was asked, a refusal is the request's fault: none ends others' replies as an engine fault
+    faults = [(f[0].fault, f[0].error) for f in finals if f[0].reason is FinishReason.ERROR]
+    assert all(fault is Fault.REQUEST for fault, _ in faults), faults
 
 
 def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(config):
-    """llama.cpp's tokenizer takes time in the square of their count: 40,000 took 15 s."""
+    """llama.cpp's tokenizer takes time in the square of their count: 40,000 took 15 s. Counted per
+    request: 1,024 messages of 200 each (under a per-message cap) are as many again."""
     flood = "<|im_start|>" * 40_000
+    spread = [{"role": "user", "content": "<|im_end|>" * 200} for _ in range(1024)]
 
     async def main():
         async with Started(config) as client:
             t0 = time.monotonic()
             chat = await client.complete(user(flood), QUICK)
             plain = await client.complete(params=QUICK, prompt=flood)
+            many = await client.complete(spread, QUICK)
             took = time.monotonic() - t0
             few = await client.complete(user("<|im_start|> is how ChatML opens a turn"), QUICK)
-            return chat, plain, took, few
+            return chat, plain, many, took, few
 
-    chat, plain, took, few = run(main())
-    assert chat.reason is FinishReason.ERROR and "message 0 holds 40000 chat-format markers (such as <|im_start|>)" in chat.error
+    chat, plain, many, took, few = run(main())
+    assert chat.reason is FinishReason.ERROR and "messages hold 40000 chat-format markers (such as <|im_start|>)" in chat.error
     assert plain.reason is FinishReason.ERROR and "the prompt holds 40000" in plain.error
+    assert many.reason is FinishReason.ERROR and "messages hold 204800 chat-format markers (such as <|im_end|>)" in many.error
     assert took < 5 and few.ok
 
 
@@ -250,3 +265,69 @@ def test_closing_the_engine_gives_every_request_in_flight_its_final_event(config
 
     finals = run(main())
     assert len(finals) == 6 and all(not f.ok and "the engine was closed" in (f.error or f.notice) for f in finals)
+
+
+def test_a_request_cancelled_before_its_prompt_is_built_is_never_built(config, monkeypatch):
+    """Its client left while another prompt was being read: the prompt thread drops it unread."""
+    release = threading.Event()
+    built: list[str] = []
+    prepare = Engine.prepare
+
+    def slow_prepare(engine, request):
+        built.append(request.prompt)
+        if request.prompt == "slow":
+            release.wait(10)  # a long build holds the prompt thread
+        return prepare(engine, request)
+
+    monkeypatch.setattr(Engine, "prepare", slow_prepare)
+
+    async def main():
+        async with Started(config) as client:
+            slow = asyncio.ensure_future(client.complete(params=QUICK, prompt="slow"))
+            await asyncio.sleep(0.2)
+            left = client.generate(params=QUICK, prompt="left", request_id="left")
+            first = asyncio.ensure_future(anext(left))
+            await asyncio.sleep(0.2)
+            first.cancel()  # the client goes away before anything came
+            await asyncio.gather(first, return_exceptions=True)
+            finals = []
+            client.add_listener(lambda events: finals.extend(e for e in events if isinstance(e, FinishEvent)))
+            release.set()
+            done = await slow
+            after = await client.complete(params=QUICK, prompt="after")
+            return done, after, finals
+
+    done, after, finals = run(main())
+    assert done.ok and after.ok
+    assert built == ["slow", "after"], built
+    assert [f.reason for f in finals if f.request_id == "left"] == [FinishReason.CANCELLED]
+
+
+@pytest.mark.parametrize("action", ["unload", "reload"])
+def test_unload_and_reload_do_not_wait_behind_a_prompt_being_built(config, q8_model_path, monkeypatch, action):
+    release = threading.Event()
+    prepare = Engine.prepare
+
+    def slow_prepare(engine, request):
+        if request.prompt == "slow":
+            release.wait(60)  # longer than either action may take: waiting for it fails the test
+        return prepare(engine, request)
+
+    monkeypatch.setattr(Engine, "prepare", slow_prepare)
+
+    async def main():
+        async with Started(config) as client:
+            second = await client.load_model(config.with_(model_path=q8_model_path))
+            slow = asyncio.ensure_future(client.complete(params=QUICK, prompt="slow", model=second))
+            await asyncio.sleep(0.3)  # the prompt thread is reading it, with the second model's tokenizer
+            if action == "unload":
+                await asyncio.wait_for(client.unload_model(second), 5)
+            else:
+                await asyncio.wait_for(client.reload(config.with_(model_path=q8_model_path), second, "again"), 30)
+            release.set()
+            final = await slow
+            return final, await client.complete(user("Hi"), QUICK), client.is_running
+
+    final, after, alive = run(main())
+    assert final.reason is FinishReason.ERROR and final.fault is Fault.UNAVAILABLE  # its model is gone, or replaced
+    assert after.ok and alive

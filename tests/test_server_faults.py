@@ -123,7 +123,8 @@ def test_the_lone_surrogate_request_gets_a_400_naming_the_field_and_the_engine_g
             for field, body in bodies.items():
                 async with http.post(f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}) as r:
                     answers[field] = r.status, await r.json()
-            async with http.post(f"{url}/v1/completions", data=b'{"prompt":"\\ud800","max_tokens":2}') as r:
+            completion = b'{"prompt":"\\ud800","max_tokens":2}'
+            async with http.post(f"{url}/v1/completions", data=completion, headers={"Content-Type": "application/json"}) as r:
                 answers["prompt"] = r.status, await r.json()
             async with http.get(f"{url}/health") as r:
                 health = r.status

@@ -594,8 +594,9 @@ class LlamaBackend:
         add = ll.llama_sampler_chain_add
         if params.ignore_eos:  # as llama.cpp does: an end-of-generation token can never be drawn
             add(chain, self._ban(self.eog_tokens))
-        if params.repeat_penalty != 1.0:
-            add(chain, ll.llama_sampler_init_penalties(self.n_vocab, params.repeat_last_n, params.repeat_penalty, 0.0, 0.0))
+        if params.penalizes:
+            penalties = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+            add(chain, ll.llama_sampler_init_penalties(self.n_vocab, params.repeat_last_n, *penalties))
         if params.temperature <= 0:
             add(chain, ll.llama_sampler_init_greedy())
         else:
@@ -605,8 +606,8 @@ class LlamaBackend:
             add(chain, ll.llama_sampler_init_min_p(params.min_p, 1))
             add(chain, ll.llama_sampler_init_temp(params.temperature))
             add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        # the repeat penalty looks back into the prompt too, as llama-server's does
-        for token in history[-params.repeat_last_n :] if params.repeat_penalty != 1.0 else ():
+        # the penalties look back into the prompt too, as llama-server's do
+        for token in history[-params.repeat_last_n :] if params.penalizes else ():
             ll.llama_sampler_accept(chain, token)
         return chain
 

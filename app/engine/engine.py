@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import random
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
 from .adaptive import AdaptiveBatch
 from .backend import LlamaBackend
 from .chat_template import ChatTemplate
-from .events import Event, FinishEvent, FinishReason, TokenEvent
+from .events import Event, Fault, FinishEvent, FinishReason, TokenEvent
 from .history import TokenHistory
-from .host_cache import HostCache
+from .host_cache import HostBudget, HostCache
 from .kv_cache import KVCacheManager
 from .params import EngineConfig, Policy, ServingMode
 from .probs import TokenProbs
@@ -30,7 +31,7 @@ HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes 
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, sink: Sink, name: str | None = None):
+    def __init__(self, config: EngineConfig, sink: Sink, name: str | None = None, ram: HostBudget | None = None):
         if config.n_batch < config.capacity:
             raise ValueError("the batch size must hold at least one token per sequence")
         self.config = config
@@ -38,7 +39,11 @@ class Engine:
         self._sink = sink
         self.backend = LlamaBackend(config)
         self.n_ctx = self.backend.n_ctx_seq  # a sequence's context: the pool, or its stream of it
-        host = HostCache(config.cache_ram_mib << 20) if config.cache_ram_mib > 0 else None
+        # `ram`: the budget every model's RAM tier shares (None: one of its own). Another model's saves
+        # may push this one's entries out: its figures are published then, weakly, so that the
+        # cache never keeps an unloaded engine (and its saved cells) alive
+        emit = weakref.WeakMethod(self._emit)
+        host = HostCache(config.cache_ram_mib << 20, ram, lambda: emit()([])) if config.cache_ram_mib > 0 else None
         self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
@@ -116,8 +121,9 @@ class Engine:
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
             return
         prompt = prompt or self.prepare(request)
-        if prompt.error is not None:
-            self._emit([self._failed(request.request_id, stats, prompt.error)])
+        if prompt.error is not None or not prompt.tokens:  # no token may reach a batch without a prompt
+            error = prompt.error or "the prompt is empty: there is nothing to reply to"
+            self._emit([self._failed(request.request_id, stats, error, prompt.fault)])
             return
         stats.prompt_tokens = len(prompt.tokens)
         self._arrivals += 1
@@ -141,18 +147,22 @@ class Engine:
 
     def shutdown(self, notice: str) -> None:
         """End every request with `notice`, then free the model."""
-        self._end_all(FinishReason.CANCELLED, notice=notice)
+        self.cut_all(notice)
         self.backend.close()
 
-    def fail_all(self, error: str) -> None:
-        self._end_all(FinishReason.ERROR, error=error)
+    def cut_all(self, notice: str) -> None:
+        """End every request with `notice` (the model stays loaded)."""
+        self._end_all(FinishReason.CANCELLED, notice=notice)
+
+    def fail_all(self, error: str, fault: Fault = Fault.INTERNAL) -> None:
+        self._end_all(FinishReason.ERROR, error=error, fault=fault)
         self.kv.clear()
 
-    def _end_all(self, reason: FinishReason, notice: str | None = None, error: str | None = None):
+    def _end_all(self, reason: FinishReason, notice: str | None = None, error: str | None = None, fault: Fault | None = None):
         events: list[Event] = []
         for seq in (*self.scheduler.running, *self.scheduler.waiting):
             seq.notice = notice or seq.notice
-            self._finish(seq, reason, events, error=error)
+            self._finish(seq, reason, events, error=error, fault=fault)
         self._emit(events)
 
     # -- one step --------------------------------------------------------------------------
@@ -225,10 +235,13 @@ class Engine:
         if rc == 1 and self.scheduler.relieve_pressure():
             return
         reason = "the KV cache is full" if rc == 1 else f"llama_decode failed with code {rc}"
+        fault = Fault.UNAVAILABLE if rc == 1 else Fault.INTERNAL  # a full cache frees up; a failed decode is a fault
         for seq, _ in plan:
-            self._finish(seq, FinishReason.ERROR, events, error=reason)
+            self._finish(seq, FinishReason.ERROR, events, error=reason, fault=fault)
 
-    def _finish(self, seq: Sequence, reason: FinishReason, events: list[Event], error: str | None = None):
+    def _finish(
+        self, seq: Sequence, reason: FinishReason, events: list[Event], error: str | None = None, fault: Fault | None = None
+    ):
         if reason is not FinishReason.ERROR:
             tail = seq.stream.finish()
             if tail:
@@ -241,11 +254,12 @@ class Engine:
         self.conversations.add(seq.stats)
         if seq.request.conversation_id is not None:
             self.history.remember(seq.request.conversation_id, seq.tokens)
-        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice, self.name))
+        fault = fault if reason is FinishReason.ERROR else None
+        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice, self.name, fault))
 
-    def _failed(self, request_id: str, stats: RequestStats, error: str) -> FinishEvent:
+    def _failed(self, request_id: str, stats: RequestStats, error: str, fault: Fault) -> FinishEvent:
         stats.t_finish = time.monotonic()
-        return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=self.name)
+        return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=self.name, fault=fault)
 
     # -- figures ---------------------------------------------------------------------------
 

@@ -8,9 +8,11 @@ than cores an idle model's team slowed the busy one by 29% (docs/performance.md)
 
 The inbox is a deque under a condition: requests join the back; cancels, loads and unloads jump to
 the front, and the thread sleeps on the condition while no engine has work (no polling). A
-request's prompt (chat template and tokenizer, seconds for a chat of thousands of messages) is
-built first on a helper thread, and a model is loaded on another, so the streams already running
-never wait for either. No request, call, load or unload can end the thread: each inbox item is
+request's prompt (chat template and tokenizer, up to a second for the largest request) is built
+first on a helper thread, and a model is loaded on another, so the streams already running never
+wait for either; a request cancelled before its prompt is built is never built. A model that is
+replaced or unloaded is freed on the prompt thread, after any prompt it is reading: a reload or an
+unload never waits behind a build. No request, call, load or unload can end the thread: each inbox item is
 handled under a guard that settles it with the reason. If the thread ends anyway (a fault in an
 engine itself), everything queued is settled with an EngineError and `on_exit` is told why, so no
 caller waits forever.
@@ -28,7 +30,8 @@ from typing import Any
 
 from .engine import Engine, Sink
 from .errors import EngineError, UnknownModelError
-from .events import refused
+from .events import Fault, dropped, refused
+from .host_cache import HostBudget
 from .params import EngineConfig
 from .sequence import Request
 
@@ -61,7 +64,9 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._prompts = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-prompts")
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama-loader")
-        self._engine_lock = threading.Lock()  # the prompt thread reads an engine's tokenizer under it
+        # requests queued for the prompt thread, and those of them cancelled meanwhile (under _cond)
+        self._building: set[str] = set()
+        self._dropped: set[str] = set()
         # name -> engine, the default first; replaced whole, never changed in place, so any thread may read it
         self.engines: dict[str, Engine] = {}
         self._last_stepped: str | None = None  # the next step goes to the next model with work after it
@@ -83,12 +88,20 @@ class EngineThread:
     def submit(self, request: Request) -> None:
         """Build the request's prompt on the prompt thread, then queue it for its model's engine."""
         t_submit = time.monotonic()
+        with self._cond:
+            self._building.add(request.request_id)
         try:
             self._prompts.submit(self._prepare, request, t_submit)
         except RuntimeError:  # the threads have ended
+            with self._cond:
+                self._building.discard(request.request_id)
             self._refuse(("submit", (request, t_submit)), self._gone or CLOSE_NOTICE)
 
     def cancel(self, request_id: str, model: str | None = None) -> None:
+        with self._cond:
+            if request_id in self._building:  # not built yet: the prompt thread drops it unread
+                self._dropped.add(request_id)
+                return
         self._post(("cancel", (request_id, model)), urgent=True)
 
     def call(self, fn: Callable[[Engine], Any], model: str | None = None) -> Future:
@@ -141,7 +154,7 @@ class EngineThread:
         def build() -> None:
             try:
                 self._check_name(name, replaces)  # before a load of seconds that could only be refused
-                engine = Engine(config, self._sink, name)
+                engine = Engine(config, self._sink, name, self._ram)
             except Exception as e:  # a bad model or bad settings: the caller hears why
                 future.set_exception(e)
                 return
@@ -156,17 +169,23 @@ class EngineThread:
     # -- the prompt thread -----------------------------------------------------------------
 
     def _prepare(self, request: Request, t_submit: float) -> None:
-        with self._engine_lock:
-            engine = self._find(request.model) if self._gone is None else None
-            prompt = engine.prepare(request) if engine is not None else None  # none: refused later
+        with self._cond:
+            self._building.discard(request.request_id)
+            if request.request_id in self._dropped:
+                self._dropped.discard(request.request_id)
+                self._sink([dropped(request.request_id, request.conversation_id, t_submit, request.model)])
+                return
+        engine = self._find(request.model) if self._gone is None else None
+        prompt = engine.prepare(request) if engine is not None else None  # none: refused later
         self._post(("submit", (request, t_submit, engine, prompt)))
 
     # -- the thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
         name, config = self._first
+        self._ram = HostBudget()  # one budget for the RAM tiers of all the models this thread holds
         try:
-            self.engines = {name: Engine(config, self._sink, name)}
+            self.engines = {name: Engine(config, self._sink, name, self._ram)}
         except BaseException as e:  # the starter re-raises it
             self._ready.set_exception(e)
             return
@@ -242,13 +261,15 @@ class EngineThread:
         elif built_by is engine:
             engine.submit(request, t_submit, prompt)  # it answers a request it cannot take with an ERROR finish
         else:  # built for an engine since replaced (or none): build it again for this one
+            with self._cond:
+                self._building.add(request.request_id)
             self._prompts.submit(self._prepare, request, t_submit)
 
     def _item_failed(self, kind: str, arg, error: Exception) -> None:
         reason = f"internal error: {error!r}"
         if kind == "submit":  # only that request fails
             request, t_submit = arg[:2]
-            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model)])
+            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model, Fault.INTERNAL)])
         elif kind == "cancel":  # it left its sequence in an unknown state: end that engine's requests rather than guess
             engine = self._find(arg[1])
             if engine is not None:
@@ -275,24 +296,32 @@ class EngineThread:
         try:
             self._check_name(name, replaces)  # again: another load may have taken the name meanwhile
         except Exception:
-            engine.shutdown(CLOSE_NOTICE)  # it holds no requests: this frees it
+            engine.shutdown(CLOSE_NOTICE)  # it holds no requests, nor did a prompt read it: this frees it
             raise
         if replaces is None:
             self.engines = {**self.engines, name: engine}
         else:  # in the old one's place, so the default stays the default
             old = self.engines[replaces]
-            with self._engine_lock:  # the old tokenizer is freed: no prompt may be read with it meanwhile
-                old.shutdown(RELOAD_NOTICE)
-                self.engines = {(name if n == replaces else n): (engine if n == replaces else e) for n, e in self.engines.items()}
+            self.engines = {(name if n == replaces else n): (engine if n == replaces else e) for n, e in self.engines.items()}
+            self._retire(old, RELOAD_NOTICE)
         return engine.info
 
     def _unload(self, name: str) -> None:
         engine = self._named(name)
         if len(self.engines) == 1:
             raise ValueError(f"{name} is the only model loaded: load another first, or reload it with another model")
-        with self._engine_lock:
-            self.engines = {n: e for n, e in self.engines.items() if n != name}
-            engine.shutdown(unload_notice(name))
+        self.engines = {n: e for n, e in self.engines.items() if n != name}
+        self._retire(engine, unload_notice(name))
+
+    def _retire(self, engine: Engine, notice: str) -> Future:
+        """End an engine's requests now; free its model on the prompt thread, after any prompt being
+        read with its tokenizer (that thread runs one task at a time), so nobody here waits for it."""
+        engine.cut_all(notice)
+        try:
+            return self._prompts.submit(engine.backend.close)
+        except RuntimeError:  # the prompt thread has ended: nothing reads the tokenizer now
+            engine.backend.close()
+            return _done()
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -304,9 +333,9 @@ class EngineThread:
             self._inbox.clear()
         for item in items:
             self._refuse(item, notice)
-        with self._engine_lock:
-            for engine in self.engines.values():
-                engine.shutdown(notice)
+        freed = [self._retire(engine, notice) for engine in self.engines.values()]
+        for future in freed:  # before the thread ends: its caller may exit the process next
+            future.result()
 
     def _die(self, reason: str) -> None:
         with self._cond:
@@ -317,7 +346,7 @@ class EngineThread:
             self._refuse(item, reason)
         for engine in self.engines.values():
             try:
-                engine.fail_all(reason)  # best effort: the engine is in an unknown state
+                engine.fail_all(reason, Fault.UNAVAILABLE)  # best effort; served again after a restart
             except BaseException:
                 pass
         if self._on_exit is not None:
@@ -335,6 +364,12 @@ class EngineThread:
             future.set_exception(EngineError(reason))
         elif kind in ("call", "unload"):
             arg[1].set_exception(EngineError(reason))
+
+
+def _done() -> Future:
+    future: Future = Future()
+    future.set_result(None)
+    return future
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:

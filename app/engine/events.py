@@ -18,6 +18,14 @@ class FinishReason(str, Enum):
     ERROR = "error"
 
 
+class Fault(str, Enum):
+    """Whose fault an ERROR finish is: what a server answers (400, 503 or 500) and whether to retry."""
+
+    REQUEST = "request"  # the request cannot be served as sent (a prompt longer than the context)
+    UNAVAILABLE = "unavailable"  # the engine cannot serve now (it stopped, the model went): retry later
+    INTERNAL = "internal"  # the engine failed on a request it should have served
+
+
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
     request_id: str
@@ -41,6 +49,7 @@ class FinishEvent:
     error: str | None = None  # why, when reason is ERROR
     notice: str | None = None  # something the user should know (e.g. old turns were dropped)
     model: str | None = None  # the name of the model that served it (None: not said)
+    fault: Fault | None = None  # whose fault, when reason is ERROR (None: not said, taken as INTERNAL)
 
     @property
     def ok(self) -> bool:
@@ -51,9 +60,23 @@ Event = TokenEvent | FinishEvent
 
 
 def refused(
-    request_id: str, error: str, conversation_id: str | None = None, t_submit: float | None = None, model: str | None = None
+    request_id: str,
+    error: str,
+    conversation_id: str | None = None,
+    t_submit: float | None = None,
+    model: str | None = None,
+    fault: Fault = Fault.UNAVAILABLE,
 ) -> FinishEvent:
-    """The final event of a request that no engine step served (refused, or its engine is gone)."""
+    """The final event of a request that no engine step served (its engine is gone, or it was refused)."""
+    stats = _unserved(request_id, conversation_id, t_submit)
+    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=model, fault=fault)
+
+
+def dropped(request_id: str, conversation_id: str | None, t_submit: float, model: str | None) -> FinishEvent:
+    """The final event of a request cancelled before it reached its engine."""
+    return FinishEvent(request_id, FinishReason.CANCELLED, "", _unserved(request_id, conversation_id, t_submit), model=model)
+
+
+def _unserved(request_id: str, conversation_id: str | None, t_submit: float | None) -> RequestStats:
     now = time.monotonic()
-    stats = RequestStats(request_id, conversation_id, t_submit=now if t_submit is None else t_submit, t_finish=now)
-    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=model)
+    return RequestStats(request_id, conversation_id, t_submit=now if t_submit is None else t_submit, t_finish=now)

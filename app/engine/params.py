@@ -88,6 +88,12 @@ class Priority(IntEnum):
     HIGH = 1
 
 
+# llama.cpp divides positive logits by the repeat penalty: 0 makes them infinite, and the
+# probabilities NaN; at this much the largest logit is still a few thousand
+MIN_REPEAT_PENALTY = 0.01
+PENALTY_RANGE = (-2.0, 2.0)  # OpenAI's frequency and presence penalties
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.7
@@ -96,6 +102,8 @@ class SamplingParams:
     min_p: float = 0.05
     repeat_penalty: float = 1.1
     repeat_last_n: int = 64
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted from a logit once per time its token came
+    presence_penalty: float = 0.0  # OpenAI's: subtracted once from the logit of any token that came
     seed: int | None = None  # None: a fresh random seed per request
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
@@ -105,13 +113,20 @@ class SamplingParams:
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
 
+    @property
+    def penalizes(self) -> bool:
+        """Whether the penalties sampler has anything to do (it looks back at the last tokens)."""
+        return self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
     def problem(self) -> str | None:
         """What is out of range (llama.cpp's samplers would misbehave or abort on it), or None."""
         numbers = {
             "temperature": (self.temperature, 0.0, 1e6),
             "top_p": (self.top_p, 0.0, 1.0),
             "min_p": (self.min_p, 0.0, 1.0),
-            "repeat_penalty": (self.repeat_penalty, 0.0, 1e6),
+            "repeat_penalty": (self.repeat_penalty, MIN_REPEAT_PENALTY, 1e6),
+            "frequency_penalty": (self.frequency_penalty, *PENALTY_RANGE),
+            "presence_penalty": (self.presence_penalty, *PENALTY_RANGE),
         }
         for name, (value, lo, hi) in numbers.items():
             if not isinstance(value, (int, float)) or not (math.isfinite(value) and lo <= value <= hi):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .chat_template import ChatTemplate, Message
 from .errors import RequestError
+from .events import Fault
 from .history import TokenHistory, kept_prefix
 from .params import OverflowPolicy
 from .sequence import Request
@@ -19,12 +20,14 @@ class Prompt:
     tokens: list[int]
     notice: str | None = None  # e.g. old turns were dropped to fit
     error: str | None = None  # set: the request cannot be served
+    fault: Fault = Fault.REQUEST  # whose fault the error is
     stop: tuple[str, ...] = ()  # texts that end the reply besides the request's own stop strings
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
-# count (measured: 8,000 in 0.6 s, 40,000 in 15 s): a message may hold this many, which no chat needs
-MAX_MARKERS_IN_TEXT = 256
+# count (measured: 8,000 in 0.6 s, 40,000 in 15 s): a request's texts may hold this many in all,
+# which no chat needs (counted per request: 1,024 messages of a few each would be seconds again)
+MAX_MARKERS_IN_REQUEST = 256
 
 
 class PromptBuilder:
@@ -56,7 +59,7 @@ class PromptBuilder:
         except RequestError as e:
             return Prompt([], error=str(e))
         except Exception as e:  # a request must never take an engine thread down with it
-            return Prompt([], error=f"internal error while reading the request: {e!r}")
+            return Prompt([], error=f"internal error while reading the request: {e!r}", fault=Fault.INTERNAL)
         return Prompt(tokens, notice, stop=self._template.stop_strings if request.messages is not None else ())
 
     def build(self, request: Request) -> tuple[list[int], str | None]:
@@ -65,6 +68,8 @@ class PromptBuilder:
         if request.reply_prefix:  # the reply goes on from these, in its own turn
             tokens = tokens + list(request.reply_prefix)
             self._check_fits(len(tokens))
+        if not tokens:  # an empty text with a model that adds no BOS: nothing to reply to
+            raise RequestError("the prompt is empty: there is nothing to reply to")
         return tokens, notice
 
     def _build(self, request: Request) -> tuple[list[int], str | None]:
@@ -82,14 +87,12 @@ class PromptBuilder:
 
     def _check_markers(self, request: Request) -> None:
         texts = [request.prompt or ""] if request.messages is None else [m.get("content", "") for m in request.messages]
-        for i, text in enumerate(texts):
-            counts = {marker: text.count(marker) for marker in self._special_texts}
-            if sum(counts.values()) > MAX_MARKERS_IN_TEXT:
-                where = "the prompt" if request.messages is None else f"message {i}"
-                most = max(counts, key=counts.get)
-                raise RequestError(
-                    f"{where} holds {sum(counts.values())} chat-format markers (such as {most}); at most {MAX_MARKERS_IN_TEXT}"
-                )
+        counts = {marker: sum(text.count(marker) for text in texts) for marker in self._special_texts}
+        total = sum(counts.values())
+        if total > MAX_MARKERS_IN_REQUEST:
+            where = "the prompt holds" if request.messages is None else "the messages hold"
+            most = max(counts, key=counts.get)
+            raise RequestError(f"{where} {total} chat-format markers (such as {most}); at most {MAX_MARKERS_IN_REQUEST}")
 
     def _history_of(self, request: Request):
         return self._history.get(request.conversation_id) if self._history is not None else None

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from contextlib import AsyncExitStack, aclosing
 
 from aiohttp import web
 
-from app.engine.events import Event, FinishEvent, FinishReason, TokenEvent
+from app.engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent
 from app.engine.probs import TokenProbs
 
 from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
@@ -16,6 +17,9 @@ from .protocol import Job, parse_chat, parse_completion, parse_json, requested_m
 from .shaping import Shape, error_body
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
+# a streamed reply whose client reads nothing while this long (the socket's buffers full) is cut,
+# so a stalled reader cannot hold its sequence and the events queued for it
+SEND_DEADLINE_S = 30.0
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -76,8 +80,7 @@ async def _serve(request: web.Request, server, job: Job, model: str) -> web.Stre
     # leaving early (a client gone, an error) closes the streams, and that cancels their requests
     async with AsyncExitStack() as stack:
         streams = [await stack.enter_async_context(aclosing(server.submit(job, model, i))) for i in range(job.n)]
-        # all submitted at once, so that the choices share one reading of the prompt
-        firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+        firsts = await _first_events(streams)
         for first in firsts:  # the headers wait for them: a refused prompt is still a 400
             if isinstance(first, FinishEvent) and not first.ok:
                 return refusal(first)
@@ -88,7 +91,18 @@ async def _serve(request: web.Request, server, job: Job, model: str) -> web.Stre
         for final in finals:
             if not final.ok:
                 return refusal(final)
-        return web.json_response(shape.completion(finals, [reply.probs for reply in replies]))
+        return web.json_response(shape.completion(finals, [reply.probs for reply in replies]), dumps=dumps)
+
+
+async def _first_events(streams) -> list[Event]:
+    """Each stream's first event; all submitted at once, so that the choices share one reading of the prompt."""
+    reads = [asyncio.ensure_future(anext(stream)) for stream in streams]
+    try:
+        return await asyncio.gather(*reads)
+    finally:  # a client gone meanwhile: the reads must have ended before their streams are closed
+        for read in reads:
+            read.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
 
 
 class Reply:
@@ -124,6 +138,9 @@ async def _stream(request, shape: Shape, job: Job, replies: list[Reply]) -> web.
         await _send_events(response, shape, job, replies)
     except ConnectionResetError:
         pass  # the client left: the caller closes the streams, which cancels the requests
+    except TimeoutError:  # a reader stalled past the deadline: drop the connection, as if it had left
+        if request.transport is not None:
+            request.transport.abort()
     return response
 
 
@@ -133,17 +150,19 @@ async def _send_events(response, shape: Shape, job: Job, replies: list[Reply]) -
         for reply in replies:
             await _send(response, shape.chunk(None, first=True, index=reply.index, **nulls))
     finals: dict[int, FinishEvent] = {}
-    async for reply, event in _merged(replies):
-        if isinstance(event, TokenEvent):
-            if event.text:  # a token held back (a possible stop string) is told with the text it ends up in
-                await _send(response, shape.chunk(event.text, index=reply.index, probs=reply.take_probs(), **nulls))
-        elif event.ok:
-            await _send(response, shape.last_chunk(event, job.include_usage, reply.index, reply.take_probs()))
-            finals[reply.index] = event
-        else:
-            await _send(response, _refusal_body(event)[1])  # the status line is gone: say it in the stream
-            await response.write_eof()
-            return
+    # closed on any way out, so that no read of a stream is still running when the streams close
+    async with aclosing(_merged(replies)) as events:
+        async for reply, event in events:
+            if isinstance(event, TokenEvent):
+                if event.text:  # a token held back (a possible stop string) is told with the text it ends up in
+                    await _send(response, shape.chunk(event.text, index=reply.index, probs=reply.take_probs(), **nulls))
+            elif event.ok:
+                await _send(response, shape.last_chunk(event, job.include_usage, reply.index, reply.take_probs()))
+                finals[reply.index] = event
+            else:
+                await _send(response, _refusal_body(event)[1])  # the status line is gone: say it in the stream
+                await response.write_eof()
+                return
     if job.include_usage:
         await _send(response, shape.usage_chunk([finals[i] for i in sorted(finals)]))
     await response.write(b"data: [DONE]\n\n")
@@ -172,20 +191,44 @@ async def _merged(replies: list[Reply]):
     finally:
         for task in pending:
             task.cancel()
+        # until they have ended, each still runs a read of its stream, which could not be closed
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _send(response: web.StreamResponse, obj: dict) -> None:
-    await response.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
+    await asyncio.wait_for(response.write(b"data: " + dumps(obj).encode() + b"\n\n"), SEND_DEADLINE_S)
+
+
+def dumps(obj) -> str:
+    """Standard JSON, always: a value that is not a finite number (a NaN logprob) is written as null."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def refusal(final: FinishEvent) -> web.Response:
     status, body = _refusal_body(final)
-    return web.json_response(body, status=status)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return web.json_response(body, status=status, headers=headers, dumps=dumps)
 
 
 def _refusal_body(final: FinishEvent) -> tuple[int, dict]:
+    """A request's fault is a 400; an engine that cannot serve now a 503 (retry); its failure a 500."""
     if final.reason is FinishReason.CANCELLED:
         return 503, error_body(f"the request was cut short: {final.notice or 'cancelled'}", "unavailable_error")
-    if final.stats.prompt_tokens == 0:  # refused before reading it (e.g. longer than the context)
+    if final.fault is Fault.REQUEST:
         return 400, error_body(final.error or "the engine refused the request")
+    if final.fault is Fault.UNAVAILABLE:
+        return 503, error_body(final.error or "the engine cannot serve the request now", "unavailable_error")
     return 500, error_body(final.error or "the engine failed", "server_error")

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from app.engine.params import SamplingParams
+from app.engine.params import MIN_REPEAT_PENALTY, PENALTY_RANGE, SamplingParams
 from app.engine.probs import MAX_TOP
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
@@ -20,6 +20,9 @@ MAX_STOP_CHARS = 256  # a stop string is matched against the tail of the reply a
 MAX_MESSAGES = 1024  # rendering the chat template costs time in proportion to the messages
 MAX_INT = 2**31 - 1
 MAX_CHOICES = 16  # n: samples of one prompt in one request
+# a whole (not streamed) reply keeps every token's rivals until it ends: about 150 bytes each, so
+# this many make some 10 MB a request; a stream sends them as they come and keeps none
+MAX_KEPT_PROBS = 65_536
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -68,7 +71,8 @@ def parse_json(raw: bytes) -> dict:
 
 def requested_model(body: dict) -> str | None:
     """The `model` field: a loaded model's name or file name; absent or empty: the default model."""
-    return _get(body, "model", str, None) or None
+    name = _get(body, "model", str, None)
+    return _check_text(name, "model") if name else None
 
 
 def parse_chat(body: dict, n_ctx: int) -> Job:
@@ -80,7 +84,8 @@ def parse_chat(body: dict, n_ctx: int) -> Job:
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
     _check_size(sum(len(m["content"]) for m in messages), n_ctx, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body))
-    return Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
+    job = Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
+    return _check_kept_probs(job, n_ctx)
 
 
 def parse_completion(body: dict, n_ctx: int) -> Job:
@@ -89,10 +94,28 @@ def parse_completion(body: dict, n_ctx: int) -> Job:
         prompt = prompt[0]  # a batch of one
     if not isinstance(prompt, str):
         raise BadRequest("'prompt' must be a string (or a list holding one string)", "prompt")
+    if not prompt:  # some models would read it as no tokens at all: nothing to continue
+        raise BadRequest("'prompt' must not be empty", "prompt")
     _check_text(prompt, "prompt")
     _check_size(len(prompt), n_ctx, "prompt")
     params = sampling(body).with_(n_probs=_completion_probs(body))
-    return Job(params, prompt=prompt, **_streaming(body), **_choices(body))
+    return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx)
+
+
+def _check_kept_probs(job: Job, n_ctx: int) -> Job:
+    """A whole reply with token probabilities keeps them all until it ends: bound what it may keep."""
+    if job.stream or job.params.n_probs is None:
+        return job
+    tokens = min(job.params.max_tokens, n_ctx)  # a reply ends when the context is full
+    kept = job.n * tokens * (job.params.n_probs + 1)
+    if kept > MAX_KEPT_PROBS:
+        raise BadRequest(
+            f"a reply that is not streamed keeps at most {MAX_KEPT_PROBS} token probabilities; {job.n} choice(s) of up to "
+            f"{tokens} tokens with {job.params.n_probs} rivals each could keep {kept}: lower max_tokens or the rivals, "
+            "or stream the reply",
+            "max_tokens",
+        )
+    return job
 
 
 def sampling(body: dict) -> SamplingParams:
@@ -105,8 +128,10 @@ def sampling(body: dict) -> SamplingParams:
         top_p=_number(body, "top_p", base.top_p, 0.0, 1.0),
         top_k=_integer(body, "top_k", base.top_k, 0, MAX_INT),
         min_p=_number(body, "min_p", base.min_p, 0.0, 1.0),
-        repeat_penalty=_number(body, "repeat_penalty", base.repeat_penalty, 0.0, 10.0),
+        repeat_penalty=_number(body, "repeat_penalty", base.repeat_penalty, MIN_REPEAT_PENALTY, 10.0),
         repeat_last_n=_integer(body, "repeat_last_n", base.repeat_last_n, 0, 65536),
+        frequency_penalty=_number(body, "frequency_penalty", base.frequency_penalty, *PENALTY_RANGE),
+        presence_penalty=_number(body, "presence_penalty", base.presence_penalty, *PENALTY_RANGE),
         seed=_seed(body),
         max_tokens=_check_range("max_tokens", max_tokens, 1, MAX_INT),
         stop=_stop(body),
