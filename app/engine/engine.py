@@ -302,6 +302,7 @@ class Engine:
             preemptions=self.scheduler.preemptions,
             steps=self._n_steps,
             generated_tokens=self._generated,
+            recomputed_tokens=kv.recomputed_tokens,
             paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
             **self._tier_figures(),
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from enum import Enum, auto
 from typing import Protocol
 
+from .computed import ComputedPrefixes
 from .host_cache import HostCache, SavedCells, StateMemory
 from .prefix import common_prefix_len
 from .sequence import Sequence
@@ -76,6 +77,8 @@ class KVCacheManager:
         self._next_cell = 0
         self._clock = 0
         self.evictions = 0
+        self.computed = ComputedPrefixes()  # to count prompt tokens computed again
+        self.recomputed_tokens = 0
 
     # -- figures ---------------------------------------------------------------------------
 
@@ -118,6 +121,10 @@ class KVCacheManager:
         seq.stats.cached_tokens += n
         seq.stats.restored_tokens += restored
         seq.stats.evaluated_tokens += len(target) - n
+        # the last token is read again by design (its logits are wanted): not a recomputation
+        recomputed = max(min(self.computed.known(target), len(target) - 1) - n, 0)
+        seq.stats.recomputed_tokens += recomputed
+        self.recomputed_tokens += recomputed
         return Acquire.GRANTED
 
     def _fill(self, dst: Slot, target: list[int], src: Slot | None, n: int, reserved: int) -> tuple[int, int]:
@@ -218,12 +225,15 @@ class KVCacheManager:
         slot.tokens.extend(seq.tokens[start : start + n])
         self._add_cells(slot, n)
         seq.num_computed += n
+        if n > 1 and seq.num_pending == 0:  # a prompt read to its end: known from now on
+            self.computed.add(seq.tokens, seq.num_computed)
 
     def release(self, seq: Sequence) -> None:
         """The request is over; its cells stay for the conversation's next turn (if reuse is on)."""
         if seq.slot_id is None:
             return
         slot = self.slots[seq.slot_id]
+        self.computed.add(seq.tokens, seq.num_computed)
         seq.slot_id = None
         slot.sequence = None
         slot.last_used = self._tick()
@@ -233,6 +243,7 @@ class KVCacheManager:
     def preempt(self, seq: Sequence) -> None:
         """Take a running request's cells back; it restores or recomputes them when it resumes."""
         slot = self.slots[seq.slot_id]
+        self.computed.add(seq.tokens, seq.num_computed)
         self._save(slot, seq.request.conversation_id or seq.request_id)
         self._truncate(slot, 0)
         slot.owner = None

@@ -32,6 +32,7 @@ class RequestStats:
     cached_tokens: int = 0  # prompt tokens whose KV cells were reused
     restored_tokens: int = 0  # of those, cells brought back from RAM
     evaluated_tokens: int = 0  # prompt tokens computed (again, after a preemption)
+    recomputed_tokens: int = 0  # of those, tokens computed once before (evicted, preempted, or sent twice)
     gen_tokens: int = 0
     preemptions: int = 0
     t_submit: float = 0.0
@@ -172,3 +173,4 @@ class EngineSnapshot:
     saves: int = 0
     restores: int = 0
     restored_tokens: int = 0
+    recomputed_tokens: int = 0  # prompt tokens computed again after they were computed once

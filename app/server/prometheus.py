@@ -122,6 +122,12 @@ def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals) -> l
         ("counter", "prompt_tokens_total", "prompt tokens of finished requests", totals.prompt_tokens),
         ("counter", "prompt_tokens_cached_total", "prompt tokens reused from the KV cache", totals.cached_tokens),
         ("counter", "prompt_tokens_evaluated_total", "prompt tokens computed", totals.evaluated_tokens),
+        (
+            "counter",
+            "prompt_tokens_recomputed_total",
+            "prompt tokens computed again after they were computed once (evicted, preempted, or sent twice)",
+            s.recomputed_tokens,
+        ),
         ("counter", "evictions_total", "idle conversations evicted from the KV cache", s.evictions),
         ("counter", "preemptions_total", "running requests preempted for room", s.preemptions),
         ("gauge", "kv_ram_entries", "evicted sequences whose KV cells are kept in host RAM", s.saved_entries),

@@ -772,6 +772,8 @@ def engine_status(mode: str, s: EngineSnapshot) -> str:
         f"{mode} · running {s.running - s.paused}{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
         f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions}"
     )
+    if s.recomputed_tokens:  # what a larger pool (or the RAM tier) would not have paid
+        text += f" · recomputed {s.recomputed_tokens} tokens"
     if s.saves:
         text += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
     return f"{text} · steps {s.steps}"
