@@ -194,25 +194,44 @@ class FakeMemory:
         return True
 
 
+def history(owner: str, n: int = 40) -> list[int]:
+    """A history of its own for each owner: none is the start of another."""
+    return [ord(owner[0])] + list(range(n - 1))
+
+
 def test_the_ram_tier_keeps_within_its_budget_dropping_the_least_recent():
     host = HostCache(250)
     memory = FakeMemory()
     for owner in "abc":
-        host.save(memory, 0, owner, list(range(40)))
+        host.save(memory, 0, owner, history(owner))
     assert len(host) == 2 and host.bytes_used == 200 and host.dropped == 1 and host.get("a") is None
-    host.save(memory, 0, "b", list(range(50)))  # saved again: the newest now
-    host.save(memory, 0, "d", list(range(40)))
-    assert host.get("c") is None and host.get("b").tokens == list(range(50))
-    assert host.best([0, 1, 2, 99]) == ("b", 3) or host.best([0, 1, 2, 99])[1] == 3
+    host.save(memory, 0, "b", history("b", 50))  # saved again: the newest now
+    host.save(memory, 0, "d", history("d"))
+    assert host.get("c") is None and host.get("b").tokens == history("b", 50)
+    assert host.best(history("b")[:3] + [99]) == ("b", 3)
     assert not host.worth_saving(10) and host.worth_saving(40)
     assert host.restore(memory, 3, SavedCells([1], object(), 100)) and memory.restored == [3]
 
 
+def test_a_later_state_of_a_history_replaces_its_earlier_one_and_two_histories_opening_alike_are_both_kept():
+    """Two chats may open alike (the server names them alike) and go on differently: each is kept;
+    a history saved again, longer, holds all its earlier state held."""
+    host = HostCache(1000)
+    memory = FakeMemory()
+    opening = list(range(40))
+    host.save(memory, 0, "first", opening + [1] * 10)
+    host.save(memory, 0, "twin", opening + [2] * 10)
+    assert len(host) == 2
+    host.save(memory, 0, "first again", opening + [1] * 20)
+    assert len(host) == 2 and host.get("first") is None and host.get("twin") is not None
+    assert host.best(opening + [2] * 12) == ("twin", 50) and host.best(opening + [1] * 30) == ("first again", 60)
+
+
 def test_a_state_larger_than_the_budget_is_never_copied_and_pushes_nothing_out():
     host = HostCache(250)
-    host.save(FakeMemory(100), 0, "a", list(range(40)))
+    host.save(FakeMemory(100), 0, "a", history("a"))
     too_big = FakeMemory(251)
-    host.save(too_big, 1, "b", list(range(40)))
+    host.save(too_big, 1, "b", history("b"))
     assert too_big.copies == 0 and host.get("b") is None
     assert host.get("a") is not None and host.bytes_used == 100 and host.dropped == 0
 
@@ -224,13 +243,13 @@ def test_models_on_one_budget_hold_no_more_than_it_together_and_the_largest_give
     b = HostCache(300, budget, lambda: told.append("b"))
     memory = FakeMemory(100)
     for owner in "xyz":
-        a.save(memory, 0, owner, list(range(40)))  # a model alone may fill the budget
+        a.save(memory, 0, owner, history(owner))  # a model alone may fill the budget
     assert a.bytes_used == 300 and told == []
-    b.save(memory, 0, "x", list(range(40)))  # a holds the most: its oldest goes, and it is told
+    b.save(memory, 0, "x", history("x"))  # a holds the most: its oldest goes, and it is told
     assert (a.bytes_used, b.bytes_used, a.get("x"), told) == (200, 100, None, ["a"])
-    b.save(memory, 0, "y", list(range(40)))  # 200 each, b's new entry counted: the first gives way
+    b.save(memory, 0, "y", history("y"))  # 200 each, b's new entry counted: the first gives way
     assert (a.bytes_used, b.bytes_used, told) == (100, 200, ["a", "a"])
-    b.save(memory, 0, "z", list(range(40)))  # b would hold the most now: its own oldest goes
+    b.save(memory, 0, "z", history("z"))  # b would hold the most now: its own oldest goes
     assert (a.bytes_used, b.bytes_used, b.get("x"), told) == (100, 200, None, ["a", "a"])
     assert budget.bytes_used == 300
 
@@ -242,7 +261,7 @@ def test_any_saves_on_any_models_keep_within_the_largest_limit_and_each_models_o
     limits = (300, 500, 200)
     caches = [HostCache(limit, budget) for limit in limits]
     for model, size, owner in saves:
-        caches[model].save(FakeMemory(size), 0, str(owner), list(range(40)))
+        caches[model].save(FakeMemory(size), 0, str(owner), history(str(owner)))
         assert sum(c.bytes_used for c in caches) == budget.bytes_used <= max(limits)
         assert all(c.bytes_used == sum(c.get(o).size for o in map(str, range(6)) if c.get(o)) for c in caches)
         assert all(c.bytes_used <= limit for c, limit in zip(caches, limits))
@@ -251,7 +270,7 @@ def test_any_saves_on_any_models_keep_within_the_largest_limit_and_each_models_o
 def test_a_model_dropped_gives_its_bytes_and_its_share_of_the_limit_back():
     budget = HostBudget()
     kept, dropped = HostCache(100, budget), HostCache(300, budget)
-    dropped.save(FakeMemory(250), 0, "a", list(range(40)))
+    dropped.save(FakeMemory(250), 0, "a", history("a"))
     assert budget.bytes_used == 250 and budget.limit_bytes == 300
     del dropped  # as an unloaded model's engine is freed
     assert budget.bytes_used == 0 and budget.limit_bytes == 100 and budget.caches == [kept]

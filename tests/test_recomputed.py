@@ -55,3 +55,32 @@ def test_a_chat_evicted_without_the_ram_tier_recomputes_its_history_and_says_so(
     assert history - BLOCK - again.stats.cached_tokens <= again.stats.recomputed_tokens <= history
     assert again.stats.recomputed_tokens <= again.stats.evaluated_tokens
     assert snapshot.recomputed_tokens == again.stats.recomputed_tokens
+
+
+def test_two_chats_opening_alike_keep_their_own_histories_through_ram(config):
+    """The server names a chat by its opening, so two people asking the same first question share a
+    name but not their later turns: each history is saved and restored as its own, never computed again."""
+    params = GREEDY.with_(max_tokens=32, ignore_eos=True)
+    opening = [{"role": "system", "content": "You answer questions about the sea."}, *user("What is a tide?")]
+
+    async def turn(client, messages):
+        return await client.complete(messages, params, conversation_id="same opening")
+
+    async def main():
+        async with Started(config.with_(capacity=3, n_ctx=768, kv_unified=True)) as client:
+            histories = {}
+            for follow_up in ("Why are there two a day?", "Which sea has the largest ones?"):
+                first = await turn(client, opening)
+                messages = [*opening, {"role": "assistant", "content": first.text}, *user(follow_up)]
+                second = await turn(client, messages)
+                histories[follow_up] = [*messages, {"role": "assistant", "content": second.text}]
+            # a long chat of another name pushes both out of the pool, into RAM
+            await client.complete(user("Tell me about whales. " * 140), params, conversation_id="other")
+            finals = [await turn(client, [*h, *user("Thank you.")]) for h in histories.values()]
+            return finals, client.snapshot
+
+    finals, snapshot = run(main())
+    assert snapshot.evictions >= 2 and snapshot.restores >= 2
+    for final in finals:
+        assert final.stats.restored_tokens > 0
+        assert final.stats.recomputed_tokens < BLOCK, final.stats

@@ -112,13 +112,16 @@ class HostCache:
         return n_tokens >= MIN_SAVED_TOKENS and self.limit_bytes > 0
 
     def save(self, memory: StateMemory, seq_id: int, owner: str, tokens: list[int], start: int = 0) -> None:
-        """Copy a sequence's cells (those it holds from position `start` on) to RAM under `owner`,
-        replacing what it saved before. Its size is asked first: a state that could never fit is not
-        copied at all, and room is made before the copy, so the budget holds at its peak too."""
+        """Copy a sequence's cells (those it holds from position `start` on) to RAM under `owner` (a
+        key of this history's own), replacing what it saved before and any earlier state of the same
+        history. Its size is asked first: a state that could never fit is not copied at all, and
+        room is made before the copy, so the budget holds at its peak too."""
         size = memory.seq_state_size(seq_id)
         if size > self.limit_bytes:  # the budget is at least as large: it is the largest limit
             return
         self._remove(owner)
+        for other in [o for o, saved in self._entries.items() if _is_prefix(saved.tokens, tokens)]:
+            self._remove(other)  # an earlier state of this history: the new one holds all it held
         while self.bytes_used + size > self.limit_bytes:
             self.drop_oldest()
         self.budget.make_room(self, size)
@@ -171,3 +174,7 @@ class HostCache:
         saved = self._entries.pop(owner, None)
         if saved is not None:
             self.bytes_used -= saved.size
+
+
+def _is_prefix(a: list[int], b: list[int]) -> bool:
+    return len(a) <= len(b) and common_prefix_len(a, b) == len(a)

@@ -39,7 +39,6 @@ class Slot:
         self.seq_id = seq_id
         self.tokens: list[int] = []  # tokens whose cells this slot holds; index = position
         self.cells: list[int] = []  # the ids of those cells (shared ids after a seq_cp)
-        self.owner: str | None = None  # conversation whose cells these are
         self.sequence: Sequence | None = None  # the request using it now
         self.last_used = 0
 
@@ -104,16 +103,18 @@ class KVCacheManager:
         cells are promised to this step's other tokens.
         """
         target = seq.tokens
-        dst = self._pick_slot(seq.request.conversation_id)
+        dst = self._pick_slot(target)
         if dst is None:
             return Acquire.NO_SLOT
         src, n = self._longest_prefix(target) if self.reuse else (dst, 0)
         if self.reuse and self._should_wait(target, n, reading):
             return Acquire.DEFER
-        if dst.tokens and dst.owner != seq.request.conversation_id:
+        found = self._restorable(target, min(n, len(target) - 1))
+        if found is not None and not self._room_to_restore(dst, found[2], reserved) and not all(s.is_idle for s in self.slots):
+            return Acquire.DEFER  # its cells are in RAM: wait for the room running replies will free, not compute them
+        if common_prefix_len(dst.tokens, target) < len(dst.tokens):  # it holds another history: keep it
             self._give_way(dst)
         n, restored = self._fill(dst, target, src, min(n, len(target) - 1), reserved)
-        dst.owner = seq.request.conversation_id
         dst.sequence = seq
         dst.last_used = self._tick()
         seq.slot_id = dst.seq_id
@@ -169,34 +170,53 @@ class KVCacheManager:
         if found is None:
             return None
         owner, n, saved = found
-        if not self.streams and self.free_cells + self._freeable() < reserved + saved.n_cells:
+        if not self._room_to_restore(dst, saved, reserved):
             return None
+        keep = self._holder(dst, saved)  # it must stay while room is made: the cells go on from it
         self._truncate(dst, 0)
-        room = self.make_room(reserved + saved.n_cells)
-        src, held = self._longest_prefix(target)  # making room may have evicted the shared prefix
-        if not room or held < saved.start or not self.host.restore(self._mem, dst.seq_id, saved):
+        if not self.make_room(reserved + saved.n_cells, keep) or not self.host.restore(self._mem, dst.seq_id, saved):
             self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
-        if saved.start:  # never with streams: their cells are never shared
-            self._copy(src, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
+        if keep is not None:  # never with streams: their cells are never shared
+            self._copy(keep, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
         del dst.cells[saved.start :]
         self._add_cells(dst, saved.n_cells)
         dst.tokens = list(saved.tokens)
         self.host.taken(owner, n)
         return self._truncate(dst, n)
 
-    def _pick_slot(self, conversation_id: str | None) -> Slot | None:
+    def _holder(self, dst: Slot, saved: SavedCells) -> Slot | None:
+        """Another slot holding the prefix the saved cells left out (None when none was left out)."""
+        if not saved.start:
+            return None
+        held = [s for s in self.slots if s is not dst and common_prefix_len(s.tokens, saved.tokens) >= saved.start]
+        return held[0] if held else None
+
+    def _room_to_restore(self, dst: Slot, saved: SavedCells, reserved: int) -> bool:
+        """Whether the saved cells can come back now: their shared prefix is held by another slot,
+        and idle slots but that one give room for the cells they bring back."""
+        if self.streams:
+            return True  # a stream holds its own sequence's cells, whatever the others hold
+        keep = self._holder(dst, saved)
+        if saved.start and keep is None:
+            return False
+        freeable = sum(len(s.cells) for s in self.slots if s.is_idle and s is not keep)
+        return self.free_cells + freeable >= reserved + saved.n_cells
+
+    def _pick_slot(self, target: list[int]) -> Slot | None:
+        """An idle slot for `target`: the one whose whole history it goes on (the longest), else an
+        empty one, else the least recently used (its history goes to RAM). By the tokens held, not
+        the conversation's name: two chats opening alike (so named alike) are two histories."""
         idle = [s for s in self.slots if s.is_idle]
         if not idle:
             return None
-        if conversation_id is not None:
-            for s in idle:
-                if s.owner == conversation_id:
-                    return s
+        continued = [s for s in idle if s.tokens and common_prefix_len(s.tokens, target) == len(s.tokens)]
+        if continued:
+            return max(continued, key=lambda s: len(s.tokens))
         empty = [s for s in idle if not s.tokens]
         if empty:
             return empty[0]
-        return min(idle, key=lambda s: s.last_used)  # its conversation loses its cache
+        return min(idle, key=lambda s: s.last_used)
 
     def _longest_prefix(self, target: list[int]) -> tuple[Slot | None, int]:
         """The slot holding the longest prefix of `target` (the shortest such slot: copying it
@@ -244,9 +264,8 @@ class KVCacheManager:
         """Take a running request's cells back; it restores or recomputes them when it resumes."""
         slot = self.slots[seq.slot_id]
         self.computed.add(seq.tokens, seq.num_computed)
-        self._save(slot, seq.request.conversation_id or seq.request_id)
+        self._save(slot)
         self._truncate(slot, 0)
-        slot.owner = None
         slot.sequence = None
         seq.slot_id = None
         seq.num_computed = 0
@@ -284,11 +303,11 @@ class KVCacheManager:
     def _freeable(self) -> int:
         return sum(len(s.cells) for s in self.slots if s.is_idle)
 
-    def make_room(self, n: int) -> bool:
-        """Evict idle slots, least recently used first, until `n` cells are free. With streams
-        there is nothing to make: each sequence writes into its own stream only."""
+    def make_room(self, n: int, keep: Slot | None = None) -> bool:
+        """Evict idle slots (but `keep`), least recently used first, until `n` cells are free. With
+        streams there is nothing to make: each sequence writes into its own stream only."""
         while not self.streams and self.free_cells < n:
-            victims = [s for s in self.slots if s.is_idle and s.tokens]
+            victims = [s for s in self.slots if s.is_idle and s.tokens and s is not keep]
             if not victims:
                 return False
             self.evict(min(victims, key=lambda s: s.last_used))
@@ -297,39 +316,38 @@ class KVCacheManager:
     def evict(self, slot: Slot) -> None:
         self._give_way(slot)
         self._truncate(slot, 0)
-        slot.owner = None
 
     def _give_way(self, slot: Slot) -> None:
         """The slot's conversation loses its cells: they go to RAM first, when worth keeping."""
         self.evictions += 1
-        self._save(slot, slot.owner or f"slot {slot.seq_id} at {self._tick()}")
+        self._save(slot)
 
-    def _save(self, slot: Slot, owner: str) -> None:
-        """Copy the slot's cells to RAM; a prefix it shares with another slot (a system prompt) is
-        left out: restoring shares it again instead of holding a copy."""
+    def _save(self, slot: Slot) -> None:
+        """Copy the slot's cells to RAM, under a key of their own: two chats may share a name (the
+        server names a chat by its opening) and not their histories. A prefix it shares with another
+        slot (a system prompt) is left out: restoring shares it again instead of holding a copy."""
         if self.host is None:
             return
         holder, start = self._sharing(slot)
         if start < MIN_SHARED_PREFIX or not self._mem.seq_rm(slot.seq_id, 0, start):
             holder, start = None, 0
         if self.host.worth_saving(len(slot.tokens) - start):
-            self.host.save(self._mem, slot.seq_id, owner, slot.tokens, start)
+            self.host.save(self._mem, slot.seq_id, f"history {self._tick()}", slot.tokens, start)
         if holder is not None:
             self._mem.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
 
     def _sharing(self, slot: Slot) -> tuple[Slot | None, int]:
-        """The other slot sharing the most leading cells with `slot`, and how many."""
-        best, best_n = None, 0
-        for other in self.slots:
-            n = common_prefix_len(other.cells, slot.cells) if other is not slot else 0
-            if n > best_n:
-                best, best_n = other, n
-        return best, best_n
+        """A slot sharing leading cells with `slot`, and how many: the longest prefix that at least
+        two other slots share (a system prompt, a story several replies read). A prefix only one
+        other slot shares (a chat that opened alike) may be gone when these cells come back, and
+        with it any use of them: such cells are saved with the rest."""
+        shares = sorted(((common_prefix_len(o.cells, slot.cells), o) for o in self.slots if o is not slot), key=lambda t: -t[0])
+        n = shares[1][0] if len(shares) > 1 else 0
+        return (shares[0][1], n) if n else (None, 0)
 
     def clear(self) -> None:
         for s in self.slots:
             self._truncate(s, 0)
-            s.owner = None
         if self.host is not None:
             self.host.clear()
 

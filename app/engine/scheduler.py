@@ -23,7 +23,8 @@ Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens t
 HEADROOM = 64  # tokens of each running reply kept free for it when admitting others
 MAX_BYPASSES = 8  # a waiting request is passed by cheaper, cached ones at most this many times
 # time slices under pressure: a request kept waiting this many steps (about 2 s on a CPU) takes the
-# turn of the running reply that has had the longest one, at least SLICE_TOKENS tokens
+# turn of the running reply that has had the longest one, at least SLICE_TOKENS tokens, and has more
+# than SLICE_TOKENS to go (one about to end frees its place sooner than a save and restore would)
 SLICE_STEPS = 32
 SLICE_TOKENS = 16
 
@@ -194,7 +195,10 @@ class Scheduler:
         longest = [
             s
             for s in self.stepping()
-            if s.is_decoding and s.num_generated - s.turn_start >= SLICE_TOKENS and s.request.priority <= head.request.priority
+            if s.is_decoding
+            and s.num_generated - s.turn_start >= SLICE_TOKENS
+            and s.params.max_tokens - s.num_generated > SLICE_TOKENS
+            and s.request.priority <= head.request.priority
         ]
         if longest:
             self._preempt(max(longest, key=lambda s: s.num_generated - s.turn_start), back=True)
