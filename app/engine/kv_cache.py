@@ -16,7 +16,7 @@ from enum import Enum, auto
 from typing import Protocol
 
 from .computed import ComputedPrefixes
-from .host_cache import HostCache, SavedCells, StateMemory
+from .host_cache import MIN_SAVED_TOKENS, HostCache, SavedCells, StateMemory
 from .prefix import common_prefix_len
 from .sequence import Sequence
 
@@ -39,6 +39,7 @@ class Slot:
         self.seq_id = seq_id
         self.tokens: list[int] = []  # tokens whose cells this slot holds; index = position
         self.cells: list[int] = []  # the ids of those cells (shared ids after a seq_cp)
+        self.owner: str | None = None  # the name of the chat it last served (two chats may share one)
         self.sequence: Sequence | None = None  # the request using it now
         self.last_used = 0
 
@@ -112,9 +113,13 @@ class KVCacheManager:
         found = self._restorable(target, min(n, len(target) - 1))
         if found is not None and not self._room_to_restore(dst, found[2], reserved) and not all(s.is_idle for s in self.slots):
             return Acquire.DEFER  # its cells are in RAM: wait for the room running replies will free, not compute them
-        if common_prefix_len(dst.tokens, target) < len(dst.tokens):  # it holds another history: keep it
+        lost = len(dst.tokens) - common_prefix_len(dst.tokens, target)
+        # another chat's history, or a long tail of one of this name (a twin's reply) goes to RAM; a
+        # short tail of its own (a regenerated reply) is cheaper to compute again than to keep
+        if lost >= MIN_SAVED_TOKENS or (lost and dst.owner != seq.request.conversation_id):
             self._give_way(dst)
         n, restored = self._fill(dst, target, src, min(n, len(target) - 1), reserved)
+        dst.owner = seq.request.conversation_id
         dst.sequence = seq
         dst.last_used = self._tick()
         seq.slot_id = dst.seq_id
@@ -205,18 +210,20 @@ class KVCacheManager:
 
     def _pick_slot(self, target: list[int]) -> Slot | None:
         """An idle slot for `target`: the one whose whole history it goes on (the longest), else an
-        empty one, else the least recently used (its history goes to RAM). By the tokens held, not
-        the conversation's name: two chats opening alike (so named alike) are two histories."""
+        empty one, else the one holding the most of it (a regenerated reply's own slot), the least
+        recently used among equals. By the tokens held, not the conversation's name: two chats
+        opening alike (so named alike) are two histories."""
         idle = [s for s in self.slots if s.is_idle]
         if not idle:
             return None
-        continued = [s for s in idle if s.tokens and common_prefix_len(s.tokens, target) == len(s.tokens)]
+        held = {s.seq_id: common_prefix_len(s.tokens, target) for s in idle}
+        continued = [s for s in idle if s.tokens and held[s.seq_id] == len(s.tokens)]
         if continued:
             return max(continued, key=lambda s: len(s.tokens))
         empty = [s for s in idle if not s.tokens]
         if empty:
             return empty[0]
-        return min(idle, key=lambda s: s.last_used)
+        return max(idle, key=lambda s: (held[s.seq_id], -s.last_used))
 
     def _longest_prefix(self, target: list[int]) -> tuple[Slot | None, int]:
         """The slot holding the longest prefix of `target` (the shortest such slot: copying it
