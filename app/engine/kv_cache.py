@@ -110,6 +110,7 @@ class KVCacheManager:
         src, n = self._longest_prefix(target) if self.reuse else (dst, 0)
         if self.reuse and self._should_wait(target, n, reading):
             return Acquire.DEFER
+        # _fill looks it up again: giving way below saves dst's history, which may replace this entry
         found = self._restorable(target, min(n, len(target) - 1))
         if found is not None and not self._room_to_restore(dst, found[2], reserved) and not all(s.is_idle for s in self.slots):
             return Acquire.DEFER  # its cells are in RAM: wait for the room running replies will free, not compute them
