@@ -201,6 +201,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         for model in models:
             await warm_up(client, model)
         lanes = [(model, k, conversations[k :: s.parallel]) for model in models for k in range(s.parallel)]
+        before = [client.snapshot_of(model) for model in models]
         cpu0, t0 = os.times(), time.perf_counter()
         results = await asyncio.gather(
             *(_run_lane(client, k, lane, s.parallel, params, progress, model, t0) for model, k, lane in lanes)
@@ -214,6 +215,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         await client.close()
     records = [r for lane in results for r in lane]
     run = _summarise(s, config, records, wall, (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), snapshots, steps)
+    run |= _host_time(run["gen_tokens"], wall, before, snapshots)
     run["kv_pool_bytes"] = sum(info.kv_bytes for info in infos)  # the pools' memory, as llama.cpp allocated it
     run["n_ctx"] = infos[0].n_ctx  # the pool as allocated (the config's 0 means sized by default)
     run["kv_layout"] = infos[0].kv_layout
@@ -337,6 +339,20 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
     }
 
 
+def _host_time(gen: int, wall: float, before, after) -> dict:
+    """Where the run's time went besides the model: wall time minus time in llama_decode, per
+    generated token (the engine's own work, the event loop's and any wait between steps), and of
+    that what the engine's steps took around their decodes (scheduling, batch, sampling, text)."""
+    decode = sum(a.decode_s - b.decode_s for a, b in zip(after, before, strict=True))
+    steps = sum(a.step_s - b.step_s for a, b in zip(after, before, strict=True))
+    per_token = 1e6 / gen if gen else math.nan
+    return {
+        "decode_s": decode,
+        "host_us_per_token": (wall - decode) * per_token,
+        "step_host_us_per_token": (steps - decode) * per_token,
+    }
+
+
 def _by_model(records: list[dict]) -> dict[str, dict]:
     """Each model's tokens and its own speed: its tokens over the time until its last reply ended."""
     figures = {}
@@ -358,13 +374,13 @@ def _ideal_hit_rate(records: list[dict]) -> float | None:
 def format_table(runs: list[dict]) -> str:
     header = (
         f"{'configuration':<40} {'parallel':>8} {'throughput tok/s':>17} {'avg latency ms':>15} "
-        f"{'ITL p95 ms':>11} {'TTFT p50 ms':>12} {'KV hit':>7} {'CPU util':>9}"
+        f"{'ITL p95 ms':>11} {'TTFT p50 ms':>12} {'KV hit':>7} {'CPU util':>9} {'host us/tok':>12}"
     )
     lines = [header, "-" * len(header)]
     for r in runs:
         lines.append(
             f"{r['configuration']:<40} {r['parallel']:>8} {r['agg_tok_s']:>17.1f} {r['avg_latency_ms']:>15.1f} "
-            f"{1000 * r['itl_p95_s']:>11.0f} {1000 * r['ttft_p50_s']:>12.0f} {_pct(r['kv_hit_rate']):>7} {_pct(r['cpu_util']):>9}"
+            f"{1000 * r['itl_p95_s']:>11.0f} {1000 * r['ttft_p50_s']:>12.0f} {_pct(r['kv_hit_rate']):>7} {_pct(r['cpu_util']):>9} {r['host_us_per_token']:>12.0f}"
         )
     return "\n".join(lines)
 

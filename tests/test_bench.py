@@ -39,3 +39,6 @@ def test_later_turns_find_their_whole_history_cached(model_path, unified):
         r["ideal_cached_tokens"] for r in result["requests"] if r["turn"]
     ]
     assert result["notes"] == []
+    # the time beside the model's: positive, and what the steps spent of it no more than the whole
+    assert 0 < result["decode_s"] < result["wall_s"]
+    assert 0 < result["step_host_us_per_token"] <= result["host_us_per_token"]

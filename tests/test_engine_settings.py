@@ -100,7 +100,7 @@ def test_a_quantized_k_cache_or_flash_attention_alone_is_fine():
 # -- the command line ------------------------------------------------------------------------------
 
 LLAMA_FLAGS = ["-ngl", "all", "-mg", "0", "-fa", "off", "-ctk", "q8_0", "-ctv", "f16", "--mlock", "--no-mmap"]
-LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024", "-cram", "512", "-kvu", "off"]
+LLAMA_FLAGS += ["-t", "2", "-tb", "1", "-c", "1024", "-cram", "512", "-kvu", "off", "--backend-sampling", "on"]
 EXPECTED = {
     "gpu_layers": GPU_LAYERS_ALL,
     "main_gpu": 0,
@@ -114,6 +114,7 @@ EXPECTED = {
     "n_ctx": 1024,
     "cache_ram_mib": 512,
     "kv_unified": False,
+    "backend_sampling": True,
 }
 
 

@@ -340,6 +340,7 @@ class LlamaBackend:
         self._placement = _placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
         self._pieces: dict[int, bytes] = {}
         self._spellings: dict[int, bytes] = {}
         self.info = self._read_info(config.model_path)
@@ -537,6 +538,14 @@ class LlamaBackend:
         return f"a stream per sequence, {streams} × {self.n_ctx_seq} cells ({layout.reason})"
 
     @property
+    def samples_in_graph(self) -> bool:
+        """Whether tokens are drawn inside the decode graph (llama.cpp's backend sampling): set by
+        EngineConfig.backend_sampling, or where the output layer runs on a GPU. On a CPU the graph
+        draws slower than the host does (docs/performance.md)."""
+        chosen = self.config.backend_sampling
+        return self.info.gpu_layers > self.info.n_layer if chosen is None else chosen
+
+    @property
     def streams(self) -> bool:
         """Whether each sequence has a stream of its own (llama.cpp's kv_unified off)."""
         return not self.layout.unified
@@ -641,6 +650,49 @@ class LlamaBackend:
     def sample(self, sampler, row: int) -> int:
         return ll.llama_sampler_sample(sampler, self.ctx, row)
 
+    def top_tokens(self, rows: list[int]) -> list[int]:
+        """The top-logit token of each batch row in `rows` (greedy, as llama.cpp's greedy sampler: the
+        first of equals), from one view of the last decode's logits: no pass over the vocabulary per
+        token in Python, no candidate array per token as a sampler chain builds."""
+        if not rows:
+            return []
+        batch = self.batch
+        wanted = batch.logits[: batch.n_tokens]
+        n_outputs = int(np.count_nonzero(wanted))
+        address = ctypes.addressof(ll.llama_get_logits(self.ctx).contents)
+        logits = np.frombuffer((ctypes.c_float * (n_outputs * self.n_vocab)).from_address(address), dtype=np.float32)
+        logits = logits.reshape(n_outputs, self.n_vocab)
+        outputs = np.cumsum(wanted, dtype=np.int32)[rows] - 1  # llama.cpp keeps the outputs in batch order
+        if len(outputs) == n_outputs:
+            return logits.argmax(axis=1)[outputs].tolist()
+        return logits[outputs].argmax(axis=1).tolist()
+
+    def attach_sampler(self, seq_id: int, sampler) -> bool:
+        """Sample `seq_id`'s outputs with `sampler` inside the decode graph (None: on the host, from
+        the logits); False when llama.cpp cannot run one of its samplers there. A change makes the next
+        decode build its graph anew, so a sampler stays attached until another takes its place."""
+        if self._attached.get(seq_id) == sampler:
+            return True
+        if not ll.llama_set_sampler(self.ctx, seq_id, sampler):
+            ll.llama_set_sampler(self.ctx, seq_id, None)
+            self._attached.pop(seq_id, None)
+            return False
+        self._attached[seq_id] = sampler
+        return True
+
+    def sampled(self, sampler, row: int) -> int:
+        """The token the graph drew at batch row `row` with `sampler` attached, which then takes it
+        into its state (penalties, the random draw) as llama_sampler_sample does."""
+        token = ll.llama_get_sampled_token_ith(self.ctx, row)
+        ll.llama_sampler_accept(sampler, token)
+        return token
+
+    def free_sampler(self, sampler) -> None:
+        for seq_id in [seq_id for seq_id, attached in self._attached.items() if attached == sampler]:
+            ll.llama_set_sampler(self.ctx, seq_id, None)  # the graph must not keep a freed sampler
+            del self._attached[seq_id]
+        ll.llama_sampler_free(sampler)
+
     def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool) -> tuple[int, TokenProbs]:
         """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
         keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
@@ -661,10 +713,6 @@ class LlamaBackend:
         ll.llama_sampler_accept(sampler, token)
         kept_logits = None if greedy else kept["logit"].copy()
         return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self.spell)
-
-    @staticmethod
-    def free_sampler(sampler) -> None:
-        ll.llama_sampler_free(sampler)
 
     # -- KV memory -------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from .params import EngineConfig, Policy, ServingMode
 from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
-from .sequence import Request, Sequence
+from .sequence import Draw, Request, Sequence
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -63,6 +63,7 @@ class Engine:
         self._arrivals = 0
         self._generated = 0
         self._n_steps = 0
+        self._step_s = self._decode_s = 0.0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
         self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
         self.snapshot = self._snapshot()
@@ -131,7 +132,15 @@ class Engine:
         seq.notice = prompt.notice
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
         seq.sampler = self.backend.new_sampler(request.params, seed, prompt.tokens)
+        seq.draw = self._draw_for(request.params)
         self.scheduler.add(seq)
+
+    def _draw_for(self, params, in_graph: bool | None = None) -> Draw:
+        if params.n_probs is not None:
+            return Draw.PROBS
+        if self.backend.samples_in_graph if in_graph is None else in_graph:
+            return Draw.IN_GRAPH
+        return Draw.ARGMAX if params.temperature <= 0 and not params.penalizes else Draw.CHAIN
 
     def cancel(self, request_id: str) -> None:
         seq = self.scheduler.find(request_id)
@@ -182,9 +191,7 @@ class Engine:
         if rc == 0:
             for seq, n in plan:
                 self.kv.commit(seq, n)
-            for seq, _ in plan:
-                if seq.row >= 0:
-                    self._sample(seq, events)
+            self._sample_all([seq for seq, _ in plan if seq.row >= 0], events)
         else:
             self._on_decode_failure(rc, plan, events)
         self._record_step(plan, n_decode, t0, t1, t2)
@@ -200,9 +207,27 @@ class Engine:
             start = seq.num_computed
             wants_logits = start + n == len(seq.tokens)
             seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
+            if wants_logits:
+                self._place_sampler(seq)
 
-    def _sample(self, seq: Sequence, events: list[Event]) -> None:
-        token, probs = self._draw(seq)
+    def _place_sampler(self, seq: Sequence) -> None:
+        """Attach the sequence's sampler to its slot for the decode graph, or (sampling on the host)
+        take another's off it: llama.cpp would draw with that one and copy no logits."""
+        wanted = seq.sampler if seq.draw is Draw.IN_GRAPH else None
+        if not self.backend.attach_sampler(seq.slot_id, wanted):
+            seq.draw = self._draw_for(seq.params, in_graph=False)  # one of its samplers cannot run there
+
+    def _sample_all(self, seqs: list[Sequence], events: list[Event]) -> None:
+        """Draw every sequence's next token; greedy ones from one pass over their rows' logits."""
+        greedy = [seq for seq in seqs if seq.draw is Draw.ARGMAX]
+        top = dict(zip(greedy, self.backend.top_tokens([seq.row for seq in greedy]), strict=True))
+        for seq in seqs:
+            token, probs = top.get(seq), None
+            if token is None or (seq.params.ignore_eos and self.backend.is_eog(token)):
+                token, probs = self._draw(seq)  # the chain bans end-of-generation tokens when told to
+            self._take(seq, token, probs, events)
+
+    def _take(self, seq: Sequence, token: int, probs: TokenProbs | None, events: list[Event]) -> None:
         now = time.monotonic()
         seq.tokens.append(token)
         seq.stats.on_token(now)
@@ -226,9 +251,11 @@ class Engine:
 
     def _draw(self, seq: Sequence) -> tuple[int, TokenProbs | None]:
         params = seq.params
-        if params.n_probs is None:
-            return self.backend.sample(seq.sampler, seq.row), None
-        return self.backend.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
+        if seq.draw is Draw.IN_GRAPH:
+            return self.backend.sampled(seq.sampler, seq.row), None
+        if seq.draw is Draw.PROBS:
+            return self.backend.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
+        return self.backend.sample(seq.sampler, seq.row), None
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
         # llama.cpp rolled the batch back; with more room the next step tries again
@@ -283,6 +310,8 @@ class Engine:
             batch_limit=scheduler.batch_limit,
         )
         self.steps.append(step)
+        self._step_s += step.step_s
+        self._decode_s += step.decode_s
         if step.n_prefill_tokens >= step.n_tokens // 2 > 0:  # mostly prompt: what a token of it costs now
             self.kv.recompute_s_per_token = step.decode_s / step.n_tokens
         if scheduler.limits is not None:
@@ -302,6 +331,8 @@ class Engine:
             preemptions=self.scheduler.preemptions,
             steps=self._n_steps,
             generated_tokens=self._generated,
+            step_s=self._step_s,
+            decode_s=self._decode_s,
             recomputed_tokens=kv.recomputed_tokens,
             paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
             **self._tier_figures(),

@@ -25,6 +25,15 @@ class Request:
     model: str | None = None  # the name of the loaded model that serves it (None: the default model)
 
 
+class Draw(Enum):
+    """How a sequence's next token is drawn from the logits of its batch row."""
+
+    IN_GRAPH = auto()  # by its sampler chain inside llama.cpp's decode graph (backend sampling)
+    ARGMAX = auto()  # greedy with nothing to penalise: the top logit, read for every such row at once
+    CHAIN = auto()  # by its sampler chain on the host, over the whole vocabulary
+    PROBS = auto()  # by the chain on the host, keeping what it left: the token probabilities asked for
+
+
 class SequenceStatus(Enum):
     WAITING = auto()
     RUNNING = auto()
@@ -45,6 +54,7 @@ class Sequence:
         self.queued_step = 0  # the scheduler's step when it last joined the queue
         self.turn_start = 0  # tokens it had generated when last admitted: its turn's share so far
         self.sampler = None
+        self.draw = Draw.CHAIN
         self.row = -1  # batch row whose logits this sequence samples in the current step
         self.stream = TextStream(request.params.stop + stop)
         self.stats = stats

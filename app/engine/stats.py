@@ -166,6 +166,8 @@ class EngineSnapshot:
     preemptions: int
     steps: int
     generated_tokens: int
+    step_s: float = 0.0  # time in steps since the engine started: schedule, decode, sample, events
+    decode_s: float = 0.0  # of which in llama_decode
     paused: int = 0  # running sequences beyond the batch limit: they keep their cells and wait their turn
     # the RAM tier: evicted cells kept in host memory
     saved_entries: int = 0
