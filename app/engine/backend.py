@@ -294,10 +294,11 @@ class Batch:
             seq_id=self._seq_id_rows,
             logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
         )
-        self.n_tokens = 0
+        self.clear()
 
     def clear(self) -> None:
         self.n_tokens = 0
+        self.output_rows: list[int] = []  # the rows whose logits the decode keeps, in batch order
 
     def add(self, seq_id: int, tokens, start_pos: int, logits_last: bool) -> int:
         """Append tokens of one sequence; return the row whose logits will be read (or -1)."""
@@ -306,13 +307,17 @@ class Batch:
         end = i + n
         if end > self.capacity:
             raise ValueError(f"batch overflow: {end} > {self.capacity}")
-        self.token[i:end] = tokens
-        self.pos[i:end] = np.arange(start_pos, start_pos + n, dtype=np.int32)
-        self.seq_id[i:end] = seq_id
-        self.logits[i:end] = 0
+        if n == 1:  # a generating sequence's next token: plain item writes beat slicing
+            self.token[i], self.pos[i], self.seq_id[i] = tokens[0], start_pos, seq_id
+        else:
+            self.token[i:end] = tokens
+            self.pos[i:end] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+            self.seq_id[i:end] = seq_id
+            self.logits[i : end - 1] = 0
         self.n_tokens = end
+        self.logits[end - 1] = logits_last
         if logits_last:
-            self.logits[end - 1] = 1
+            self.output_rows.append(end - 1)
             return end - 1
         return -1
 
@@ -340,6 +345,7 @@ class LlamaBackend:
         self._placement = _placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._logits_address, self._logits = 0, np.empty((0, 0), dtype=np.float32)
         self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
         self._pieces: dict[int, bytes] = {}
         self._spellings: dict[int, bytes] = {}
@@ -352,6 +358,7 @@ class LlamaBackend:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self._token_ids = np.arange(self.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
         self.eog_tokens = tuple(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t))
+        self._eog = frozenset(self.eog_tokens)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -607,7 +614,7 @@ class LlamaBackend:
         return tuple(sorted(texts))
 
     def is_eog(self, token: int) -> bool:
-        return ll.llama_vocab_is_eog(self.vocab, token)
+        return token in self._eog
 
     # -- decoding and sampling -------------------------------------------------------------
 
@@ -656,16 +663,23 @@ class LlamaBackend:
         token in Python, no candidate array per token as a sampler chain builds."""
         if not rows:
             return []
-        batch = self.batch
-        wanted = batch.logits[: batch.n_tokens]
-        n_outputs = int(np.count_nonzero(wanted))
+        outputs = self.batch.output_rows  # llama.cpp keeps the outputs in batch order
+        logits = self._logits_view()[: len(outputs)]
+        if rows == outputs:
+            return logits.argmax(axis=1).tolist()
+        index = {row: k for k, row in enumerate(outputs)}
+        return logits[[index[row] for row in rows]].argmax(axis=1).tolist()
+
+    def _logits_view(self) -> np.ndarray:
+        """The last decode's logits, a row per output, as numpy sees them (no copy). llama.cpp's
+        buffer holds a row for each sequence at least; the view is made anew when it moves."""
         address = ctypes.addressof(ll.llama_get_logits(self.ctx).contents)
-        logits = np.frombuffer((ctypes.c_float * (n_outputs * self.n_vocab)).from_address(address), dtype=np.float32)
-        logits = logits.reshape(n_outputs, self.n_vocab)
-        outputs = np.cumsum(wanted, dtype=np.int32)[rows] - 1  # llama.cpp keeps the outputs in batch order
-        if len(outputs) == n_outputs:
-            return logits.argmax(axis=1)[outputs].tolist()
-        return logits[outputs].argmax(axis=1).tolist()
+        if address != self._logits_address:
+            rows = self.config.capacity
+            buffer = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
+            self._logits = np.frombuffer(buffer, dtype=np.float32).reshape(rows, self.n_vocab)
+            self._logits_address = address
+        return self._logits
 
     def attach_sampler(self, seq_id: int, sampler) -> bool:
         """Sample `seq_id`'s outputs with `sampler` inside the decode graph (None: on the host, from
