@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 
 from .engine.errors import ModelLoadError
-from .engine.params import AUTO_ON_OFF, GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, Policy, ServingMode
+from .engine.params import GPU_LAYERS_ALL, KV_UNIFIED, CacheType, EngineConfig, FlashAttn, Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -108,13 +108,13 @@ def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str, threads: b
         help="KV cache type for V (default f16; quantized needs flash attention)",
     )
     group.add_argument(
-        "-kvu", "--kv-unified", choices=list(AUTO_ON_OFF), default=quiet,
+        "-kvu", "--kv-unified", choices=list(KV_UNIFIED), default=quiet,
         help="on: one KV pool for all sequences; off: a stream of ctx/parallel cells each, faster on long chats; "
         "auto (default): streams where each holds a long chat",
     )  # fmt: skip
     group.add_argument(
-        "--backend-sampling", choices=list(AUTO_ON_OFF), default=quiet,
-        help="draw tokens inside llama.cpp's decode graph (on) or on the host (off); auto (default): on a GPU",
+        "--backend-sampling", choices=["on", "off"], default=quiet,
+        help="draw tokens inside llama.cpp's decode graph (default off: the host draws faster)",
     )  # fmt: skip
     group.add_argument("--mlock", action="store_true", default=quiet, help="keep the model in RAM (no swapping)")
     group.add_argument("--no-mmap", action="store_true", default=quiet, help="read the model into memory instead of mapping it")
@@ -143,8 +143,10 @@ def engine_overrides(args: argparse.Namespace) -> dict:
             value = CacheType(value)
         elif flag == "no_mmap":
             value = not value
-        elif flag in ("kv_unified", "backend_sampling"):
-            value = AUTO_ON_OFF[value]
+        elif flag == "kv_unified":
+            value = KV_UNIFIED[value]
+        elif flag == "backend_sampling":
+            value = value == "on"
         changes[name] = value
     problem = EngineConfig(model_path="", **changes).problem()
     if problem:

@@ -208,6 +208,22 @@ def test_build_info_says_cpu_only_with_the_cpu_features():
     assert cpus and cpus[0].total_bytes > 0  # the ggml device API, reached through llama-cpp-python's library
 
 
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({}, "off"),  # auto, attention on the CPU, f16: off (the faster there)
+        ({"cache_type_v": CacheType.Q8_0}, "on"),  # a quantized V cache needs it
+        ({"flash_attn": FlashAttn.ON}, "on"),  # asked for
+    ],
+)
+def test_automatic_flash_attention_is_off_on_the_cpu_with_an_f16_cache(model_path, changes, expected):
+    backend = _backend(model_path, **changes)
+    try:
+        assert backend.info.flash_attn == expected  # as llama.cpp logged it
+    finally:
+        backend.close()
+
+
 def test_q8_0_cache_takes_about_half_the_memory_of_f16(model_path):
     f16 = _backend(model_path)
     try:

@@ -484,7 +484,7 @@ class LlamaBackend:
         params.n_seq_max = config.capacity
         params.n_threads = config.n_threads
         params.n_threads_batch = config.threads_batch
-        params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
+        params.flash_attn_type = self._flash_attn_type(config)
         params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
         params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
         self.layout = choose_layout(n_ctx, config.capacity, ll.llama_model_n_ctx_train(self.model), config.kv_unified)
@@ -493,6 +493,15 @@ class LlamaBackend:
         params.no_perf = True
         _log_tail.clear()
         return params
+
+    def _flash_attn_type(self, config: EngineConfig) -> int:
+        """llama.cpp's auto turns flash attention on wherever it can. Measured (docs/performance.md):
+        on an H200 that is right (1.24x), but where attention runs on the CPU with an f16 V cache it
+        is the slow choice (0.69x), so auto means off there; a quantized V cache needs it on."""
+        on_cpu = self.n_gpu_layers == 0 or not self.build.gpus
+        if config.flash_attn is FlashAttn.AUTO and on_cpu and not config.cache_type_v.is_quantized:
+            return ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        return _FLASH_ATTN_TYPES[config.flash_attn]
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
@@ -543,14 +552,6 @@ class LlamaBackend:
             return f"one pool ({layout.reason})"
         streams = self.n_ctx // max(1, self.n_ctx_seq)
         return f"a stream per sequence, {streams} × {self.n_ctx_seq} cells ({layout.reason})"
-
-    @property
-    def samples_in_graph(self) -> bool:
-        """Whether tokens are drawn inside the decode graph (llama.cpp's backend sampling): set by
-        EngineConfig.backend_sampling, or where the output layer runs on a GPU. On a CPU the graph
-        draws slower than the host does (docs/performance.md)."""
-        chosen = self.config.backend_sampling
-        return self.info.gpu_layers > self.info.n_layer if chosen is None else chosen
 
     @property
     def streams(self) -> bool:

@@ -138,7 +138,7 @@ class Engine:
     def _draw_for(self, params, in_graph: bool | None = None) -> Draw:
         if params.n_probs is not None:
             return Draw.PROBS
-        if self.backend.samples_in_graph if in_graph is None else in_graph:
+        if self.config.backend_sampling if in_graph is None else in_graph:
             return Draw.IN_GRAPH
         return Draw.ARGMAX if params.temperature <= 0 and not params.penalizes else Draw.CHAIN
 

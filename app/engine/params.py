@@ -53,12 +53,12 @@ class FlashAttn(str, Enum):
     AUTO = "auto"
 
 
-# a llama.cpp switch with auto (-kvu, --backend-sampling): on, off, or None for auto (the engine chooses)
-AUTO_ON_OFF = {"auto": None, "on": True, "off": False}
+# llama.cpp's -kvu as a setting: on (one pool), off (a stream per sequence), or auto (pool.choose_layout)
+KV_UNIFIED = {"auto": None, "on": True, "off": False}
 
 
-def auto_on_off_name(value: bool | None) -> str:
-    return next(name for name, v in AUTO_ON_OFF.items() if v is value)
+def kv_unified_name(value: bool | None) -> str:
+    return next(name for name, v in KV_UNIFIED.items() if v is value)
 
 
 class CacheType(str, Enum):
@@ -188,10 +188,10 @@ class EngineConfig:
     n_threads_batch: int | None = None  # threads for prompt batches; None: n_threads
     # the KV cache's RAM tier (llama-server's --cache-ram): MiB of host memory for evicted cells; 0: none
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
-    # llama.cpp's --backend-sampling: tokens drawn inside the decode graph, not by a pass over the
-    # vocabulary on the engine thread; None: where the output layer is on a GPU (on a CPU the graph
-    # draws slower than the host). A request wanting token probabilities samples on the host
-    backend_sampling: bool | None = None
+    # llama.cpp's --backend-sampling: each sequence's sampler chain runs inside the decode graph.
+    # Off by default: measured slower than drawing on the host, on the CPU and on an H200
+    # (docs/performance.md); a request wanting token probabilities samples on the host either way
+    backend_sampling: bool = False
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)

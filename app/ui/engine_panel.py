@@ -30,15 +30,15 @@ from qasync import asyncSlot
 from app.client import EngineClient
 from app.engine.errors import EngineError
 from app.engine.params import (
-    AUTO_ON_OFF,
     GPU_LAYERS_ALL,
+    KV_UNIFIED,
     CacheType,
     EngineConfig,
     FlashAttn,
     OverflowPolicy,
     Policy,
     ServingMode,
-    auto_on_off_name,
+    kv_unified_name,
 )
 from app.engine.pool import format_bytes
 
@@ -206,7 +206,7 @@ class EnginePanel(QWidget):
         self.cache_type_v.setCurrentIndex(self.cache_type_v.findData(config.cache_type_v.value))
         self.use_mlock.setChecked(config.use_mlock)
         self.use_mmap.setChecked(config.use_mmap)
-        self.kv_unified.setCurrentIndex(self.kv_unified.findData(auto_on_off_name(config.kv_unified)))
+        self.kv_unified.setCurrentIndex(self.kv_unified.findData(kv_unified_name(config.kv_unified)))
         self.overflow.setCurrentIndex(self.overflow.findData(config.overflow.value))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
@@ -262,7 +262,7 @@ class EnginePanel(QWidget):
             cache_type_v=CacheType(self.cache_type_v.currentData()),
             use_mlock=self.use_mlock.isChecked(),
             use_mmap=self.use_mmap.isChecked(),
-            kv_unified=AUTO_ON_OFF[self.kv_unified.currentData()],
+            kv_unified=KV_UNIFIED[self.kv_unified.currentData()],
             overflow=OverflowPolicy(self.overflow.currentData()),
         )
         problem = config.problem()

@@ -10,8 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from app.engine.params import (
-    AUTO_ON_OFF,
     GPU_LAYERS_ALL,
+    KV_UNIFIED,
     CacheType,
     EngineConfig,
     FlashAttn,
@@ -20,7 +20,7 @@ from app.engine.params import (
     Priority,
     SamplingParams,
     ServingMode,
-    auto_on_off_name,
+    kv_unified_name,
 )
 from app.remote import Endpoint
 
@@ -243,7 +243,7 @@ class AppSettings:
                 cache_type_v=_choice(CacheType, self._get("cache_type_v", "f16", str), base.cache_type_v),
                 use_mlock=self._get("use_mlock", base.use_mlock, bool),
                 use_mmap=self._get("use_mmap", base.use_mmap, bool),
-                kv_unified=AUTO_ON_OFF.get(self._get("kv_unified", "auto", str)),
+                kv_unified=KV_UNIFIED.get(self._get("kv_unified", "auto", str)),
             )
         finally:
             self.q.endGroup()
@@ -265,7 +265,7 @@ class AppSettings:
             self.q.setValue(key, getattr(config, key).value)
         self.q.setValue("use_mlock", config.use_mlock)
         self.q.setValue("use_mmap", config.use_mmap)
-        self.q.setValue("kv_unified", auto_on_off_name(config.kv_unified))
+        self.q.setValue("kv_unified", kv_unified_name(config.kv_unified))
         self.q.endGroup()
 
     def sync(self) -> None:
