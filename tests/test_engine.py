@@ -239,7 +239,7 @@ def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(c
 def test_ignore_eos_bans_end_of_generation_tokens(config):
     """With ignore_eos no end-of-turn token is ever drawn (llama.cpp's -inf bias), so a reply runs to
     max_tokens with only visible tokens and the next turn's cached prefix does not break on a hidden one."""
-    question = user("Say yes.")
+    question = user("What is 2 + 2?")
 
     async def main():
         async with Started(config) as client:
