@@ -484,7 +484,10 @@ class LlamaBackend:
         params.n_seq_max = config.capacity
         params.n_threads = config.n_threads
         params.n_threads_batch = config.threads_batch
-        params.flash_attn_type = self._flash_attn_type(config)
+        # llama.cpp's auto (on wherever it can) stays: off is faster on a CPU with an f16 cache, but
+        # there a prefix shared from another slot gives other logits than one computed in place
+        # (up to 0.54), so a seeded reply would depend on where its cells sit (docs/performance.md)
+        params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
         params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
         params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
         self.layout = choose_layout(n_ctx, config.capacity, ll.llama_model_n_ctx_train(self.model), config.kv_unified)
@@ -493,15 +496,6 @@ class LlamaBackend:
         params.no_perf = True
         _log_tail.clear()
         return params
-
-    def _flash_attn_type(self, config: EngineConfig) -> int:
-        """llama.cpp's auto turns flash attention on wherever it can. Measured (docs/performance.md):
-        on an H200 that is right (1.24x), but where attention runs on the CPU with an f16 V cache it
-        is the slow choice (0.69x), so auto means off there; a quantized V cache needs it on."""
-        on_cpu = self.n_gpu_layers == 0 or not self.build.gpus
-        if config.flash_attn is FlashAttn.AUTO and on_cpu and not config.cache_type_v.is_quantized:
-            return ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        return _FLASH_ATTN_TYPES[config.flash_attn]
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1 << 16)
