@@ -7,6 +7,8 @@ import os
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# every engine the tests start (servers they spawn too) checks its KV bookkeeping against llama.cpp's after each decode
+os.environ.setdefault("BATCH_PLAYGROUND_CHECK_CELLS", "1")
 
 from app.default_model import default_model_path  # noqa: E402
 from app.engine.params import EngineConfig  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import weakref
@@ -28,6 +29,7 @@ STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
 EARLY_CANCELS_KEPT = 256
 CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
 HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes a token)
+CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
 class Engine:
@@ -45,6 +47,7 @@ class Engine:
         emit = weakref.WeakMethod(self._emit)
         host = HostCache(config.cache_ram_mib << 20, ram, lambda: emit()([])) if config.cache_ram_mib > 0 else None
         self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
+        self.kv.check_cells = os.environ.get(CHECK_CELLS_ENV) == "1"
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)

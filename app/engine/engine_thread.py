@@ -6,8 +6,8 @@ cores by steps and a model with nothing to do costs nothing. One thread rather t
 each thread that decodes keeps its own team of llama.cpp's OpenMP workers, and with more of them
 than cores an idle model's team slowed the busy one by 29% (docs/performance.md).
 
-The inbox is a deque under a condition: requests join the back; cancels, loads and unloads jump to
-the front, and the thread sleeps on the condition while no engine has work (no polling). A
+The inbox is a deque of commands (inbox.py) under a condition: requests join the back; cancels,
+loads and unloads jump to the front, and the thread sleeps on the condition while no engine has work (no polling). A
 request's prompt (chat template and tokenizer, up to a second for the largest request) is built
 first on a helper thread, and a model is loaded on another, so the streams already running never
 wait for either; a request cancelled before its prompt is built is never built. A model that is
@@ -30,14 +30,12 @@ from typing import Any
 
 from .engine import Engine, Sink
 from .errors import EngineError, UnknownModelError
-from .events import Fault, dropped, refused
+from .events import Fault, dropped
 from .host_cache import HostBudget
+from .inbox import Call, Cancel, Command, Install, Stop, Submit, Unload
 from .params import EngineConfig
 from .sequence import Request
 
-# all taken at once run before the next decode in this order: a model in place before the requests
-# meant for it, a cancel after its own submit, a call after both
-_ORDER = {"stop": 0, "install": 0, "unload": 0, "submit": 1, "cancel": 2, "call": 3}
 RELOAD_NOTICE = "the engine was reloaded; this reply was cut short"
 CLOSE_NOTICE = "the engine was closed"
 
@@ -56,9 +54,9 @@ def unload_notice(name: str) -> str:
 class EngineThread:
     def __init__(self, config: EngineConfig, sink: Sink, on_exit: ExitListener | None = None, name: str | None = None):
         self._first = (name or model_name(config.model_path), config)
-        self._sink = sink
+        self.sink = sink
         self._on_exit = on_exit
-        self._inbox: deque[tuple[str, Any]] = deque()
+        self._inbox: deque[Command] = deque()
         self._cond = threading.Condition()
         self._ready = Future()
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
@@ -95,19 +93,19 @@ class EngineThread:
         except RuntimeError:  # the threads have ended
             with self._cond:
                 self._building.discard(request.request_id)
-            self._refuse(("submit", (request, t_submit)), self._gone or CLOSE_NOTICE)
+            Submit(request, t_submit).refuse(self, self._gone or CLOSE_NOTICE)
 
     def cancel(self, request_id: str, model: str | None = None) -> None:
         with self._cond:
             if request_id in self._building:  # not built yet: the prompt thread drops it unread
                 self._dropped.add(request_id)
                 return
-        self._post(("cancel", (request_id, model)), urgent=True)
+        self._post(Cancel(request_id, model))
 
     def call(self, fn: Callable[[Engine], Any], model: str | None = None) -> Future:
         """Run fn(engine of `model`, None: the default) on the engine thread between two steps."""
         future: Future = Future()
-        self._post(("call", (fn, future, model)))
+        self._post(Call(fn, future, model))
         return future
 
     def load(self, config: EngineConfig, name: str | None = None) -> Future:
@@ -124,28 +122,28 @@ class EngineThread:
     def unload(self, model: str) -> Future:
         """Free a model; its requests end with a notice. The last model loaded cannot be unloaded."""
         future: Future = Future()
-        self._post(("unload", (model, future)), urgent=True)
+        self._post(Unload(model, future))
         return future
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._thread.is_alive():
-            self._post(("stop", None), urgent=True)
+            self._post(Stop())
             self._thread.join(timeout)
 
     @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None
 
-    def _post(self, item, urgent: bool = False) -> None:
+    def _post(self, command: Command) -> None:
         with self._cond:
             if self._gone is None:
-                if urgent:
-                    self._inbox.appendleft(item)
+                if command.URGENT:
+                    self._inbox.appendleft(command)
                 else:
-                    self._inbox.append(item)
+                    self._inbox.append(command)
                 self._cond.notify()
                 return
-        self._refuse(item, self._gone)  # the thread takes no more items: answer at once
+        command.refuse(self, self._gone)  # the thread takes no more commands: answer at once
 
     def _build(self, config: EngineConfig, name: str, replaces: str | None) -> Future:
         """Load an engine on the loader thread (the engine thread goes on stepping), then hand it over."""
@@ -154,11 +152,11 @@ class EngineThread:
         def build() -> None:
             try:
                 self._check_name(name, replaces)  # before a load of seconds that could only be refused
-                engine = Engine(config, self._sink, name, self._ram)
+                engine = Engine(config, self.sink, name, self._ram)
             except Exception as e:  # a bad model or bad settings: the caller hears why
                 future.set_exception(e)
                 return
-            self._post(("install", (name, engine, replaces, future)), urgent=True)
+            self._post(Install(name, engine, replaces, future))
 
         try:
             self._loader.submit(build)
@@ -173,11 +171,11 @@ class EngineThread:
             self._building.discard(request.request_id)
             if request.request_id in self._dropped:
                 self._dropped.discard(request.request_id)
-                self._sink([dropped(request.request_id, request.conversation_id, t_submit, request.model)])
+                self.sink([dropped(request.request_id, request.conversation_id, t_submit, request.model)])
                 return
-        engine = self._find(request.model) if self._gone is None else None
+        engine = self.find(request.model) if self._gone is None else None
         prompt = engine.prepare(request) if engine is not None else None  # none: refused later
-        self._post(("submit", (request, t_submit, engine, prompt)))
+        self._post(Submit(request, t_submit, engine, prompt))
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class EngineThread:
         name, config = self._first
         self._ram = HostBudget()  # one budget for the RAM tiers of all the models this thread holds
         try:
-            self.engines = {name: Engine(config, self._sink, name, self._ram)}
+            self.engines = {name: Engine(config, self.sink, name, self._ram)}
         except BaseException as e:  # the starter re-raises it
             self._ready.set_exception(e)
             return
@@ -200,15 +198,15 @@ class EngineThread:
 
     def _loop(self) -> None:
         while True:
-            items = self._take(block=not any(engine.has_work() for engine in self.engines.values()))
-            if any(kind == "stop" for kind, _ in items):
-                self._close(CLOSE_NOTICE, [item for item in items if item[0] != "stop"])
+            commands = self._take(block=not any(engine.has_work() for engine in self.engines.values()))
+            if any(isinstance(command, Stop) for command in commands):
+                self._close(CLOSE_NOTICE, [command for command in commands if not isinstance(command, Stop)])
                 return
-            for kind, arg in items:
+            for command in commands:
                 try:
-                    self._handle(kind, arg)
+                    command.handle(self)
                 except Exception as e:
-                    self._item_failed(kind, arg, e)
+                    command.failed(self, e)
             engine = self._next_with_work()
             if engine is not None:
                 try:
@@ -216,14 +214,14 @@ class EngineThread:
                 except Exception as e:  # a bug must not leave clients waiting forever
                     engine.fail_all(f"internal error: {e!r}")
 
-    def _take(self, block: bool) -> list[tuple[str, Any]]:
+    def _take(self, block: bool) -> list[Command]:
         with self._cond:
             while block and not self._inbox:
                 self._cond.wait()
-            items = list(self._inbox)
+            commands = list(self._inbox)
             self._inbox.clear()
-        items.sort(key=lambda item: _ORDER[item[0]])
-        return items
+        commands.sort(key=lambda command: command.ORDER)
+        return commands
 
     def _next_with_work(self) -> Engine | None:
         """The first engine with work after the one stepped last: the models take turns, a decode each."""
@@ -235,64 +233,38 @@ class EngineThread:
                 return self.engines[name]
         return None
 
-    def _handle(self, kind: str, arg) -> None:
-        if kind == "submit":
-            self._take_request(*arg)
-        elif kind == "cancel":
-            request_id, model = arg
-            engine = self._find(model)
-            if engine is not None:  # else its model is gone, and with it the request
-                engine.cancel(request_id)
-        elif kind == "call":
-            fn, future, model = arg
-            _settle(future, lambda: fn(self._named(model)))
-        elif kind == "install":
-            name, engine, replaces, future = arg
-            _settle(future, lambda: self._install(name, engine, replaces))
-        elif kind == "unload":
-            name, future = arg
-            _settle(future, lambda: self._unload(name))
+    # -- what the commands call (inbox.Host) ----------------------------------------------
 
-    def _take_request(self, request: Request, t_submit: float, built_by: Engine | None, prompt) -> None:
-        engine = self._find(request.model)
+    def take_request(self, submit: Submit) -> None:
+        request = submit.request
+        engine = self.find(request.model)
         if engine is None:
-            error = f"no model named {request.model!r} is loaded"
-            self._sink([refused(request.request_id, error, request.conversation_id, t_submit, request.model)])
-        elif built_by is engine:
-            engine.submit(request, t_submit, prompt)  # it answers a request it cannot take with an ERROR finish
+            submit.refuse(self, f"no model named {request.model!r} is loaded")
+        elif submit.built_by is engine:
+            engine.submit(request, submit.t_submit, submit.prompt)  # it answers a request it cannot take with an ERROR finish
         else:  # built for an engine since replaced (or none): build it again for this one
             with self._cond:
                 self._building.add(request.request_id)
-            self._prompts.submit(self._prepare, request, t_submit)
-
-    def _item_failed(self, kind: str, arg, error: Exception) -> None:
-        reason = f"internal error: {error!r}"
-        if kind == "submit":  # only that request fails
-            request, t_submit = arg[:2]
-            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model, Fault.INTERNAL)])
-        elif kind == "cancel":  # it left its sequence in an unknown state: end that engine's requests rather than guess
-            engine = self._find(arg[1])
-            if engine is not None:
-                engine.fail_all(reason)
+            self._prompts.submit(self._prepare, request, submit.t_submit)
 
     # -- the models ------------------------------------------------------------------------
 
-    def _find(self, name: str | None) -> Engine | None:
+    def find(self, name: str | None) -> Engine | None:
         return self.engine if name is None else self.engines.get(name)
 
-    def _named(self, name: str | None) -> Engine:
-        engine = self._find(name)
+    def named(self, name: str | None) -> Engine:
+        engine = self.find(name)
         if engine is None:
             raise UnknownModelError(f"no model named {name!r} is loaded; loaded: {', '.join(self.engines)}")
         return engine
 
     def _check_name(self, name: str, replaces: str | None) -> None:
         if replaces is not None:
-            self._named(replaces)
+            self.named(replaces)
         if name in self.engines and name != replaces:
             raise ValueError(f"a model named {name!r} is already loaded: give this one another name")
 
-    def _install(self, name: str, engine: Engine, replaces: str | None):
+    def install_model(self, name: str, engine: Engine, replaces: str | None):
         try:
             self._check_name(name, replaces)  # again: another load may have taken the name meanwhile
         except Exception:
@@ -306,8 +278,8 @@ class EngineThread:
             self._retire(old, RELOAD_NOTICE)
         return engine.info
 
-    def _unload(self, name: str) -> None:
-        engine = self._named(name)
+    def remove_model(self, name: str) -> None:
+        engine = self.named(name)
         if len(self.engines) == 1:
             raise ValueError(f"{name} is the only model loaded: load another first, or reload it with another model")
         self.engines = {n: e for n, e in self.engines.items() if n != name}
@@ -325,14 +297,14 @@ class EngineThread:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def _close(self, notice: str, taken: list[tuple[str, Any]]) -> None:
-        """Stop taking items; settle those taken with the stop and those still queued."""
+    def _close(self, notice: str, taken: list[Command]) -> None:
+        """Stop taking commands; settle those taken with the stop and those still queued."""
         with self._cond:
             self._gone = notice
-            items = taken + list(self._inbox)
+            commands = taken + list(self._inbox)
             self._inbox.clear()
-        for item in items:
-            self._refuse(item, notice)
+        for command in commands:
+            command.refuse(self, notice)
         freed = [self._retire(engine, notice) for engine in self.engines.values()]
         for future in freed:  # before the thread ends: its caller may exit the process next
             future.result()
@@ -340,10 +312,10 @@ class EngineThread:
     def _die(self, reason: str) -> None:
         with self._cond:
             self.failure = self._gone = reason
-            items = list(self._inbox)
+            commands = list(self._inbox)
             self._inbox.clear()
-        for item in items:
-            self._refuse(item, reason)
+        for command in commands:
+            command.refuse(self, reason)
         for engine in self.engines.values():
             try:
                 engine.fail_all(reason, Fault.UNAVAILABLE)  # best effort; served again after a restart
@@ -352,28 +324,8 @@ class EngineThread:
         if self._on_exit is not None:
             self._on_exit(reason)
 
-    def _refuse(self, item: tuple[str, Any], reason: str) -> None:
-        """Settle an inbox item the thread will never handle."""
-        kind, arg = item
-        if kind == "submit":
-            request, t_submit = arg[:2]
-            self._sink([refused(request.request_id, reason, request.conversation_id, t_submit, request.model)])
-        elif kind == "install":
-            _, engine, _, future = arg
-            engine.shutdown(reason)  # loaded while the thread ended: nobody will use it
-            future.set_exception(EngineError(reason))
-        elif kind in ("call", "unload"):
-            arg[1].set_exception(EngineError(reason))
-
 
 def _done() -> Future:
     future: Future = Future()
     future.set_result(None)
     return future
-
-
-def _settle(future: Future, fn: Callable[[], Any]) -> None:
-    try:
-        future.set_result(fn())
-    except Exception as e:  # every failure goes back to the caller; the engine goes on
-        future.set_exception(e)

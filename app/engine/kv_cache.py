@@ -6,8 +6,10 @@ which shares cells on a unified KV cache). Cells are counted with reference coun
 llama.cpp's sharing, so eviction knows what it frees. When the pool is full, idle slots go first,
 least recently used first.
 
-With a stream per sequence (llama.cpp's kv_unified off) each slot is a stream of its own: a slot
-never takes another's room, and a prefix crosses streams as a copy of its cells, not shared cells.
+The layout is a strategy: in one pool (`OnePool`) the slots compete for cells, room is made by
+evicting idle slots and seq_cp shares a prefix's cells; with a stream per sequence (llama.cpp's
+kv_unified off, `StreamPerSlot`) a slot never takes another's room, and a prefix crosses streams as
+a copy of its cells, worth it only for a long one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ MIN_RESTORE_GAIN = 16
 class Memory(StateMemory, Protocol):
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool: ...
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
+    def seq_pos_max(self, seq_id: int) -> int: ...
 
 
 class Slot:
@@ -67,7 +70,7 @@ class KVCacheManager:
         streams: bool = False,
     ):
         self._mem = memory
-        self.streams = streams  # a stream of n_cells / n_slots cells per slot
+        self.layout: Layout = StreamPerSlot() if streams else OnePool()
         self.slots = [Slot(i) for i in range(n_slots)]
         self.n_cells = n_cells
         self.reuse = reuse
@@ -79,6 +82,7 @@ class KVCacheManager:
         self.evictions = 0
         self.computed = ComputedPrefixes()  # to count prompt tokens computed again
         self.recomputed_tokens = 0
+        self.check_cells = False  # after each commit, ask llama.cpp whether the slot holds what is counted
 
     # -- figures ---------------------------------------------------------------------------
 
@@ -143,10 +147,9 @@ class KVCacheManager:
         if restored == 0:  # tried and failed: making room may have evicted `src`
             src, n = self._longest_prefix(target)
             n = min(n, len(target) - 1)
-        if src is not dst and self.streams:
-            # a copy across streams moves every cell of `src`: for a few tokens, computing them is cheaper
+        if src is not dst:
             own = min(common_prefix_len(dst.tokens, target), n)
-            if n - own < MIN_SHARED_PREFIX:
+            if not self.layout.copy_pays(n - own):
                 src, n = dst, own
         if src is dst or n == 0:
             return self._truncate(dst, n), 0
@@ -183,7 +186,7 @@ class KVCacheManager:
         if not self.make_room(reserved + saved.n_cells, keep) or not self.host.restore(self._mem, dst.seq_id, saved):
             self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
-        if keep is not None:  # never with streams: their cells are never shared
+        if keep is not None:  # only in one pool: streams share no cells
             self._copy(keep, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
         del dst.cells[saved.start :]
         self._add_cells(dst, saved.n_cells)
@@ -201,13 +204,11 @@ class KVCacheManager:
     def _room_to_restore(self, dst: Slot, saved: SavedCells, reserved: int) -> bool:
         """Whether the saved cells can come back now: their shared prefix is held by another slot,
         and idle slots but that one give room for the cells they bring back."""
-        if self.streams:
-            return True  # a stream holds its own sequence's cells, whatever the others hold
         keep = self._holder(dst, saved)
         if saved.start and keep is None:
             return False
         freeable = sum(len(s.cells) for s in self.slots if s.is_idle and s is not keep)
-        return self.free_cells + freeable >= reserved + saved.n_cells
+        return self.layout.has_room(self, saved.n_cells, reserved, freeable)
 
     def _pick_slot(self, target: list[int]) -> Slot | None:
         """An idle slot for `target`: the one whose whole history it goes on (the longest), else an
@@ -255,6 +256,14 @@ class KVCacheManager:
         seq.num_computed += n
         if n > 1 and seq.num_pending == 0:  # a prompt read to its end: known from now on
             self.computed.add(seq.tokens, seq.num_computed)
+        if self.check_cells:
+            self._check(slot)
+
+    def _check(self, slot: Slot) -> None:
+        """The slot's count of cells against llama.cpp's (a debug check, on in the tests)."""
+        held = self._mem.seq_pos_max(slot.seq_id) + 1
+        if held != len(slot.tokens) or len(slot.cells) != len(slot.tokens):
+            raise AssertionError(f"slot {slot.seq_id}: llama.cpp holds {held} positions, the manager {len(slot.tokens)}")
 
     def release(self, seq: Sequence) -> None:
         """The request is over; its cells stay for the conversation's next turn (if reuse is on)."""
@@ -285,10 +294,7 @@ class KVCacheManager:
         freeable. Evicts nothing: the idle slot it would evict may hold this very prefix. Cells
         saved in RAM come back whole (none shared), so a prompt that would restore them waits for
         room for all of them rather than compute them again."""
-        if self.streams:
-            return True  # a prompt always fits its own stream (the prompt builder keeps it within)
-        needed = self._cost(tokens)[1]
-        return self.free_cells + self._freeable() >= reserved + needed
+        return self.layout.has_room(self, self._cost(tokens)[1], reserved, self._freeable())
 
     def is_cheap(self, tokens: list[int], reserved: int, cached_share: float = 0.5) -> bool:
         """Whether a prompt has at least `cached_share` of its tokens in the pool (or in RAM) and
@@ -296,8 +302,7 @@ class KVCacheManager:
         if not self.reuse:
             return False
         cached, needed = self._cost(tokens)
-        fits = self.streams or needed <= self.free_cells - reserved
-        return cached >= cached_share * len(tokens) and fits
+        return cached >= cached_share * len(tokens) and self.layout.has_room(self, needed, reserved)
 
     def _cost(self, tokens: list[int]) -> tuple[int, int]:
         """(tokens it would find cached, in the pool or in RAM; new cells it would take)."""
@@ -312,14 +317,8 @@ class KVCacheManager:
         return sum(len(s.cells) for s in self.slots if s.is_idle)
 
     def make_room(self, n: int, keep: Slot | None = None) -> bool:
-        """Evict idle slots (but `keep`), least recently used first, until `n` cells are free. With
-        streams there is nothing to make: each sequence writes into its own stream only."""
-        while not self.streams and self.free_cells < n:
-            victims = [s for s in self.slots if s.is_idle and s.tokens and s is not keep]
-            if not victims:
-                return False
-            self.evict(min(victims, key=lambda s: s.last_used))
-        return True
+        """Make `n` cells free for a slot's next tokens, keeping `keep`'s cells (the layout's way)."""
+        return self.layout.make_room(self, n, keep)
 
     def evict(self, slot: Slot) -> None:
         self._give_way(slot)
@@ -382,28 +381,7 @@ class KVCacheManager:
 
     def _copy(self, src: Slot, dst: Slot, n: int) -> int:
         """Give the empty `dst` the first `n` cells of `src`; return how many it holds."""
-        if self.streams:
-            return self._copy_across(src, dst, n)
-        self._mem.seq_cp(src.seq_id, dst.seq_id, 0, n)
-        dst.tokens = src.tokens[:n]
-        dst.cells = src.cells[:n]
-        refs = self._refs
-        for c in dst.cells:
-            refs[c] += 1
-        return n
-
-    def _copy_across(self, src: Slot, dst: Slot, n: int) -> int:
-        """Streams share no cells: copy all of `src`'s into `dst`'s stream and keep `n`. Through the
-        sequence state, at once: llama.cpp's own cross-stream seq_cp copies the whole stream buffer
-        at the next decode, by which time a restore into `src` may have overwritten it."""
-        size = self._mem.seq_state_size(src.seq_id)
-        state = self._mem.seq_save(src.seq_id, size)
-        if state is None or not self._mem.seq_restore(dst.seq_id, state, size):
-            self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
-            return 0
-        self._add_cells(dst, len(src.tokens))
-        dst.tokens = list(src.tokens)
-        return self._truncate(dst, n)
+        return self.layout.copy(self, src, dst, n)
 
     def _add_cells(self, slot: Slot, n: int) -> None:
         """Count `n` new cells at the end of `slot` (written by a decode, a restore or a copy)."""
@@ -416,3 +394,74 @@ class KVCacheManager:
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
+
+
+class Layout(Protocol):
+    """How the slots hold their cells: what room means, and how a prefix moves between slots."""
+
+    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
+        """Whether `needed` new cells fit beside `reserved` ones, counting `freeable` cells of idle slots."""
+
+    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool: ...
+
+    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
+        """Give the empty `dst` the first `n` cells of `src`; return how many it holds."""
+
+    def copy_pays(self, n: int) -> bool:
+        """Whether copying `n` more tokens from another slot beats computing them."""
+
+
+class OnePool:
+    """One pool of cells for every slot (llama.cpp's kv_unified): slots compete for its room, idle ones
+    are evicted for it, least recently used first; seq_cp shares a prefix's cells, so copying is free."""
+
+    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
+        return kv.free_cells + freeable >= reserved + needed
+
+    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool:
+        while kv.free_cells < n:
+            victims = [s for s in kv.slots if s.is_idle and s.tokens and s is not keep]
+            if not victims:
+                return False
+            kv.evict(min(victims, key=lambda s: s.last_used))
+        return True
+
+    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
+        kv._mem.seq_cp(src.seq_id, dst.seq_id, 0, n)
+        dst.tokens = src.tokens[:n]
+        dst.cells = src.cells[:n]
+        refs = kv._refs
+        for c in dst.cells:
+            refs[c] += 1
+        return n
+
+    def copy_pays(self, n: int) -> bool:
+        return True
+
+
+class StreamPerSlot:
+    """A stream of n_cells / n_slots cells for each slot: a sequence writes into its own stream only,
+    so there is always room (the prompt builder keeps a chat within it) and none to make; a prefix
+    crosses streams as a copy of every cell of its slot."""
+
+    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
+        return True
+
+    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool:
+        return True
+
+    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
+        """Through the sequence state, at once: llama.cpp's own cross-stream seq_cp copies the whole
+        stream buffer at the next decode, by which time a restore into `src` may have overwritten it."""
+        mem = kv._mem
+        size = mem.seq_state_size(src.seq_id)
+        state = mem.seq_save(src.seq_id, size)
+        if state is None or not mem.seq_restore(dst.seq_id, state, size):
+            mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
+            return 0
+        kv._add_cells(dst, len(src.tokens))
+        dst.tokens = list(src.tokens)
+        return kv._truncate(dst, n)
+
+    def copy_pays(self, n: int) -> bool:
+        return n >= MIN_SHARED_PREFIX  # a copy moves every cell of its slot: for a few tokens, computing is cheaper
