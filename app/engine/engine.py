@@ -210,7 +210,7 @@ class Engine:
             start = seq.num_computed
             wants_logits = start + n == len(seq.tokens)
             seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
-            if wants_logits:
+            if wants_logits and self.config.backend_sampling:  # else nothing is ever attached
                 self._place_sampler(seq)
 
     def _place_sampler(self, seq: Sequence) -> None:
