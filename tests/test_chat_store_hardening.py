@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtCore import Qt
 from ui_fixtures import QUICK, set_params, until
 
-from app.ui.chat_store import CORRUPT, NOTICE, Chat, ChatStore, PendingSaves
 from app.ui.settings import AppSettings, open_qsettings
+from app.workspace.chat_store import CORRUPT, NOTICE, Chat, ChatStore, PendingSaves
 
 DEPTH = 100_000  # far past Python's recursion limit
 NESTED_FILE = "[" * DEPTH + "]" * DEPTH

@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.chat_list import when
-from app.ui.chat_store import CORRUPT, NOTICE, Chat, ChatStore
 from app.ui.settings import AppSettings, open_qsettings
+from app.workspace.chat_store import CORRUPT, NOTICE, Chat, ChatStore
 
 
 def saved_chats(home, names: list[str], shown: list[str]) -> list[Chat]:

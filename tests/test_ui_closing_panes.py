@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QMessageBox, QToolBar
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.chat_list import ChatRow
-from app.ui.chat_store import Chat
+from app.workspace.chat_store import Chat
 
 
 async def send(qtbot, pane, text: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from ui_fixtures import QUICK, close_window, open_window, set_params, until
 
-from app.ui.chat_store import NOTICE
+from app.workspace.chat_store import NOTICE
 
 TEMPLATE_KEY = b"tokenizer.chat_template"
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import app.ui.transcript as transcript
-from app.ui.metrics import MetricsStore
 from app.ui.plots import WINDOW_S, PlotsPanel
 from app.ui.transcript import Transcript
+from app.workspace.metrics import MetricsStore
 
 REPLY = (
     "The printing press was invented by Johannes Gutenberg around 1440, and it changed how knowledge "

@@ -9,10 +9,10 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QAbstractButton, QStyle, QToolButton
 from ui_fixtures import LONG, QUICK, set_params, until
 
-from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
 from app.ui.readout import Readout
 from app.ui.window_placement import room_for_window
+from app.workspace.chat_store import NOTICE
 
 LAPTOP = QRect(0, 0, 1366, 768)
 

@@ -16,9 +16,9 @@ from ui_fixtures import QUICK, close_window, open_window, set_params, start_long
 
 from app.engine.params import SamplingParams
 from app.ui.chat_pane import CHECKPOINT_MS
-from app.ui.chat_store import CUT_BY_EXIT, NOTICE, ChatStore
 from app.ui.main import EXIT_LOCKED, LOCK_FILE
 from app.ui.settings import AppSettings, open_qsettings
+from app.workspace.chat_store import CUT_BY_EXIT, NOTICE, ChatStore
 
 CHAT_ID = "story"
 PROMPT = "Write a long story about a dragon and a knight."  # greedy, it goes on past 3000 tokens

@@ -10,10 +10,11 @@ import pytest
 from spawn import free_port, running, serve_command
 from ui_fixtures import QUICK, set_params, start_long_reply, until
 
-from app.ui.chat_store import NOTICE
 from app.ui.main_window import API_KEY
 from app.ui.pane_params import PaneParamsEditor
-from app.ui.settings import AppSettings, PaneParams, open_qsettings
+from app.ui.settings import AppSettings, open_qsettings
+from app.workspace.chat_store import NOTICE
+from app.workspace.pane_params import PaneParams
 
 
 @pytest.fixture(scope="module")

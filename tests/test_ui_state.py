@@ -13,7 +13,11 @@ from PySide6.QtGui import QFontInfo, QGuiApplication
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
-from app.ui.chat_store import (
+from app.ui.dialogs import with_filter_suffix
+from app.ui.settings import AppSettings
+from app.ui.theme import Theme
+from app.ui.transcript import markdown_document
+from app.workspace.chat_store import (
     CORRUPT,
     CUT_BY_EXIT,
     NOTICE,
@@ -24,11 +28,8 @@ from app.ui.chat_store import (
     export_chat,
     to_markdown,
 )
-from app.ui.dialogs import with_filter_suffix
-from app.ui.metrics import MetricsStore, Ring
-from app.ui.settings import AppSettings, PaneParams
-from app.ui.theme import Theme
-from app.ui.transcript import markdown_document
+from app.workspace.metrics import MetricsStore, Ring
+from app.workspace.pane_params import PaneParams
 
 
 def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():

@@ -12,8 +12,8 @@ from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, 
 
 from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
-from app.ui.chat_store import NOTICE
 from app.ui.pane_params import SLIDERS
+from app.workspace.chat_store import NOTICE
 
 
 def _spec(name):

@@ -14,9 +14,10 @@ import qasync
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
-from app.ui.chat_store import ChatStore
 from app.ui.main_window import MainWindow
-from app.ui.settings import HOME_ENV, AppSettings, PaneParams, open_qsettings
+from app.ui.settings import HOME_ENV, AppSettings, open_qsettings
+from app.workspace.chat_store import ChatStore
+from app.workspace.pane_params import PaneParams
 
 # small, greedy replies keep the suite fast on 2 cores
 QUICK = PaneParams(temperature=0.0, repeat_penalty=1.0, max_tokens=24)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .chat_store import Chat
+from app.workspace.chat_store import Chat
 
 COLUMNS = ("Chat", "Changed", "Turns", "Model")
 

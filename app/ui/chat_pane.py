@@ -39,14 +39,14 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import SamplingParams
 from app.engine.probs import TokenChoice, TokenProbs
 from app.remote import RemoteClient
+from app.workspace.chat_store import NOTICE, Chat
+from app.workspace.metrics import MetricsStore
+from app.workspace.pane_params import PaneParams
 
 from . import theme
-from .chat_store import NOTICE, Chat
 from .dialogs import export_with_dialog
-from .metrics import MetricsStore
 from .pane_params import PaneParamsEditor
 from .readout import Readout
-from .settings import PaneParams
 from .transcript import Transcript
 
 MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is

@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
-from .chat_store import EXPORT_SUFFIXES, Chat, export_chat
+from app.workspace.chat_store import EXPORT_SUFFIXES, Chat, export_chat
 
 
 def warn(parent: QWidget, title: str, text: str) -> QMessageBox:

@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.workspace.pane_params import PaneParams
+
 from . import theme
 from .pane_params import SLIDERS
-from .settings import PaneParams
 
 MAX_SEED = 2**31 - 1  # what a pane's seed field takes
 

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import QApplication
 from app.client import EngineClient
 from app.default_model import default_model_path
 from app.engine.errors import EngineError
+from app.workspace.chat_store import ChatStore
 
-from .chat_store import ChatStore
 from .fan_out import SETTINGS, Sweep, parse_values
 from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings

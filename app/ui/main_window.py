@@ -38,22 +38,23 @@ from app.engine.errors import EngineError
 from app.engine.stats import EngineSnapshot
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
+from app.workspace.chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
+from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
+from app.workspace.pane_params import PaneParams
 
 from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
 from .chat_pane import Branch, ChatPane
-from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
 from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .fan_out import FanOutDialog, Sweep
-from .metrics import RATE_WINDOW_S, MetricsStore
 from .model_library import ModelLibrary
 from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
-from .settings import DEFAULT_PANES, MAX_PANES, AppSettings, PaneParams
+from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
 from .window_placement import place_window
 
 PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")

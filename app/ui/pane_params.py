@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.remote import Endpoint
+from app.workspace.pane_params import PaneParams
 
 from . import theme
-from .settings import PaneParams
 
 
 @dataclass(frozen=True)

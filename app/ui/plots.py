@@ -20,7 +20,7 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy
 
-from .metrics import MetricsStore, Ring
+from app.workspace.metrics import MetricsStore, Ring
 
 WINDOW_S = 60.0
 LEGEND_LINE_CHARS = 48  # a legend line holds entries up to this many characters: a longer one would widen the dock

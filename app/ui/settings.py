@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
@@ -17,65 +17,16 @@ from app.engine.params import (
     FlashAttn,
     OverflowPolicy,
     Policy,
-    Priority,
-    SamplingParams,
     ServingMode,
     kv_unified_name,
 )
-from app.remote import Endpoint
+from app.workspace.pane_params import PaneParams
 
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
 HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
 DEFAULT_PANES = 4
 MAX_PANES = 8
-PROBS_SHOWN = 5  # rivals a token shows on hover
-
-
-@dataclass(frozen=True)
-class PaneParams:
-    """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL)."""
-
-    temperature: float = SamplingParams.temperature
-    top_p: float = SamplingParams.top_p
-    top_k: int = SamplingParams.top_k
-    min_p: float = SamplingParams.min_p
-    repeat_penalty: float = SamplingParams.repeat_penalty
-    max_tokens: int = SamplingParams.max_tokens
-    seed: int | None = SamplingParams.seed
-    system_prompt: str = ""
-    high_priority: bool = False  # served first under the priority policy
-    show_probs: bool = False  # the transcript tints each token of a reply by its probability
-    completion: bool = False  # the chat is one text the model continues (a base model), not turns
-    model: str = ""  # the loaded model it talks to, by name ("": the first loaded)
-    remote_url: str = ""  # empty: the local engine
-    remote_model: str = ""
-    remote_api_key: str = ""
-
-    @property
-    def priority(self) -> Priority:
-        return Priority.HIGH if self.high_priority else Priority.NORMAL
-
-    def endpoint(self) -> Endpoint | None:
-        """The remote endpoint this pane chats with; None for the local engine."""
-        if not self.remote_url.strip():
-            return None
-        return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip())
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            n_probs=PROBS_SHOWN if self.show_probs else None,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            seed=self.seed,
-            max_tokens=self.max_tokens,
-        )
-
-    def with_(self, **changes) -> PaneParams:
-        return replace(self, **changes)
 
 
 def data_dir() -> Path:

@@ -27,9 +27,9 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.engine.probs import TokenProbs
+from app.workspace.chat_store import NOTICE
 
 from . import theme
-from .chat_store import NOTICE
 from .token_view import rivals_html, token_at, tokens_html
 
 # GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text

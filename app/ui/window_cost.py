@@ -29,11 +29,12 @@ from app.client import EngineClient
 from app.default_model import default_model_path
 from app.engine.events import FinishEvent
 from app.engine.params import SamplingParams
+from app.workspace.chat_store import ChatStore
+from app.workspace.pane_params import PaneParams
 
-from .chat_store import ChatStore
 from .main import freeze_startup_objects
 from .main_window import MainWindow
-from .settings import AppSettings, PaneParams
+from .settings import AppSettings
 
 PANES = 8
 MAX_TOKENS = 128
