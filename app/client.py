@@ -15,6 +15,8 @@ import itertools
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
+from pathlib import Path
 
 from .engine.backend import ModelInfo
 from .engine.engine_thread import EngineThread, model_name
@@ -190,7 +192,7 @@ class EngineClient:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def generate(
+    def generate(
         self,
         messages: Sequence[dict[str, str]] | None = None,
         params: SamplingParams | None = None,
@@ -208,9 +210,6 @@ class EngineClient:
         its sequence never lingers in the engine. Raises EngineError if the engine is not running,
         UnknownModelError if no model of that name is loaded.
         """
-        self._check_running()
-        if model is not None and model not in self._engines:
-            raise UnknownModelError(self._unknown(model))
         request = Request(
             request_id=request_id or new_request_id(),
             params=params or SamplingParams(),
@@ -221,6 +220,28 @@ class EngineClient:
             reply_prefix=tuple(reply_prefix),
             model=model,
         )
+        return self._stream(request)
+
+    async def reply(self, request: Request) -> AsyncIterator[Event]:
+        """A pane's reply (the workspace's ReplySource): `generate` for one request value, and an
+        engine that is not running, or a model not loaded, ends it with an ERROR that says so."""
+        try:
+            async with aclosing(self._stream(request)) as events:
+                async for event in events:
+                    yield event
+        except EngineError as e:  # raised before the request was submitted: nothing was streamed
+            yield refused(request.request_id, str(e), request.conversation_id, model=request.model)
+
+    def model_label(self, model: str | None) -> str:
+        """The model file that serves `model` (None: the default)."""
+        info = self.models.get(model) if model else self.model_info
+        return Path(info.path if info else self.config.model_path).name
+
+    async def _stream(self, request: Request) -> AsyncIterator[Event]:
+        self._check_running()
+        model = request.model
+        if model is not None and model not in self._engines:
+            raise UnknownModelError(self._unknown(model))
         queue: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = queue
         self._stream_models[request.request_id] = model

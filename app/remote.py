@@ -13,9 +13,9 @@ import json
 import re
 import reprlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from urllib.parse import urlsplit
 from uuid import uuid4
@@ -23,8 +23,9 @@ from uuid import uuid4
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
-from .engine.events import Event, FinishEvent, FinishReason, TokenEvent
-from .engine.params import SamplingParams
+from .engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent, refused
+from .engine.params import Priority, SamplingParams
+from .engine.sequence import Request
 from .engine.stats import ConversationTotals, RequestStats
 from .loopback import is_loopback
 
@@ -34,6 +35,7 @@ CONVERSATIONS_KEPT = 1024  # the running KV totals of the most recent conversati
 ERROR_BODY_BYTES = 64 * 1024  # of an HTTP error's body, enough for its message
 
 T = TypeVar("T")
+Listener = Callable[[list[Event]], None]
 
 
 class RemoteError(Exception):
@@ -92,6 +94,55 @@ class RemoteClient:
         self._session: aiohttp.ClientSession | None = None
         self._open: dict[str, _Reply] = {}  # the replies streaming now, by request id
         self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
+        self._listeners: list[Listener] = []
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.endpoint.api_url).netloc or self.endpoint.api_url
+
+    def model_label(self, model: str | None) -> str:
+        """The endpoint's model, or its host (a remote is not asked for a local model)."""
+        return self.endpoint.model or self.host
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener([event])` with every event any reply of this client streams."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def reply(self, request: Request) -> AsyncIterator[Event]:
+        """A pane's reply (the workspace's ReplySource). What a chat endpoint cannot do ends it at once
+        with an ERROR that says so; token probabilities it does not give are said in a notice."""
+        why = self._cannot(request)
+        if why is not None:
+            event = refused(request.request_id, why, request.conversation_id, fault=Fault.REQUEST)
+            self._tell(event)
+            yield event
+            return
+        stream = self.generate(
+            request.messages or (), request.params, conversation_id=request.conversation_id, request_id=request.request_id
+        )
+        async with aclosing(stream) as events:
+            async for event in events:
+                if isinstance(event, FinishEvent) and request.params.n_probs is not None and event.ok:
+                    event = replace(event, notice=f"{self.host} gives no token probabilities over its chat API")
+                self._tell(event)
+                yield event
+
+    def _cannot(self, request: Request) -> str | None:
+        if request.prompt is not None:
+            return f"completion mode needs the local engine; {self.host} is asked through its chat API (turn ⚙ Completion off)"
+        if request.priority is not Priority.NORMAL:
+            return f"{self.host} takes no priorities (turn ⚙ High priority off for this pane)"
+        if request.reply_prefix:
+            return f"a branch goes on from the local engine's tokens, which {self.host} does not take"
+        return None
+
+    def _tell(self, event: Event) -> None:
+        for listener in tuple(self._listeners):
+            listener([event])
 
     async def generate(
         self,

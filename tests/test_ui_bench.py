@@ -111,15 +111,15 @@ def test_a_high_priority_pane_sends_high_priority_requests(run_window):
         high, normal = window.panes
         high.params_editor.high_priority.setChecked(True)
         seen = []
-        original = window.client.generate
+        original = window.client.reply
 
-        def spy(*args, **kwargs):
-            seen.append(kwargs["priority"])
-            return original(*args, **kwargs)
+        def spy(request):
+            seen.append(request.priority)
+            return original(request)
 
-        window.client.generate = spy
-        high.send("Hi")
-        normal.send("Hi")
+        window.client.reply = spy
+        high.session.send("Hi")
+        normal.session.send("Hi")
         await until(lambda: not high.is_busy and not normal.is_busy, what="both replies")
         return seen
 

@@ -37,7 +37,7 @@ def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_vi
         qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
         panes = window.panes
         assert len(panes) == 3 and all(p.is_busy for p in panes)  # two free panes and a new one, started together
-        await until(lambda: window.is_idle, what="the three replies")
+        await until(lambda: window.workspace.is_idle, what="the three replies")
         assert [p.chat.name for p in panes] == ["Temperature 0.9", "Temperature 0.9", "Temperature 1.8"]
         assert [p.params.temperature for p in panes] == [0.9, 0.9, 1.8] and {p.params.seed for p in panes} == {seed}
         replies = [p.chat.messages[1]["content"] for p in panes]
@@ -98,7 +98,7 @@ def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtb
         qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
         await until(lambda: len(finals) == 2, what="both replies")
         panes = window.panes
-        assert [p.model for p in panes] == [first, second]
+        assert [p.session.model for p in panes] == [first, second]
         assert [finals[p.key].model for p in panes] == [first, second]  # each answered by its model
         assert [row.setting for row in window.compare_view.rows] == [f"Model: {first[:11]}…{first[-12:]}", "Model: q8"]
 

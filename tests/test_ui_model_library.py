@@ -99,7 +99,7 @@ def test_a_folder_added_with_the_button_lists_its_models_and_a_loaded_one_is_pic
         qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
         combo.view().setCurrentIndex(combo.model().index(1, 0))
         qtbot.keyClick(combo.view(), Qt.Key.Key_Return)
-        assert pane.params.model == "second-model" and pane.model == "second-model"
+        assert pane.params.model == "second-model" and pane.session.model == "second-model"
         assert combo.currentText() == "…nd-model" and "Pane 1 · second-model" in window.plots.legend.text  # its end
         finals = []
         pane.sigReplyFinished.connect(finals.append)
@@ -111,7 +111,7 @@ def test_a_folder_added_with_the_button_lists_its_models_and_a_loaded_one_is_pic
 
         qtbot.mouseClick(library.load_button("second-model"), Qt.MouseButton.LeftButton)  # Unload
         await until(lambda: list(window.client.models) == [BUNDLED], what="the second model unloaded")
-        assert not combo.isVisible() and pane.model is None  # the pane goes on with the first
+        assert not combo.isVisible() and pane.session.model is None  # the pane goes on with the first
         assert library.load_button("second-model").text() == "Load" and AppSettings(open_qsettings()).extra_models == []
 
         library.remove_menu.actions()[0].trigger()  # Remove folder ▸ the folder

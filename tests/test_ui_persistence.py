@@ -19,8 +19,8 @@ def test_settings_and_chats_round_trip_through_a_restart(loop, home, model_path)
     async def first_run():
         window = await open_window(model_path, home, panes=3)
         window.panes[1].params_editor.set_params(QUICK.with_(top_k=11, seed=5, system_prompt="Be brief."))
-        window.panes[1].send("Hello there")
-        await until(lambda: window.is_idle)
+        window.panes[1].session.send("Hello there")
+        await until(lambda: window.workspace.is_idle)
         window.resize(780, 560)  # inside the offscreen screen (800x600): restoreGeometry keeps windows on screen
         saved = [(p.key, list(p.chat.messages), p.params) for p in window.panes]
         size = (window.width(), window.height())

@@ -15,10 +15,10 @@ from PySide6.QtCore import QLockFile, Qt
 from ui_fixtures import QUICK, close_window, open_window, set_params, start_long_reply, until
 
 from app.engine.params import SamplingParams
-from app.ui.chat_pane import CHECKPOINT_MS
 from app.ui.main import EXIT_LOCKED, LOCK_FILE
 from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import CUT_BY_EXIT, NOTICE, ChatStore
+from app.workspace.session import CHECKPOINT_S
 
 CHAT_ID = "story"
 PROMPT = "Write a long story about a dragon and a knight."  # greedy, it goes on past 3000 tokens
@@ -71,7 +71,7 @@ def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, model
     settings.set_pane_params(CHAT_ID, QUICK.with_(max_tokens=SamplingParams.max_tokens * 8))
     settings.sync()
     saved, age = kill_while_streaming(home)
-    assert age <= CHECKPOINT_MS / 1000 + 2.5  # the last save was at most a checkpoint (and some slack) old
+    assert age <= CHECKPOINT_S + 2.5  # the last save was at most a checkpoint (and some slack) old
     assert (home / LOCK_FILE).exists()  # the killed app's lock is still there...
 
     command, env = app_command(home, "--exit-when-done")
@@ -123,7 +123,7 @@ def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_windo
         set_params(window, QUICK)
         await send(first, "Hello")
         await start_long_reply(window, second, "Write a long story about a dragon.")
-        await until(lambda: len("".join(second._received).split()) >= 3, what="a few words")
+        await until(lambda: len(second.session.streamed.split()) >= 3, what="a few words")
         kill_engine_thread(window)
         await until(lambda: window.banner.isVisible(), what="the banner")
         await until(lambda: not second.is_busy, what="the stream to end")
@@ -152,7 +152,7 @@ def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_windo
 def test_the_window_closes_with_a_stopped_engine(loop, home, model_path):
     async def scenario():
         window = await open_window(model_path, home, panes=1)
-        window.panes[0].rename("Kept")
+        window.panes[0].session.rename("Kept")
         kill_engine_thread(window)
         await until(lambda: window.banner.isVisible(), what="the banner")
         await close_window(window)

@@ -30,21 +30,21 @@ def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serv
         set_params(window, QUICK)
         remote.params_editor.set_params(QUICK.with_(remote_url=second_serve))
         steps_before = window.client.snapshot.steps
-        remote.send("What is the capital of France?")
+        remote.session.send("What is the capital of France?")
         await until(lambda: not remote.is_busy, what="the remote reply")
         assert window.client.snapshot.steps == steps_before, "the local engine served the remote pane"
         assert [m["role"] for m in remote.chat.messages] == ["user", "assistant", NOTICE]  # cut at 24 tokens
-        remote.send("And of Italy?")
+        remote.session.send("And of Italy?")
         await until(lambda: not remote.is_busy, what="the second remote reply")
         m = window.metrics.panes[remote.key]
         assert m.ttft_s > 0 and m.kv_hit_rate > 0.3  # from the server's cached_tokens
         assert len(m.ttft) == 2 and len(m.kv_hit) == 2  # the plots got their points
         assert "127.0.0.1" in remote.name_label.text()
         await start_long_reply(window, remote, "Tell me a long story.")
-        remote.stop()
+        remote.session.stop()
         await until(lambda: not remote.is_busy, what="the stop")
         assert remote.chat.messages[-1]["content"] == "stopped"
-        local.send("Hi")
+        local.session.send("Hi")
         await until(lambda: not local.is_busy, what="the local reply")
         assert local.chat.messages[-1]["role"] == "assistant"
 
@@ -56,9 +56,9 @@ def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_window):
         local, remote = window.panes
         set_params(window, QUICK)
         remote.params_editor.set_params(QUICK.with_(remote_url=f"http://127.0.0.1:{free_port()}/v1"))
-        remote.send("Hello?")
-        local.send("Hi")
-        await until(lambda: window.is_idle, what="both panes")
+        remote.session.send("Hello?")
+        local.session.send("Hi")
+        await until(lambda: window.workspace.is_idle, what="both panes")
         assert remote.chat.messages[-1]["content"].startswith("not answered: cannot reach http://127.0.0.1:")
         assert remote.input.toPlainText() == "Hello?"  # the refused message is given back
         assert local.chat.messages[-1]["role"] == "assistant"
@@ -74,13 +74,13 @@ def test_serve_switch_shares_the_engine_and_plots_api_requests(run_window):
         await until(lambda: window.api_server.is_serving, what="the server")
         assert API_KEY in window.plots.pane_curves
         set_params(window, QUICK)
-        window.panes[0].send("Tell me about cats.")
+        window.panes[0].session.send("Tell me about cats.")
         async with aiohttp.ClientSession() as http:
             body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0}
             async with http.post(f"{window.api_server.url}/v1/chat/completions", json=body) as r:
                 assert r.status == 200 and (await r.json())["choices"][0]["message"]["content"]
         assert not math.isnan(window.metrics.panes[API_KEY].ttft_s)
-        await until(lambda: window.is_idle)
+        await until(lambda: window.workspace.is_idle)
         control.toggle.setChecked(False)
         await until(lambda: not window.api_server.is_serving, what="the server to stop")
         assert API_KEY not in window.plots.pane_curves and API_KEY not in window.metrics.panes

@@ -21,7 +21,7 @@ def test_every_text_colour_reads_on_its_background(run_window, qapp, dark):
     async def scenario(window):
         set_params(window, QUICK)
         pane = window.panes[0]
-        pane.send("Write a line of Python that prints hello.")
+        pane.session.send("Write a line of Python that prints hello.")
         await until(lambda: not pane.is_busy, what="the reply")
         colours = Theme.of(qapp.palette())
         assert colours.dark == dark

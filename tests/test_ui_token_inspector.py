@@ -63,10 +63,10 @@ def test_probabilities_tint_the_reply_show_rivals_and_a_rival_branches_into_a_ne
         branch_finals = []
         branch.sigReplyFinished.connect(branch_finals.append)
         await until(lambda: branch_finals, what="the branch's reply")
-        taken = pane.reply_probs[index].top[
-            0 if pane.reply_probs[index].top[0].token != pane.reply_probs[index].chosen.token else 1
+        taken = pane.session.reply_probs[index].top[
+            0 if pane.session.reply_probs[index].top[0].token != pane.session.reply_probs[index].chosen.token else 1
         ]
-        prefix = b"".join(p.chosen.piece for p in pane.reply_probs[:index]).decode() + taken.text
+        prefix = b"".join(p.chosen.piece for p in pane.session.reply_probs[:index]).decode() + taken.text
         branched = branch.chat.messages[1]["content"]
         assert branch.chat.messages[0] == pane.chat.messages[0] and branched.startswith(prefix)
         assert branch.params == pane.params

@@ -129,13 +129,13 @@ def test_copy_a_streaming_reply_and_then_the_finished_one(run_window, qtbot):
         set_params(window, QUICK)
         qtbot.keyClicks(pane.input, "Name three fruits.")
         qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
-        await until(lambda: len("".join(pane._received).split()) >= 3, what="a few words")
+        await until(lambda: len(pane.session.streamed.split()) >= 3, what="a few words")
         pane.flush()
         transcript = pane.transcript
-        word = "".join(pane._received).split()[0]
+        word = pane.session.streamed.split()[0]
         streamed = await right_click_and_choose(qtbot, transcript, word, "Copy message", after=transcript._reply_start)
-        assert streamed and "".join(pane._received).startswith(streamed)  # the reply so far
-        assert "".join(pane._received).startswith(click_link(qtbot, transcript, "copy:message/", 1))
+        assert streamed and pane.session.streamed.startswith(streamed)  # the reply so far
+        assert pane.session.streamed.startswith(click_link(qtbot, transcript, "copy:message/", 1))
         await until(lambda: not pane.is_busy, what="the reply")
         reply = pane.chat.messages[1]["content"]
         heading = transcript.document().findBlock(transcript._starts[1])

@@ -89,7 +89,7 @@ def test_stop_cancels_the_reply(run_window):
         set_params(window, LONG)
         finals = []
         pane.sigReplyFinished.connect(finals.append)
-        pane.send("Write a long story about a dragon and a knight.")
+        pane.session.send("Write a long story about a dragon and a knight.")
         await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 3, what="first tokens")
         pane.stop_button.click()
         await until(lambda: not pane.is_busy, what="the stop")
@@ -118,7 +118,7 @@ def test_minimized_window_draws_nothing_and_catches_up_when_restored(run_window)
         window.setWindowState(Qt.WindowState.WindowNoState)
         assert len(pane.transcript.toPlainText()) > len(text)  # at once, not at the next tick
         assert len(window.plots.pane_curves[pane.key]["rate"].getData()[0]) > len(rate_x)
-        pane.stop()
+        pane.session.stop()
         await until(lambda: not pane.is_busy, what="the stop")
 
     run_window(scenario, panes=1)
@@ -130,7 +130,7 @@ def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
         window.broadcast_edit.setText("Tell me a fact about the moon.")
         window.broadcast_edit.returnPressed.emit()
         assert all(p.is_busy for p in window.panes)
-        await until(lambda: window.is_idle, what="every reply")
+        await until(lambda: window.workspace.is_idle, what="every reply")
         for pane in window.panes:
             assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
         assert max(st.n_decode for st in window.client.recent_steps()) == 4  # one step fed all four
@@ -149,7 +149,7 @@ def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_win
         hit = int(second.readout.text().split("KV hit ")[1].split("%")[0])
         assert hit > 80
         window.stop_all()
-        await until(lambda: window.is_idle, what="the stops")
+        await until(lambda: window.workspace.is_idle, what="the stops")
 
     run_window(scenario, panes=2)
 
@@ -188,7 +188,7 @@ def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_
         assert "Every pane is busy" in window.statusBar().currentMessage()
         assert window.broadcast_edit.text() == "Hello, everyone"  # kept, to send later
         assert [m["role"] for m in pane.chat.messages] == ["user"]  # the busy pane took nothing
-        pane.stop()
+        pane.session.stop()
         await until(lambda: not pane.is_busy, what="the stop")
 
     run_window(scenario, panes=1)
@@ -197,8 +197,8 @@ def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_
 def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_percent(run_window):
     async def scenario(window):
         set_params(window, QUICK)
-        window.broadcast("Hi!")
-        await until(lambda: window.is_idle, what="every reply")
+        window.workspace.broadcast("Hi!")
+        await until(lambda: window.workspace.is_idle, what="every reply")
         await asyncio.sleep(0.25)  # two plot ticks
         for pane in window.panes:
             curves = window.plots.pane_curves[pane.key]
@@ -231,10 +231,10 @@ def test_slider_change_reaches_the_engine(run_window, qtbot):
         for name, value in (("temperature", 1.3), ("top_k", 7), ("top_p", 0.5), ("min_p", 0.1), ("repeat_penalty", 1.25)):
             pane.params_editor.sliders[name].setValue(_spec(name).to_int(value))
         type_seed(pane, qtbot, "1234", Qt.Key.Key_Return)
-        pane.send("Count from one to fifty.")
+        pane.session.send("Count from one to fifty.")
         await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 1, what="the first token")
         running = await window.client.call(lambda engine: [s.params for s in engine.scheduler.running])
-        pane.stop()
+        pane.session.stop()
         await until(lambda: not pane.is_busy)
         assert len(running) == 1
         p = running[0]
@@ -315,7 +315,7 @@ def test_closing_the_window_while_generating_cancels_and_closes_the_engine(loop,
     async def scenario():
         window = await open_window(model_path, home, panes=3)
         set_params(window, LONG)
-        window.broadcast("Write a long story about a forest.")
+        window.workspace.broadcast("Write a long story about a forest.")
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens for p in window.panes), what="tokens")
         closed = asyncio.Event()
         window.sigClosed.connect(closed.set)
@@ -331,7 +331,7 @@ def test_prompt_too_long_shows_the_reason_in_the_pane(run_window):
     async def scenario(window):
         pane = window.panes[0]
         set_params(window, QUICK)
-        pane.send("word " * 6000)  # more tokens than the 4096-cell context
+        pane.session.send("word " * 6000)  # more tokens than the 4096-cell context
         await until(lambda: not pane.is_busy, what="the refusal")
         last = pane.chat.messages[-1]
         assert last["role"] == NOTICE and last["content"].startswith("not answered:")
@@ -355,8 +355,8 @@ def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
         assert "Kept the previous model" in panel.status.text()
         assert window.client.model_info.path == before and panel.model_path.text() == before
         set_params(window, QUICK)
-        window.panes[0].send("Hello")
-        await until(lambda: window.is_idle)
+        window.panes[0].session.send("Hello")
+        await until(lambda: window.workspace.is_idle)
         assert [m["role"] for m in window.panes[0].chat.messages[-2:]] == ["assistant", NOTICE]
         panel.error_box.close()
 
@@ -367,7 +367,7 @@ def test_apply_reloads_without_losing_chats(run_window):
     async def scenario(window):
         pane = window.panes[0]
         set_params(window, QUICK)
-        pane.send("Hello")
+        pane.session.send("Hello")
         await until(lambda: not pane.is_busy)
         await start_long_reply(window, pane, "Write a long poem about rain.")
         window.engine_panel.n_batch.setValue(256)
@@ -388,7 +388,7 @@ def test_apply_reloads_without_losing_chats(run_window):
 def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window, qtbot):
     async def scenario(window):
         set_params(window, LONG)
-        window.broadcast("Tell me a long story about a lighthouse.")
+        window.workspace.broadcast("Tell me a long story about a lighthouse.")
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens >= 2 for p in window.panes), what="four streams")
         window.engine_dock.show()
         qtbot.mouseClick(window.engine_panel.sequential, Qt.MouseButton.LeftButton)
@@ -398,7 +398,7 @@ def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window
         window._refresh_readouts()
         status = window.status_label.text()
         window.stop_all()
-        await until(lambda: window.is_idle)
+        await until(lambda: window.workspace.is_idle)
         return status
 
     status = run_window(scenario, panes=4)

@@ -92,5 +92,5 @@ def set_params(window: MainWindow, params: PaneParams) -> None:
 async def start_long_reply(window: MainWindow, pane, text: str) -> None:
     """Send `text` with a long reply allowed, and wait until it is streaming."""
     set_params(window, LONG)
-    pane.send(text)
+    pane.session.send(text)
     await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")

@@ -1,23 +1,18 @@
-"""One chat pane: header, transcript, live readout, input and buttons; streams replies from the engine
-or from a remote OpenAI-compatible endpoint.
+"""One chat pane: header, transcript, live readout, input and buttons, drawn from its PaneSession.
 
-Streamed text is buffered here and shown when the window calls `flush` on every pane at once (soon
-after text arrives, 25 times a second at most), so eight panes cost the GUI one paint pass rather
-than one per token. A streaming reply is saved every two seconds, so a kill loses only its last ones.
+The session (app/workspace) holds the chat and runs the replies; the pane forwards clicks to it and
+draws what it says. Streamed text waits in the session until the window calls `flush` on every pane
+at once (soon after text arrives, 25 times a second at most), so eight panes cost the GUI one paint
+pass rather than one per token.
 """
 
 from __future__ import annotations
 
-import asyncio
 import html
 import math
-import time
-from contextlib import aclosing
-from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QCursor, QKeyEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -33,15 +28,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.client import EngineClient, new_request_id
-from app.engine.errors import EngineError
-from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
-from app.engine.params import SamplingParams
-from app.engine.probs import TokenChoice, TokenProbs
-from app.remote import RemoteClient
-from app.workspace.chat_store import NOTICE, Chat
-from app.workspace.metrics import MetricsStore
+from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
+from app.workspace.session import Branch, PaneSession
 
 from . import theme
 from .dialogs import export_with_dialog
@@ -50,7 +39,6 @@ from .readout import Readout
 from .transcript import Transcript
 
 MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is
-CHECKPOINT_MS = 2000  # a streaming reply is saved this often: a kill or a power cut loses at most this much
 READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
 
 
@@ -72,38 +60,31 @@ class MessageEdit(QPlainTextEdit):
 
 
 class ChatPane(QFrame):
-    sigChatChanged = Signal(object)  # Chat: save it
-    sigParamsChanged = Signal(object)  # ChatPane: its PaneParams changed
     sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
-    sigTextReceived = Signal()  # streamed text waits to be shown: the window flushes the panes soon
+    sigDraftChanged = Signal(object, str)  # ChatPane, the text typed and not sent
     sigExported = Signal(object)  # Path: the chat was exported there (the window says so)
     sigBranch = Signal(object, object)  # ChatPane, Branch: go on from another token in a new pane
 
-    def __init__(self, chat: Chat, params: PaneParams, colour: str, client: EngineClient, metrics: MetricsStore, parent=None):
+    def __init__(self, session: PaneSession, parent=None):
         super().__init__(parent)
-        self.chat, self.colour, self.client, self.metrics = chat, colour, client, metrics
-        self.metrics.add_pane(chat.chat_id)
-        self._task: asyncio.Task | None = None  # the running reply
-        self._tasks: set[asyncio.Task] = set()  # every task started here, held until done: the loop holds them weakly
-        self._request_id: str | None = None
-        self._remote: RemoteClient | None = None  # this pane's connection to its endpoint, if it has one
-        self._source: EngineClient | RemoteClient = client  # where the running reply comes from
-        self._received: list[str] = []  # the reply so far
-        self._flushed = 0  # how many of those the transcript shows
-        self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
-        self.measure_logprobs = False  # the replies' log-probabilities are wanted (a fan-out compares them)
-        self.reply_probs: list[TokenProbs] = []  # the running or last reply's tokens, how likely each was
-        self._prefix = NO_PREFIX  # what the running reply goes on from (a branch)
+        self.session = session
         self.branch_menu: QMenu | None = None  # the last menu of rivals shown
-        self._checkpoint_timer = QTimer(self, interval=CHECKPOINT_MS, timeout=self._checkpoint)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
         border = theme.current().border.name()
-        self.setStyleSheet(f"#chatPane {{ border: 1px solid {border}; border-top: 3px solid {colour}; }}")
-        self._build(params)
-        self.transcript.show_messages(chat.messages)
+        self.setStyleSheet(f"#chatPane {{ border: 1px solid {border}; border-top: 3px solid {session.colour}; }}")
+        self._build(session.params)
+        self.input.setPlainText(session.draft)
+        self.input.textChanged.connect(lambda: self.sigDraftChanged.emit(self, self.input.toPlainText()))
+        self.transcript.token_probs.update(session.turn_probs)
+        self.transcript.show_messages(session.chat.messages)
+        session.reply_started.connect(self._on_reply_started)
+        session.reply_ended.connect(self._on_reply_ended)
+        session.params_changed.connect(self._show_params)
+        session.chat_changed.connect(lambda _chat: self._show_name(self.params))
+        session.draft_restored.connect(self._on_draft_restored)
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -113,7 +94,7 @@ class ChatPane(QFrame):
         layout.setSpacing(3)
         layout.addLayout(self._header())
         self.params_editor = PaneParamsEditor(params)
-        self.params_editor.paramsChanged.connect(self._on_params_changed)
+        self.params_editor.paramsChanged.connect(self.session.set_params)
         self.params_editor.copyToAllRequested.connect(lambda: self.sigCopySettings.emit(self))
         self._show_name(params)
         # in a pane too small for them the settings scroll, rather than push the window past the screen
@@ -132,7 +113,7 @@ class ChatPane(QFrame):
         self._show_mode(params)
         self.input.setFixedHeight(44)
         self.input.submitted.connect(self._on_send)
-        self.input.stopRequested.connect(self.stop)
+        self.input.stopRequested.connect(self.session.stop)
         layout.addWidget(self.input)
         layout.addLayout(self._buttons())
 
@@ -140,7 +121,7 @@ class ChatPane(QFrame):
         row = QHBoxLayout()
         swatch = QLabel()
         swatch.setFixedSize(12, 12)
-        swatch.setStyleSheet(f"background: {self.colour}; border-radius: 6px;")
+        swatch.setStyleSheet(f"background: {self.session.colour}; border-radius: 6px;")
         self.name_label = QLabel()
         self.name_label.setMinimumWidth(40)  # a long chat name is cut rather than widening the pane; "Pane 1" is whole
         self.readout = Readout(legend=READOUT_LEGEND)
@@ -170,11 +151,13 @@ class ChatPane(QFrame):
         fits eight panes on a laptop screen."""
         row = QHBoxLayout()
         self.send_button = _text_button("Send", "Send the message (Enter)", self._on_send)
-        self.stop_button = _text_button("Stop", "Stop the reply", self.stop)
+        self.stop_button = _text_button("Stop", "Stop the reply", self.session.stop)
         self.stop_button.setVisible(False)
         icons = QStyle.StandardPixmap  # the desktop theme's view-refresh, edit-clear and document-save
-        self.regenerate_button = _icon_button(icons.SP_BrowserReload, "Regenerate", "Regenerate the last reply", self.regenerate)
-        self.clear_button = _icon_button(icons.SP_DialogResetButton, "Clear", "Clear the chat", self.clear)
+        self.regenerate_button = _icon_button(
+            icons.SP_BrowserReload, "Regenerate", "Regenerate the last reply", self.session.regenerate
+        )
+        self.clear_button = _icon_button(icons.SP_DialogResetButton, "Clear", "Clear the chat", self._on_clear)
         self.export_button = _icon_button(icons.SP_DialogSaveButton, "Export…", "Export the chat to a file…", self._on_export)
         for b in (self.send_button, self.stop_button):
             row.addWidget(b)
@@ -187,7 +170,7 @@ class ChatPane(QFrame):
         """The loaded models to pick from (the first is the default); a pane whose model is gone goes
         on with the default."""
         if self.params.model and self.params.model not in names:
-            self.params_editor.set_params(self.params.with_(model=""))
+            self.session.set_params(self.params.with_(model=""))
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
         for name in names:  # the list shows each name whole; the closed box its short form
@@ -199,7 +182,7 @@ class ChatPane(QFrame):
     def _on_model_picked(self, _index: int) -> None:
         name = self.model_combo.currentData()
         if name and name != (self.params.model or self.model_combo.itemData(0)):
-            self.params_editor.set_params(self.params.with_(model=name))
+            self.session.set_params(self.params.with_(model=name))
 
     def _show_model(self, params: PaneParams) -> None:
         """The picker on the pane's model; the box shows the end of a long name (where the
@@ -215,15 +198,12 @@ class ChatPane(QFrame):
                 combo.setItemText(i, combo.itemData(i))
         combo.setToolTip(f"{name}: the model this pane talks to (load more in the Model library)")
 
-    @property
-    def model(self) -> str | None:
-        """The loaded model this pane talks to (None: the default)."""
-        return self.params.model or None
-
     def params_editor_visible(self, visible: bool) -> None:
         self.params_area.setVisible(visible)
 
-    def _on_params_changed(self, params: PaneParams) -> None:
+    def _show_params(self, params: PaneParams) -> None:
+        if params != self.params_editor.params:  # set by the workspace (copied, a fan-out, a base model)
+            self.params_editor.set_params(params)
         self._show_name(params)
         if self.model_combo.count():
             self.model_combo.blockSignals(True)
@@ -235,18 +215,12 @@ class ChatPane(QFrame):
             self.transcript.show_probs, self.transcript.completion = params.show_probs, params.completion
             if not self.is_busy:  # a streaming reply is drawn anew when it ends
                 self.transcript.redraw(self.chat.messages)
-        self.sigParamsChanged.emit(self)
 
     def _show_mode(self, params: PaneParams) -> None:
         if params.completion:
             self.input.setPlaceholderText("Text to continue (Enter: the model goes on; empty: it goes on from where it stands)")
         else:
             self.input.setPlaceholderText("Message (Enter sends, Shift+Enter new line)")
-
-    def rename(self, name: str) -> None:
-        self.chat.rename(name)
-        self._show_name(self.params)
-        self.sigChatChanged.emit(self.chat)
 
     def _show_name(self, params: PaneParams) -> None:
         """The pane's name, and the host it chats with when that is not the local engine."""
@@ -264,27 +238,26 @@ class ChatPane(QFrame):
             tips.append("✎ completion mode: the chat is one text the model continues")
         self.name_label.setToolTip("\n".join(tips))
 
-    # -- state ---------------------------------------------------------------------------------
+    # -- state, read from the session ----------------------------------------------------------
+
+    @property
+    def chat(self) -> Chat:
+        return self.session.chat
 
     @property
     def key(self) -> str:
-        return self.chat.chat_id
+        return self.session.key
 
     @property
     def params(self) -> PaneParams:
-        return self.params_editor.params
-
-    @property
-    def is_blank(self) -> bool:
-        """No messages and nothing typed: closing the pane or giving it another chat loses nothing."""
-        return not self.chat.messages and not self.input.toPlainText().strip()
+        return self.session.params
 
     @property
     def is_busy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self.session.is_busy
 
     def refresh_readout(self) -> None:
-        m = self.metrics.panes.get(self.key)
+        m = self.session.metrics.panes.get(self.key)
         if m is None:
             return
         ttft = "–" if math.isnan(m.ttft_s) else f"{1000 * m.ttft_s:.0f} ms"
@@ -299,125 +272,38 @@ class ChatPane(QFrame):
 
     # -- actions -------------------------------------------------------------------------------
 
-    def send(self, text: str) -> bool:
-        """Add a user turn and start the reply; False while a reply is still running. In completion
-        mode the text is added as typed, and nothing typed lets the model go on with the text."""
-        if self.is_busy:
-            return False
-        if self.params.completion and (text or self.chat.messages):
-            if text:
-                self.chat.add("user", text)
-        elif text.strip():
-            self.chat.add("user", text.strip())
-        else:
-            return False
-        self._start_reply()
-        return True
+    def _on_send(self) -> None:
+        if self.session.send(self.input.toPlainText()):
+            self.input.clear()
 
-    def stop(self) -> None:
-        if self.is_busy and self._request_id:
-            self._source.cancel(self._request_id)
-
-    def regenerate(self) -> None:
-        if not self.is_busy and self.chat.drop_last_reply() is not None:
-            self._start_reply()
-
-    def clear(self) -> None:
-        self._spawn(self._clear())
+    def _on_clear(self) -> None:
+        self.session.spawn(self._clear())
 
     async def _clear(self) -> None:
-        await self.shutdown()  # a running reply ends first, so it cannot land in the cleared chat
-        self.chat.clear()
-        self.metrics.panes[self.key].context_tokens = 0
+        await self.session.clear()
+        self.transcript.token_probs.clear()
         self.transcript.show_messages([])
-        self.sigChatChanged.emit(self.chat)
-
-    async def shutdown(self) -> None:
-        """Cancel the running reply and wait until the engine has let it go."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._remote is not None:
-            await self._remote.close()
-            self._remote = None
-
-    def _on_send(self) -> None:
-        if self.send(self.input.toPlainText()):
-            self.input.clear()
 
     def _on_export(self) -> None:
         written = export_with_dialog(self, self.chat)
         if written is not None:
             self.sigExported.emit(written)
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     # -- one reply -----------------------------------------------------------------------------
 
-    def _start_reply(self, prefix: Branch | None = None) -> None:
-        self.chat.model = _model_name(self.client, self.params)
-        self.sigChatChanged.emit(self.chat)
-        request_id = self._request_id = new_request_id()
-        self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
-        self._prefix = prefix or NO_PREFIX
-        self._task = self._spawn(self._reply(request_id))
-
-    def go_on_from(self, branch: Branch) -> None:
-        """Start this pane's reply from `branch`'s tokens (the chat holds the turns before it)."""
-        self._start_reply(branch)
-
-    async def _reply(self, request_id: str) -> None:
-        messages = self.chat.for_model(self.params.system_prompt)
+    def _on_reply_started(self) -> None:
         self.transcript.begin_reply(self.chat.messages)
         self._set_busy(True)
-        final: FinishEvent | None = None
-        self._checkpoint_timer.start()
-        self.reply_probs = list(self._prefix.probs)
-        if self._prefix.text:
-            self._received.append(self._prefix.text)
-            self.sigTextReceived.emit()
-        try:
-            params = self._sampling()
-            source = self._source = self._source_for(self.params)
-            local = {"priority": self.params.priority} if source is self.client else {}  # a remote has no priorities
-            if self._prefix.tokens:
-                local["reply_prefix"] = self._prefix.tokens
-            if source is self.client:
-                local["model"] = self.model
-            if self.params.completion and source is self.client:  # one text to continue, no chat template
-                messages, local["prompt"] = None, self.chat.as_text(self.params.system_prompt)
-            stream = source.generate(messages, params, conversation_id=self.key, request_id=request_id, **local)
-            async with aclosing(stream):  # leaving early closes the stream, which cancels the request
-                async for event in stream:
-                    if source is not self.client:  # the engine's listener feeds the plots only its own events
-                        self.metrics.on_events([event])
-                    if isinstance(event, TokenEvent):
-                        if event.probs is not None:
-                            self.reply_probs.append(event.probs)
-                        if self._flushed == len(self._received):  # the first text since the last flush
-                            self.sigTextReceived.emit()
-                        self._received.append(event.text)
-                    else:
-                        final = event
-        except EngineError as e:  # the engine is not running: the window's banner offers a restart
-            final = refused(request_id, str(e))
-        finally:
-            self._end_reply(final)
 
-    def _sampling(self) -> SamplingParams:
-        params = self.sampling_override or self.params.sampling()
-        if self.measure_logprobs and params.n_probs is None:
-            params = params.with_(n_probs=0)  # the drawn token's probability only
-        return params
+    def _on_reply_ended(self, final) -> None:
+        self._set_busy(False)
+        self.transcript.token_probs.update(self.session.turn_probs)
+        self.transcript.show_messages(self.chat.messages)
+        self.sigReplyFinished.emit(final)
 
-    @property
-    def reply_logprobs(self) -> list[float]:
-        """The log-probability of each token of the running or last reply, when they were asked for."""
-        return [p.chosen.logprob for p in self.reply_probs]
+    def _on_draft_restored(self, text: str) -> None:
+        if not self.input.toPlainText():
+            self.input.setPlainText(text)
 
     def _offer_branch(self, turn: int, index: int) -> None:
         """A menu of the token's rivals; the one picked goes on in a new pane (the window makes it)."""
@@ -433,66 +319,11 @@ class ChatPane(QFrame):
         self.branch_menu = menu
         menu.popup(QCursor.pos())
 
-    def _source_for(self, params: PaneParams) -> EngineClient | RemoteClient:
-        endpoint = params.endpoint()
-        if endpoint is None:
-            return self.client
-        if self._remote is None or self._remote.endpoint != endpoint:
-            if self._remote is not None:
-                self._spawn(self._remote.close())
-            self._remote = RemoteClient(endpoint)
-        return self._remote
-
     def flush(self) -> None:
         """Show the text received since the last flush (the window calls this for every pane at once)."""
-        if self._flushed < len(self._received):
-            self.transcript.append_reply("".join(self._received[self._flushed :]))
-            self._flushed = len(self._received)
-
-    def _checkpoint(self) -> None:
-        """Save the reply so far with the chat (marked as streaming in its file)."""
-        streamed = "".join(self._received)
-        if streamed != (self.chat.streaming or ""):
-            self.chat.streaming = streamed
-            self.sigChatChanged.emit(self.chat)
-
-    def _end_reply(self, final: FinishEvent | None) -> None:
-        self._checkpoint_timer.stop()
-        self.chat.streaming = None
-        streamed = "".join(self._received)
-        self._received, self._flushed = [], 0
-        self._set_busy(False)
-        if final is not None and final.reason is FinishReason.ERROR:
-            error = final.error or "the engine could not answer"
-            if streamed.strip():  # what was streamed stays, marked as cut
-                self.chat.add_cut_reply(streamed, f"cut short: {error}")
-            else:
-                self._drop_failed_turn(error)
-        else:
-            text = self._prefix.text + final.text if final is not None else streamed
-            if text.strip():
-                self.chat.add("assistant", text)
-                if self.reply_probs:  # drawn token by token when the pane shows probabilities
-                    self.transcript.token_probs[len(self.chat.messages) - 1] = (text, self.reply_probs)
-            note = final.notice if final is not None else None
-            if final is None or (final.reason is FinishReason.CANCELLED and not note):
-                note = "stopped"
-            elif final.reason is FinishReason.LENGTH and not note and not self.params.completion:  # completion: go on
-                note = f"cut at Max tokens ({self.params.max_tokens}): raise it in ⚙ for longer replies"
-            if note:
-                self.chat.add(NOTICE, note)
-        self.transcript.show_messages(self.chat.messages)
-        self.sigChatChanged.emit(self.chat)
-        self.sigReplyFinished.emit(final)
-
-    def _drop_failed_turn(self, error: str) -> None:
-        """Take back the user turn the engine refused, so the next message is not refused too."""
-        text = self.chat.drop_last_reply()
-        if text is not None:
-            self.chat.messages.pop()
-            if not self.input.toPlainText():
-                self.input.setPlainText(text)
-        self.chat.add(NOTICE, f"not answered: {error}")
+        text = self.session.take_text()
+        if text:
+            self.transcript.append_reply(text)
 
     def _set_busy(self, busy: bool) -> None:
         self.send_button.setVisible(not busy)
@@ -515,31 +346,3 @@ def _icon_button(icon: QStyle.StandardPixmap, text: str, tip: str, slot) -> QToo
     button = QToolButton(text=text, toolTip=tip, clicked=slot)
     button.setIcon(button.style().standardIcon(icon))
     return button
-
-
-def _model_name(client: EngineClient, params: PaneParams) -> str:
-    """What the chat list shows as the chat's model: the model file, or the remote model or host."""
-    endpoint = params.endpoint()
-    if endpoint is None:
-        info = client.models.get(params.model) or client.model_info
-        return Path(info.path if info else client.config.model_path).name
-    return endpoint.model or urlsplit(endpoint.api_url).netloc or endpoint.api_url
-
-
-@dataclass(frozen=True)
-class Branch:
-    """A reply's first tokens, the last one a rival of the token drawn there, and the turns before it."""
-
-    tokens: tuple[int, ...]
-    text: str
-    probs: tuple[TokenProbs, ...]  # how likely each of them was
-    messages: tuple[dict[str, str], ...] = ()
-
-    @classmethod
-    def at(cls, probs: list[TokenProbs], index: int, rival: TokenChoice, messages) -> Branch:
-        taken = (*probs[:index], TokenProbs(rival, probs[index].top))
-        text = b"".join(p.chosen.piece for p in taken).decode("utf-8", "replace")
-        return cls(tuple(p.chosen.token for p in taken), text, taken, tuple(dict(m) for m in messages))
-
-
-NO_PREFIX = Branch((), "", ())

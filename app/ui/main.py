@@ -135,14 +135,14 @@ async def run_demo(window: MainWindow, args) -> None:
         if fan_out and i == 0:
             window.fan_out(demo_sweep(window, prompt, fan_out))
         else:
-            window.broadcast(prompt)
+            window.workspace.broadcast(prompt)
         if after_tokens and args.screenshot and i == len(prompts) - 1:
             await _wait(
-                lambda: window.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens
+                lambda: window.workspace.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens
             )
             save_screenshot(window, args.screenshot)
             window.stop_all()  # the picture is taken: no need to wait for the rest
-        await _wait(lambda: window.is_idle)
+        await _wait(lambda: window.workspace.is_idle)
     if args.screenshot and not after_tokens:
         await asyncio.sleep(2 * POLL_S)  # one more plot tick after the last token
         save_screenshot(window, args.screenshot)

@@ -1,8 +1,8 @@
 """The main window: a grid of chat panes, a broadcast bar, the chat list, the plots and the engine
 panel in docks, and a banner when the engine has stopped.
 
-It owns the panes' life (add, close, restore, open a saved chat) and what is saved as things change;
-one 10 Hz timer samples the metrics, moves the plots and refreshes every pane's readout. While the
+It draws the Workspace (app/workspace: the panes' life, the chats, what is saved) and forwards what
+the user does to it; one 10 Hz timer samples the metrics, moves the plots and refreshes every pane's readout. While the
 window is minimized nothing is drawn (the metrics are still sampled and the text kept): the engine
 gets the CPU, and restoring the window catches up at once.
 """
@@ -38,13 +38,15 @@ from app.engine.errors import EngineError
 from app.engine.stats import EngineSnapshot
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
-from app.workspace.chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
+from app.workspace.chat_store import ChatStore
 from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
-from app.workspace.pane_params import PaneParams
+from app.workspace.session import Branch, PaneSession
+from app.workspace.source import Sources
+from app.workspace.workspace import MAX_PANES, Workspace
 
 from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
-from .chat_pane import Branch, ChatPane
+from .chat_pane import ChatPane
 from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
@@ -54,10 +56,9 @@ from .model_library import ModelLibrary
 from .plots import PlotsPanel
 from .readout import Readout
 from .serve_control import ServeControl
-from .settings import DEFAULT_PANES, MAX_PANES, AppSettings
+from .settings import AppSettings
 from .window_placement import place_window
 
-PANE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#e377c2", "#8c564b")
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
@@ -86,15 +87,14 @@ class MainWindow(QMainWindow):
     def __init__(self, client: EngineClient, store: ChatStore, settings: AppSettings, pane_count: int | None = None):
         super().__init__()
         self.client, self.store, self.settings = client, store, settings
-        self.saves = PendingSaves(store)
         self.metrics = MetricsStore()
+        self.workspace = Workspace(Sources(client, self.metrics.on_events), store, settings, self.metrics, client.config.capacity)
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
-        self.panes: list[ChatPane] = []
+        self.panes: list[ChatPane] = []  # the workspace's sessions' views, in its order
         self._closing: asyncio.Task | None = None  # the shutdown, once the window is asked to close
         self._closed = False
         self.close_box: QMessageBox | None = None  # the last "Close pane" question
         self.fan_out_dialog: FanOutDialog | None = None  # the last one opened
-        client.add_listener(self.metrics.on_events)
         client.add_failure_listener(self._on_engine_failed)
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
         # when text arrives, not on a clock of its own: the engine's steps (a token for every pane)
@@ -105,10 +105,14 @@ class MainWindow(QMainWindow):
         self._since_flush.start()
         self._ticks = 0
         self._build()
+        self._observe(self.workspace)
         self._show_title()
-        self._restore(pane_count)
+        self.workspace.completion = self._is_base_model
+        self.workspace.restore(pane_count)
+        place_window(self, self.settings.geometry)
+        self.restoreState(self.settings.window_state)  # the docks as they were left (an empty state: the defaults)
         self._suit_blank_panes_to_model()
-        self._list_saved_chats()
+        self.chat_list.show_rows([ChatRow.of(chat, is_open) for chat, is_open in self.workspace.listed_chats()])
         if client.failure:
             self._on_engine_failed(client.failure)
         self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
@@ -130,7 +134,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.chat_list = ChatList()
         self.chat_list.sigOpen.connect(self.open_chat)
-        self.chat_list.sigRename.connect(self.rename_chat)
+        self.chat_list.sigRename.connect(lambda chat_id, name: self.workspace.rename_chat(chat_id, name))
         self.chat_list.sigDelete.connect(self.delete_chat)
         self.chat_list.sigExport.connect(self.export_chat)
         self.chats_dock = self._dock("Chats", self.chat_list, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -270,65 +274,57 @@ class MainWindow(QMainWindow):
             self.plots.remove_pane(API_KEY)
             self.metrics.remove_pane(API_KEY)
 
-    # -- panes ---------------------------------------------------------------------------------
+    # -- panes: views of the workspace's sessions ----------------------------------------------
+
+    def _observe(self, ws: Workspace) -> None:
+        ws.pane_added.connect(self._on_pane_added)
+        ws.pane_removed.connect(self._on_pane_removed)
+        ws.chat_listed.connect(lambda chat, is_open: self.chat_list.update_row(ChatRow.of(chat, is_open)))
+        ws.chat_unlisted.connect(self.chat_list.remove_row)
+        ws.saved.connect(self._show_save_state)
+        ws.said.connect(lambda text: self.statusBar().showMessage(text, 15000))
+        ws.said_in_list.connect(self.chat_list.say)
 
     @property
     def capacity(self) -> int:
-        return min(MAX_PANES, self.client.config.capacity)
+        return self.workspace.capacity
 
-    def _restore(self, pane_count: int | None) -> None:
-        ids = self.settings.pane_ids
-        count = min(pane_count or len(ids) or DEFAULT_PANES, self.capacity)
-        for chat_id in ids[:count]:
-            self.add_pane(self._restored_chat(chat_id))
-        while len(self.panes) < count:
-            self.add_pane()
-        place_window(self, self.settings.geometry)
-        self.restoreState(self.settings.window_state)  # the docks as they were left (an empty state: the defaults)
+    def add_pane(self) -> ChatPane | None:
+        """A new pane with a new chat, at the end; None when there is no room."""
+        session = self.workspace.add_pane()
+        return self.pane_of(session) if session is not None else None
 
-    def _restored_chat(self, chat_id: str) -> Chat:
-        """The saved chat of a pane; a file that cannot be read is kept aside and the pane gets a new
-        chat (a new id, so that file is never overwritten), with its sliders and a notice."""
-        try:
-            return self.store.load(chat_id) or Chat(chat_id, self._free_name())
-        except UnreadableChat as e:
-            chat = Chat.new(self._free_name())
-            chat.add(
-                NOTICE,
-                f"The saved chat could not be read ({e.reason}); its file was kept as {e.kept_as.name}. This is a new chat.",
-            )
-            self.settings.set_pane_params(chat.chat_id, self.settings.pane_params(chat_id))
-            return chat
+    def pane_of(self, session: PaneSession) -> ChatPane:
+        return next(p for p in self.panes if p.session is session)
 
-    def add_pane(self, chat: Chat | None = None, index: int | None = None) -> ChatPane | None:
-        if len(self.panes) >= self.capacity:
-            return None
-        params = PaneParams(completion=self._is_base_model) if not isinstance(chat, Chat) else None
-        chat = chat if isinstance(chat, Chat) else Chat.new(self._free_name())
-        colour = next(c for c in PANE_COLOURS if c not in {p.colour for p in self.panes})
-        params = params or self.settings.pane_params(chat.chat_id)
-        pane = ChatPane(chat, params, colour, self.client, self.metrics)
-        pane.sigChatChanged.connect(self._save)
-        pane.sigTextReceived.connect(self._request_flush)
-        pane.sigParamsChanged.connect(self._on_pane_params)
+    def _on_pane_added(self, session: PaneSession, index: int) -> None:
+        pane = ChatPane(session)
+        session.text_received.connect(self._request_flush)
+        session.params_changed.connect(lambda _params: self._name_in_plots(session))
+        session.chat_changed.connect(lambda _chat: self._name_in_plots(session))
+        session.reply_ended.connect(lambda final: self.compare_view.finish(session.key, final, session.reply_logprobs))
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
-        pane.sigCopySettings.connect(self.copy_settings_to_all)
+        pane.sigCopySettings.connect(lambda p: self.workspace.copy_settings(p.session))
+        pane.sigDraftChanged.connect(lambda p, text: self.workspace.set_draft(p.session, text))
         pane.sigExported.connect(self._show_exported)
         pane.sigBranch.connect(self.branch)
         if self.client.models:
             pane.show_models(list(self.client.models))
-        pane.sigReplyFinished.connect(lambda final, p=pane: self.compare_view.finish(p.key, final, p.reply_logprobs))
-        pane.input.setPlainText(self.settings.draft(chat.chat_id))
-        pane.input.textChanged.connect(lambda: self.settings.set_draft(pane.key, pane.input.toPlainText()))
-        self.panes.insert(len(self.panes) if index is None else index, pane)
-        self.plots.add_pane(pane.key, colour, chat.name)
-        self._save(chat)
+        self.panes.insert(index, pane)
+        self.plots.add_pane(session.key, session.colour, session.chat.name)
+        self._name_in_plots(session)
         self._relayout()
-        return pane
+
+    def _on_pane_removed(self, session: PaneSession) -> None:
+        pane = self.pane_of(session)
+        self.panes.remove(pane)
+        self.plots.remove_pane(session.key)
+        pane.deleteLater()
+        self._relayout()
 
     def ask_to_close_pane(self, pane: ChatPane) -> None:
         """Close a pane after a Yes; at once when it is blank, as nothing is taken from view."""
-        if pane.is_blank:
+        if pane.session.is_blank:
             self.close_pane(pane)
             return
         reply = " Its reply stops." if pane.is_busy else ""
@@ -342,38 +338,11 @@ class MainWindow(QMainWindow):
     @asyncSlot(object)
     async def close_pane(self, pane: ChatPane) -> None:
         """Stop the pane's reply, then remove the pane; its chat stays in the chat list."""
-        if pane in self.panes:
-            await self._remove_pane(pane)
-            self._relayout()
-
-    async def _remove_pane(self, pane: ChatPane) -> None:
-        """Remove the pane once the engine has let its reply go. A chat with no messages has nothing to
-        reopen, so its file goes; any other stays saved and listed."""
-        self.panes.remove(pane)
-        await pane.shutdown()
-        self.plots.remove_pane(pane.key)
-        self.metrics.remove_pane(pane.key)
-        pane.deleteLater()
-        if pane.chat.messages:
-            self.chat_list.update_row(ChatRow.of(pane.chat, is_open=False))
-        else:
-            self._forget_chat(pane.key)
+        await self.workspace.close_pane(pane.session)
 
     def _on_remove_last(self) -> None:
         if len(self.panes) > 1:
             self.ask_to_close_pane(self.panes[-1])
-
-    def copy_settings_to_all(self, source: ChatPane) -> None:
-        for pane in self.panes:
-            if pane is not source:
-                pane.params_editor.set_params(source.params)
-
-    def _pane_of(self, chat_id: str) -> ChatPane | None:
-        return next((p for p in self.panes if p.key == chat_id), None)
-
-    def _free_name(self) -> str:
-        used = {p.chat.name for p in self.panes}
-        return next(f"Pane {i}" for i in range(1, MAX_PANES + 2) if f"Pane {i}" not in used)
 
     def _relayout(self) -> None:
         for pane in self.panes:
@@ -385,23 +354,16 @@ class MainWindow(QMainWindow):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
         self.add_action.setEnabled(len(self.panes) < self.capacity)
         self.engine_panel.set_min_capacity(len(self.panes))
-        self.settings.pane_ids = [p.key for p in self.panes]
 
     # -- saving --------------------------------------------------------------------------------
 
-    def _save(self, chat: Chat) -> None:
-        pane = self._pane_of(chat.chat_id)
-        self.plots.name_pane(chat.chat_id, self._legend_name(pane) if pane else chat.name)  # a renamed chat's follows
-        self.saves.save(chat)
-        self._show_save_state()
-        self.chat_list.update_row(ChatRow.of(chat, is_open=self._pane_of(chat.chat_id) is not None))
-
     def _show_save_state(self) -> None:
         """A failing save is told once, in the status bar, until a save works again; a repaired text, in a message."""
-        if self.saves.repaired:
-            names = ", ".join(f"“{chat.name}”" for chat in self.saves.repaired)
+        saves = self.workspace.saves
+        if saves.repaired:
+            names = ", ".join(f"“{chat.name}”" for chat in saves.repaired)
             self.statusBar().showMessage(f"The text of {names} was repaired to be saved: broken characters became �.", 20000)
-        error = self.saves.failure
+        error = saves.failure
         if error is None:
             self.save_warning.hide()
         elif self.save_warning.isHidden():
@@ -411,117 +373,33 @@ class MainWindow(QMainWindow):
 
     # -- the chat list -------------------------------------------------------------------------
 
-    def _list_saved_chats(self) -> None:
-        chats, unreadable = self.store.chats()
-        rows = {c.chat_id: ChatRow.of(c, is_open=False) for c in chats}
-        rows.update({p.key: ChatRow.of(p.chat, is_open=True) for p in self.panes})  # newer than their files
-        self.chat_list.show_rows(list(rows.values()))
-        if unreadable:
-            kept = ", ".join(e.kept_as.name for e in unreadable)
-            message = f"{len(unreadable)} chat file(s) could not be read and were kept aside: {kept}"
-            self.chat_list.say(message)
-            self.statusBar().showMessage(message, 20000)
-
     @asyncSlot(str)
     async def open_chat(self, chat_id: str) -> None:
         """Show a saved chat in a free pane (idle, no messages, nothing typed), else in a new pane if the capacity allows."""
-        if (pane := self._pane_of(chat_id)) is not None:
-            pane.input.setFocus()
-            self.chat_list.say(f"“{pane.chat.name}” is already open.")
-            return
-        chat = self._load_listed(chat_id)
-        if chat is None:
-            return
-        free = next((p for p in self.panes if not p.is_busy and p.is_blank), None)
-        if free is not None:
-            index = self.panes.index(free)
-            await self._remove_pane(free)
-            self.add_pane(chat, index)
-        elif self.add_pane(chat) is None:
-            self.chat_list.say(
-                f"No free pane: close a pane, clear one, or raise the parallel capacity ({self.capacity}) in the Engine panel."
-            )
-            return
-        self.chat_list.say(f"Opened “{chat.name}”.")
-
-    def rename_chat(self, chat_id: str, name: str) -> None:
-        if (pane := self._pane_of(chat_id)) is not None:
-            pane.rename(name)  # the pane saves it
-        elif (chat := self._load_listed(chat_id)) is not None:
-            chat.rename(name)
-            self._save(chat)
+        session = await self.workspace.open_chat(chat_id)
+        if session is not None:
+            self.pane_of(session).input.setFocus()
 
     @asyncSlot(str)
     async def delete_chat(self, chat_id: str) -> None:
         """Delete a chat (the user confirmed); a pane that showed it gets a new empty chat."""
-        row = self.chat_list.row(chat_id)
-        if (pane := self._pane_of(chat_id)) is not None:
-            index = self.panes.index(pane)
-            await self._remove_pane(pane)
-            self.add_pane(None, index)
-        if self._forget_chat(chat_id) and row is not None:
-            self.chat_list.say(f"Deleted “{row.name}”.")
+        await self.workspace.delete_chat(chat_id)
 
     def export_chat(self, chat_id: str) -> None:
-        pane = self._pane_of(chat_id)
-        chat = pane.chat if pane is not None else self._load_listed(chat_id)
+        chat = self.workspace.chat_of(chat_id)
         if chat is not None and (written := export_with_dialog(self.chat_list, chat)) is not None:
             self._show_exported(written)
 
     def _show_exported(self, path: Path) -> None:
         self.statusBar().showMessage(f"Exported to {path.name}", 10000)
 
-    def _load_listed(self, chat_id: str) -> Chat | None:
-        """A listed chat from its file; one that is gone or unreadable leaves the list, saying why."""
-        try:
-            chat = self.store.load(chat_id)
-        except UnreadableChat as e:
-            self.chat_list.say(str(e))
-            chat = None
-        else:
-            if chat is None:
-                self.chat_list.say("That chat is no longer on disk.")
-        if chat is None:
-            self.chat_list.remove_row(chat_id)
-        return chat
-
-    def _forget_chat(self, chat_id: str) -> bool:
-        """Remove a chat's file, its settings and its row; False (and why) if the file stays."""
-        self.saves.forget(chat_id)
-        try:
-            self.store.delete(chat_id)
-        except OSError as e:
-            self.chat_list.say(f"The chat could not be deleted: {e.strerror or e}")
-            return False
-        self.settings.remove_pane_params(chat_id)
-        self.chat_list.remove_row(chat_id)
-        return True
-
     # -- branches, fan out and compare ---------------------------------------------------------
 
     @asyncSlot(object, object)
     async def branch(self, source: ChatPane, branch: Branch) -> ChatPane | None:
-        """A new chat in a free pane that goes on from another token of `source`'s reply, on its settings;
-        the cells of the reply up to that token are shared, so it starts at once."""
-        chat = Chat.new(f"{source.chat.name} ⑂")
-        for m in branch.messages:
-            if m["role"] != NOTICE:
-                chat.add(m["role"], m["content"])
-        free = next((p for p in self.panes if not p.is_busy and p.is_blank), None)
-        if free is not None:
-            index = self.panes.index(free)
-            await self._remove_pane(free)
-            pane = self.add_pane(chat, index)
-        else:
-            pane = self.add_pane(chat)
-        if pane is None:
-            self.statusBar().showMessage(
-                f"No free pane for the branch: close or clear a pane, or raise the parallel capacity ({self.capacity}).", 15000
-            )
-            return None
-        pane.params_editor.set_params(source.params)
-        pane.go_on_from(branch)
-        return pane
+        """A new chat in a free pane that goes on from another token of `source`'s reply."""
+        session = await self.workspace.branch(source.session, branch)
+        return self.pane_of(session) if session is not None else None
 
     def ask_fan_out(self) -> FanOutDialog:
         """The fan-out dialog, on the settings and text of the pane in focus (or the first)."""
@@ -535,54 +413,30 @@ class MainWindow(QMainWindow):
         return dialog
 
     def fan_out(self, sweep: Sweep) -> list[ChatPane]:
-        """A pane for each value (free panes first, then new ones), all sent in one go so the
-        engine reads their shared prompt once; the compare view follows their replies."""
-        panes = [p for p in self.panes if p.is_blank and not p.is_busy][: len(sweep.values)]
-        while len(panes) < len(sweep.values) and (pane := self.add_pane()) is not None:
-            panes.append(pane)
-        if len(panes) < len(sweep.values):
-            missing = len(sweep.values) - len(panes)
-            self.statusBar().showMessage(
-                f"Fan out needs {len(sweep.values)} free panes and {missing} more cannot be had: close or clear "
-                f"panes, or raise the parallel capacity ({self.capacity}) in the Engine panel.",
-                15000,
-            )
+        """A pane for each value, all sent in one go; the compare view follows their replies."""
+        variants = [(sweep.label_for(v), sweep.params_for(v)) for v in sweep.values]
+        sessions = self.workspace.fan_out(sweep.prompt, variants)
+        if not sessions:
             return []
-        rows = []
-        for pane, value in zip(panes, sweep.values):
-            pane.rename(sweep.label_for(value))
-            pane.params_editor.set_params(sweep.params_for(value))
-            pane.measure_logprobs = True
-            rows.append(Compared(pane.key, sweep.label_for(value)))
-        for pane in panes:
-            pane.send(sweep.prompt)
-        self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(panes)} panes", rows)
+        rows = [Compared(s.key, name) for s, (name, _params) in zip(sessions, variants)]
+        self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(sessions)} panes", rows)
         if self.compare_dock.isHidden():  # room for a few rows; the panes keep the height they stream in
             self.compare_dock.show()
             self.resizeDocks([self.compare_dock], [COMPARE_HEIGHT], Qt.Orientation.Vertical)
         self.compare_dock.raise_()
-        return panes
+        return [self.pane_of(s) for s in sessions]
 
     # -- broadcast and stop --------------------------------------------------------------------
 
-    def broadcast(self, text: str) -> int:
-        """Send `text` to every idle pane at once; the number of panes that took it."""
-        return sum(pane.send(text) for pane in self.panes)
-
     def _on_broadcast(self) -> None:
         text = self.broadcast_edit.text()
-        if self.broadcast(text):
+        if self.workspace.broadcast(text):
             self.broadcast_edit.clear()
         elif text.strip():  # it stays in the field, to send once a pane is free
             self.statusBar().showMessage("Every pane is busy: nothing was sent. Stop a reply, or send when one ends.", 10000)
 
     def stop_all(self) -> None:
-        for pane in self.panes:
-            pane.stop()
-
-    @property
-    def is_idle(self) -> bool:
-        return not any(p.is_busy for p in self.panes)
+        self.workspace.stop_all()
 
     # -- streamed text and the 10 Hz tick ------------------------------------------------------
 
@@ -602,9 +456,8 @@ class MainWindow(QMainWindow):
         now = time.monotonic()
         self.metrics.sample(now, self.client.recent_steps(RATE_WINDOW_S))
         self._ticks += 1
-        if self._ticks % SAVE_RETRY_TICKS == 0 and self.saves.is_waiting:
-            self.saves.retry()
-            self._show_save_state()
+        if self._ticks % SAVE_RETRY_TICKS == 0:
+            self.workspace.retry_saves()
         if self.isMinimized():
             return
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
@@ -629,6 +482,7 @@ class MainWindow(QMainWindow):
 
     def _on_config_applied(self, config) -> None:
         self.settings.set_engine_config(config)
+        self.workspace.set_capacity(self.client.config.capacity)
         self._relayout()
         self._show_title()
         self._show_models()
@@ -640,12 +494,9 @@ class MainWindow(QMainWindow):
         return info is not None and not info.has_chat_template
 
     def _suit_blank_panes_to_model(self) -> None:
-        """A base model (no chat template) continues text: blank panes go to completion mode and a
-        model with a template back to chat; a pane with a chat keeps its mode (⚙ switches it)."""
+        """Blank panes follow the model: completion mode for a base model (⚙ switches a pane)."""
         completion = self._is_base_model
-        for pane in self.panes:
-            if pane.is_blank and pane.params.completion != completion and pane.params.endpoint() is None:
-                pane.params_editor.set_params(pane.params.with_(completion=completion))
+        self.workspace.suit_blank_panes(completion)
         if completion:
             self.statusBar().showMessage(
                 f"{Path(self.client.config.model_path).name} has no chat template (a base model): new panes continue "
@@ -679,16 +530,13 @@ class MainWindow(QMainWindow):
         self._show_models()
         self.statusBar().showMessage(f"Unloaded {name}.", 10000)
 
-    def _on_pane_params(self, pane: ChatPane) -> None:
-        self.settings.set_pane_params(pane.key, pane.params)
-        self.plots.name_pane(pane.key, self._legend_name(pane))  # a pane that picked another model says so
-
-    def _legend_name(self, pane: ChatPane) -> str:
+    def _name_in_plots(self, session: PaneSession) -> None:
         """The pane's name in the plots' legend, with its model's when more than one is loaded."""
         models = self.client.models
-        if len(models) < 2 or pane.params.endpoint() is not None:
-            return pane.chat.name
-        return f"{pane.chat.name} · {short_name(pane.model or next(iter(models)))}"
+        name = session.chat.name
+        if len(models) >= 2 and session.params.endpoint() is None:
+            name = f"{name} · {short_name(session.model or next(iter(models)))}"
+        self.plots.name_pane(session.key, name)
 
     def _model_paths(self) -> list[str]:
         return [info.path for info in self.client.models.values()]
@@ -701,7 +549,7 @@ class MainWindow(QMainWindow):
             return
         for pane in self.panes:
             pane.show_models(names)
-            self.plots.name_pane(pane.key, self._legend_name(pane))
+            self._name_in_plots(pane.session)
         self.library.set_loaded(self._model_paths())
         self.settings.extra_models = self._model_paths()[1:]
         self._show_title()
@@ -737,12 +585,10 @@ class MainWindow(QMainWindow):
         self.benchmark_panel.cancel()
         self.settings.geometry = self.saveGeometry()
         self.settings.window_state = self.saveState()
-        self.settings.pane_ids = [p.key for p in self.panes]
         self.settings.sync()
         await self.serve_control.stop()
-        await asyncio.gather(*(pane.shutdown() for pane in self.panes))
-        self.saves.retry()  # a chat a failing disk kept waiting gets a last chance
-        self.client.remove_listener(self.metrics.on_events)
+        await self.workspace.shutdown()
+        self.settings.sync()
         await self.client.close()  # also when the engine has stopped on its own
 
     @property
