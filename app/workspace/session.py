@@ -65,6 +65,7 @@ class PaneSession:
         self._received: list[str] = []  # the reply so far
         self._taken = 0  # how many of those the window has taken
         self._prefix = NO_PREFIX  # what the running reply goes on from (a branch)
+        self._owes_end = False
         self.chat_changed = Signal()  # Chat: save it
         self.params_changed = Signal()  # PaneParams
         self.text_received = Signal()  # streamed text waits in take_text(): show it soon
@@ -160,6 +161,8 @@ class PaneSession:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._owes_end:  # cancelled before it started: it ends here, as stopped
+            self._end_reply(None)
 
     def spawn(self, coro) -> asyncio.Task:
         """Run `coro` on the event loop, held until it is done."""
@@ -183,6 +186,8 @@ class PaneSession:
         request_id = self._request_id = new_request_id()
         self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
         self._prefix = prefix or NO_PREFIX
+        self._owes_end = True  # until _end_reply: a task cancelled before it ran still ends its reply
+        self.reply_started.emit()
         self._task = self.spawn(self._reply(request_id))
 
     def _request(self, request_id: str) -> Request:
@@ -207,7 +212,6 @@ class PaneSession:
         return params
 
     async def _reply(self, request_id: str) -> None:
-        self.reply_started.emit()
         final: FinishEvent | None = None
         checkpoints = self.spawn(self._checkpoints())
         self.reply_probs = list(self._prefix.probs)
@@ -243,6 +247,7 @@ class PaneSession:
                 self.chat_changed.emit(self.chat)
 
     def _end_reply(self, final: FinishEvent | None) -> None:
+        self._owes_end = False
         self.chat.streaming = None
         streamed = self.streamed
         self._received, self._taken = [], 0
