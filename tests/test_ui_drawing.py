@@ -110,7 +110,7 @@ def _drawn(series) -> np.ndarray:
 def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
     ring = panel.metrics.panes["p"].tok_rate
     series = panel.pane_curves["p"]["rate"]
-    t0 = panel._t0
+    t0 = panel.t0
     now = t0 + 0.05
     shown = []
     for tick in range(95):  # 9.5 s at 10 Hz
@@ -133,19 +133,19 @@ def test_a_plot_line_shows_the_ring_as_a_body_and_a_tail(panel):
 
 def test_old_points_leave_the_body(panel):
     ring = panel.metrics.panes["p"].tok_rate
-    now = panel._t0
+    now = panel.t0
     for _ in range(int(3 * WINDOW_S)):
         now += 1.0
         ring.push(now, 1.0)
         panel.refresh(now)
     x, _ = panel.pane_curves["p"]["rate"].getData()
-    assert x[0] >= now - panel._t0 - WINDOW_S - 3 and len(x) < 2 * WINDOW_S
+    assert x[0] >= now - panel.t0 - WINDOW_S - 3 and len(x) < 2 * WINDOW_S
 
 
 def test_request_points_stay_drawn_as_time_slides(panel, qapp):
     pane = panel.metrics.panes["p"]
     panel.show()  # painted from the start, as in the window
-    now = panel._t0
+    now = panel.t0
     for tick in range(40):  # 4 s: the items move left once a second, before and after the points arrive
         now += 0.1
         pane.tok_rate.push(now, 5.0)

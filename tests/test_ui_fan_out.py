@@ -79,7 +79,7 @@ def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_wind
 def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtbot, q8_model_path):
     async def scenario(window):
         second = await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
-        window._show_models()  # as the library's Load does once the model is in
+        window.show_models()  # as the library's Load does once the model is in
         first = window.client.default_model
         set_params(window, QUICK.with_(max_tokens=12))
         dialog = window.ask_fan_out()

@@ -62,7 +62,7 @@ def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
 def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(run_window, q8_model_path):
     async def scenario(window):
         await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
-        window._show_models()  # as the library's Load does once the model is in
+        window.show_models()  # as the library's Load does once the model is in
         room = _on_laptop(window)
         await asyncio.sleep(0.05)  # laid out
         assert window.geometry() == room  # the pickers did not push it past the screen

@@ -133,12 +133,12 @@ def test_copy_a_streaming_reply_and_then_the_finished_one(run_window, qtbot):
         pane.flush()
         transcript = pane.transcript
         word = pane.session.streamed.split()[0]
-        streamed = await right_click_and_choose(qtbot, transcript, word, "Copy message", after=transcript._reply_start)
+        streamed = await right_click_and_choose(qtbot, transcript, word, "Copy message", after=transcript.reply_start)
         assert streamed and pane.session.streamed.startswith(streamed)  # the reply so far
         assert pane.session.streamed.startswith(click_link(qtbot, transcript, "copy:message/", 1))
         await until(lambda: not pane.is_busy, what="the reply")
         reply = pane.chat.messages[1]["content"]
-        heading = transcript.document().findBlock(transcript._starts[1])
+        heading = transcript.document().findBlock(transcript.turn_start(1))
         word = heading.next().text().split()[0]  # the rendered reply's first word
         assert await right_click_and_choose(qtbot, transcript, word, "Copy message", after=heading.position()) == reply
         assert click_link(qtbot, transcript, "copy:message/", 1) == reply
@@ -189,7 +189,7 @@ def test_copy_links_copy_each_message_and_code_block_as_written(qtbot):
 
 
 def transcript_messages(transcript: Transcript) -> list[dict[str, str]]:
-    return [{"role": role, "content": text} for role, text in transcript._shown]
+    return [{"role": role, "content": text} for role, text in transcript.shown_turns]
 
 
 class Browser(QObject):

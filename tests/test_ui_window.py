@@ -395,7 +395,7 @@ def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window
         switched = lambda: window.client.config.mode.value == "sequential" and window.client.snapshot.paused == 3  # noqa: E731
         await until(switched, timeout=10, what="sequential, with three paused streams")
         window.tick()
-        window._refresh_readouts()
+        window.refresh_readouts()
         status = window.status_label.text()
         window.stop_all()
         await until(lambda: window.workspace.is_idle)

@@ -463,9 +463,9 @@ class MainWindow(QMainWindow):
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
-            self._refresh_readouts()
+            self.refresh_readouts()
 
-    def _refresh_readouts(self) -> None:
+    def refresh_readouts(self) -> None:
         for pane in self.panes:
             pane.refresh_readout()
         s = self.client.snapshot
@@ -485,7 +485,7 @@ class MainWindow(QMainWindow):
         self.workspace.set_capacity(self.client.config.capacity)
         self._relayout()
         self._show_title()
-        self._show_models()
+        self.show_models()
         self._suit_blank_panes_to_model()
 
     @property
@@ -513,7 +513,7 @@ class MainWindow(QMainWindow):
         except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
             self.library.set_loaded(self._model_paths(), str(e))
             return
-        self._show_models()
+        self.show_models()
         self.statusBar().showMessage(f"Loaded {name}: pick it in a pane's header.", 10000)
 
     @asyncSlot(str)
@@ -527,7 +527,7 @@ class MainWindow(QMainWindow):
         except (EngineError, ValueError) as e:  # the last model: nothing would be left to chat with
             self.statusBar().showMessage(f"{name} stays loaded: {e}", 10000)
             return
-        self._show_models()
+        self.show_models()
         self.statusBar().showMessage(f"Unloaded {name}.", 10000)
 
     def _name_in_plots(self, session: PaneSession) -> None:
@@ -541,7 +541,7 @@ class MainWindow(QMainWindow):
     def _model_paths(self) -> list[str]:
         return [info.path for info in self.client.models.values()]
 
-    def _show_models(self) -> None:
+    def show_models(self) -> None:
         """The loaded models everywhere they show (the panes' pickers, the library, the title), and
         kept for the next start."""
         names = list(self.client.models)

@@ -169,7 +169,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.batch_plot.setLabel("bottom", "seconds ago")
         self.batch_plot.setXRange(-WINDOW_S, RIGHT_MARGIN_S, padding=0)  # a margin: the newest dots whole
         self.batch_plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()
         self._x_right = 0  # the moment at the right edge, in whole seconds since the panel opened
         self._fed: dict[tuple[str, str], int] = {}  # (point set, pane) -> ring.pushes when last taken
         self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
@@ -242,7 +242,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         # Time slides left in whole seconds (once a second looks as live as ten times), and by
         # moving the items, not the x range: a range change runs pyqtgraph's linked-view and axis
         # machinery through all five plots. Between slides only the tails are fed.
-        right = math.ceil(now - self._t0)
+        right = math.ceil(now - self.t0)
         sliding = right > self._x_right
         new_points = set()
         for key, curves in self.pane_curves.items():
@@ -322,7 +322,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         x = np.concatenate([xy[0] for xy in points.values()])
         y = np.concatenate([xy[1] for xy in points.values()])
         brushes = [self._brushes[key] for key, xy in points.items() for _ in range(len(xy[0]))]
-        shown = y[x >= time.monotonic() - self._t0 - WINDOW_S]
+        shown = y[x >= time.monotonic() - self.t0 - WINDOW_S]
         if len(shown):
             self._point_extent[name] = (float(shown.min()), float(shown.max()))
         item.setData(x=x, y=y, brush=brushes)
@@ -336,8 +336,8 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
     def _xy(self, t: np.ndarray, v: np.ndarray, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
         """Plot coordinates: x in seconds since the panel opened, y a copy (the ring is reused)."""
         if log_y:  # bare items leave the log mapping of a log-mode plot to their feeder
-            return t - self._t0, np.log10(np.maximum(v, 1e-4))
-        return t - self._t0, v.copy()
+            return t - self.t0, np.log10(np.maximum(v, 1e-4))
+        return t - self.t0, v.copy()
 
 
 def _round_up(value: float) -> float:

@@ -478,6 +478,20 @@ class Transcript(QTextBrowser):
     def _forget_context_menu(self) -> None:
         self.context_menu = None
 
+    @property
+    def shown_turns(self) -> tuple[tuple[str, str], ...]:
+        """The finished turns the document shows, as (role, text)."""
+        return tuple(self._shown)
+
+    def turn_start(self, index: int) -> int:
+        """Where the `index`th shown turn begins in the document."""
+        return self._starts[index]
+
+    @property
+    def reply_start(self) -> int:
+        """Where the streaming reply's heading begins in the document."""
+        return self._reply_start
+
     def message_at(self, position: int) -> str | None:
         """The text of the turn shown at a document position, also of the reply streaming."""
         if self._reply_end is not None and position >= self._reply_start:
