@@ -10,8 +10,9 @@ import os
 import sys
 from dataclasses import replace
 
+from .engine.config_fields import CONFIG_FIELDS
 from .engine.errors import ModelLoadError
-from .engine.params import GPU_LAYERS_ALL, KV_UNIFIED, CacheType, EngineConfig, FlashAttn, Policy, ServingMode
+from .engine.params import EngineConfig, Policy, ServingMode
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -49,18 +50,6 @@ def _origin(text: str) -> str:
     return text.strip()
 
 
-def _gpu_layers(text: str) -> int:
-    if text.strip().lower() == "all":
-        return GPU_LAYERS_ALL
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of layers or 'all', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more, or 'all'")
-    return value
-
-
 def _not_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -68,93 +57,48 @@ def _not_negative(text: str) -> int:
     return value
 
 
-# llama.cpp's own flags, with its names and meanings; set only when given (argparse.SUPPRESS), so
-# the window keeps its saved settings for the rest, and a flag before a subcommand is not undone by it
-ENGINE_FLAGS = {  # flag: EngineConfig field
-    "gpu_layers": "gpu_layers",
-    "main_gpu": "main_gpu",
-    "flash_attn": "flash_attn",
-    "cache_type_k": "cache_type_k",
-    "cache_type_v": "cache_type_v",
-    "mlock": "use_mlock",
-    "no_mmap": "use_mmap",
-    "threads": "n_threads",
-    "threads_batch": "n_threads_batch",
-    "ctx": "n_ctx",
-    "cache_ram": "cache_ram_mib",
-    "kv_unified": "kv_unified",
-    "backend_sampling": "backend_sampling",
-}
+def _argument(parse):
+    """A setting's text parser as an argparse type: its reason becomes the error message."""
+
+    def argument(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return argument
 
 
-def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str, threads: bool = True) -> None:
-    group = parser.add_argument_group("llama.cpp settings (its flag names and meanings)")
-    quiet = argparse.SUPPRESS
-    group.add_argument(
-        "-ngl", "--gpu-layers", "--n-gpu-layers", dest="gpu_layers", type=_gpu_layers, default=quiet, metavar="N|all",
-        help="layers to put on the GPU (default: all when llama.cpp is built for a GPU, else 0)",
-    )  # fmt: skip
-    group.add_argument("-mg", "--main-gpu", type=_not_negative, default=quiet, metavar="I", help="the GPU to use (default 0)")
-    group.add_argument(
-        "-fa", "--flash-attn", choices=[f.value for f in FlashAttn], default=quiet, help="flash attention (default auto)"
-    )
-    types = [t.value for t in CacheType]
-    group.add_argument("-ctk", "--cache-type-k", choices=types, default=quiet, help="KV cache type for K (default f16)")
-    group.add_argument(
-        "-ctv",
-        "--cache-type-v",
-        choices=types,
-        default=quiet,
-        help="KV cache type for V (default f16; quantized needs flash attention)",
-    )
-    group.add_argument(
-        "-kvu", "--kv-unified", choices=list(KV_UNIFIED), default=quiet,
-        help="on: one KV pool for all sequences; off: a stream of ctx/parallel cells each, faster on long chats; "
-        "auto (default): streams where each holds a long chat",
-    )  # fmt: skip
-    group.add_argument(
-        "--backend-sampling", choices=["on", "off"], default=quiet,
-        help="draw tokens inside llama.cpp's decode graph (default off: the host draws faster)",
-    )  # fmt: skip
-    group.add_argument("--mlock", action="store_true", default=quiet, help="keep the model in RAM (no swapping)")
-    group.add_argument("--no-mmap", action="store_true", default=quiet, help="read the model into memory instead of mapping it")
-    if threads:
-        group.add_argument("-t", "--threads", type=_positive, default=quiet, help="threads for decoding (default: all cores)")
-    group.add_argument(
-        "-tb", "--threads-batch", type=_positive, default=quiet, help="threads for prompt batches (default: --threads)"
-    )
-    group.add_argument("-c", "--ctx", type=_not_negative, default=quiet, help=ctx_help)
-    group.add_argument(
-        "-cram", "--cache-ram", type=_not_negative, default=quiet, metavar="MiB",
-        help="host memory for KV cells evicted from the pool, restored when their chat returns (default 8192; 0: none)",
-    )  # fmt: skip
+def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str | None = None) -> None:
+    """The engine flags (config_fields.py), set only when given (argparse.SUPPRESS): the window keeps
+    its saved settings for the rest, and a flag before a subcommand is not undone by it."""
+    group = parser.add_argument_group("engine settings (llama.cpp's flag names and meanings where it has them)")
+    for field in CONFIG_FIELDS:
+        if not field.flags:
+            continue
+        help_ = ctx_help if ctx_help and field.name == "n_ctx" else field.help
+        common = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_}
+        if field.switch is not None:
+            group.add_argument(*field.flags, action="store_const", const=field.switch, **common)
+        elif field.text.choices:
+            group.add_argument(*field.flags, choices=field.text.choices, **common)  # a word: engine_overrides parses it
+        else:
+            long_flag = next(flag for flag in field.flags if flag.startswith("--"))
+            metavar = field.metavar or long_flag[2:].upper().replace("-", "_")  # argparse's own default
+            group.add_argument(*field.flags, type=_argument(field.text.parse), metavar=metavar, **common)
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:
     """The EngineConfig fields the command line set, in EngineConfig's types."""
     changes = {}
-    for flag, name in ENGINE_FLAGS.items():
-        value = getattr(args, flag, None)
-        if value is None:
-            continue
-        if flag == "flash_attn":
-            value = FlashAttn(value)
-        elif flag.startswith("cache_type"):
-            value = CacheType(value)
-        elif flag == "no_mmap":
-            value = not value
-        elif flag == "kv_unified":
-            value = KV_UNIFIED[value]
-        elif flag == "backend_sampling":
-            value = value == "on"
-        changes[name] = value
+    for field in CONFIG_FIELDS:
+        if field.flags and field.name in vars(args):  # bench's own --mode, --policy share a name
+            value = getattr(args, field.name)
+            changes[field.name] = field.text.parse(value) if isinstance(value, str) else value
     problem = EngineConfig(model_path="", **changes).problem()
     if problem:
         raise ValueError(problem)
     return changes
-
-
-AUTO_CTX = "KV cells shared by all sequences (default 0: sized from the model, the panes and the free memory)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt", help="broadcast this message to every pane at start")
     parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
     parser.add_argument("--exit-when-done", action="store_true", help="quit once every pane has finished")
-    _add_engine_flags(parser, AUTO_CTX)
+    _add_engine_flags(parser)
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")
     bench.add_argument(
@@ -186,7 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
-    bench.add_argument("--no-kv-reuse", action="store_true", help="recompute every prompt from scratch")
     bench.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DECODE_FIRST.value, help="scheduling policy")
     bench.add_argument("--adaptive", action="store_true", help="adapt the batch size to --itl-target-ms")
     bench.add_argument(
@@ -220,7 +163,7 @@ def _add_serve_parser(sub) -> None:
     )  # fmt: skip
     serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
     serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
-    _add_engine_flags(serve, AUTO_CTX)
+    _add_engine_flags(serve)
     serve.add_argument(
         "--max-queue",
         type=_positive,
@@ -262,21 +205,21 @@ def _bench(args) -> int:
         model_path=model,
         other_models=tuple(others),
         mode=ServingMode(args.mode),
-        kv_reuse=not args.no_kv_reuse,
+        kv_reuse=args.engine_overrides.get("kv_reuse", True),
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
         seed=args.seed,
         turns=args.turns,
         system=system,
-        n_threads=getattr(args, "threads", None),
-        n_ctx=getattr(args, "ctx", None),
+        n_threads=args.engine_overrides.get("n_threads"),
+        n_ctx=args.engine_overrides.get("n_ctx"),
         n_batch=args.batch,
         prompts=prompts,
         policy=Policy(args.policy),
         itl_target_ms=args.itl_target_ms if args.adaptive else None,
         n_probs=args.probs,
-        engine_settings=tuple((k, v) for k, v in args.engine_overrides.items() if k not in ("n_ctx", "n_threads")),
+        engine_settings=tuple((k, v) for k, v in args.engine_overrides.items() if k not in ("n_ctx", "n_threads", "kv_reuse")),
     )
     if args.guide:
         rows = guide_rows(base)

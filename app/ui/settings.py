@@ -9,17 +9,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from app.engine.params import (
-    GPU_LAYERS_ALL,
-    KV_UNIFIED,
-    CacheType,
-    EngineConfig,
-    FlashAttn,
-    OverflowPolicy,
-    Policy,
-    ServingMode,
-    kv_unified_name,
-)
+from app.engine.config_fields import config_from_texts, config_texts
+from app.engine.params import EngineConfig
 from app.workspace.pane_params import PaneParams
 
 ORGANISATION = "batch-playground"
@@ -173,69 +164,24 @@ class AppSettings:
     # -- engine --------------------------------------------------------------------------------
 
     def engine_config(self, default_model: str) -> EngineConfig:
+        """The saved engine settings (config_fields.py); one missing or unreadable keeps its default."""
         base = EngineConfig(model_path=default_model, capacity=MAX_PANES)  # threads: the engine's default
         self.q.beginGroup("engine")
         try:
-            return base.with_(
-                model_path=self._get("model_path", base.model_path, str) or default_model,
-                n_ctx=self._get("n_ctx", base.n_ctx, int),
-                n_batch=self._get("n_batch", base.n_batch, int),
-                capacity=self._get("capacity", base.capacity, int),
-                n_threads=self._get("n_threads", base.n_threads, int),
-                mode=ServingMode(self._get("mode", base.mode.value, str)),
-                overflow=OverflowPolicy(self._get("overflow", base.overflow.value, str)),
-                policy=Policy(self._get("policy", base.policy.value, str)),
-                itl_target_ms=self._get("itl_target_ms", 0.0, float) or None,
-                n_threads_batch=self._get("n_threads_batch", 0, int) or None,
-                gpu_layers=_gpu_layers(self._get("gpu_layers", "auto", str)),
-                main_gpu=max(0, self._get("main_gpu", 0, int)),
-                flash_attn=_choice(FlashAttn, self._get("flash_attn", base.flash_attn.value, str), base.flash_attn),
-                cache_type_k=_choice(CacheType, self._get("cache_type_k", "f16", str), base.cache_type_k),
-                cache_type_v=_choice(CacheType, self._get("cache_type_v", "f16", str), base.cache_type_v),
-                use_mlock=self._get("use_mlock", base.use_mlock, bool),
-                use_mmap=self._get("use_mmap", base.use_mmap, bool),
-                kv_unified=KV_UNIFIED.get(self._get("kv_unified", "auto", str)),
-            )
+            texts = {key: self._get(key, "", str) for key in self.q.childKeys()}
         finally:
             self.q.endGroup()
+        return config_from_texts(texts, base)
 
     def set_engine_config(self, config: EngineConfig) -> None:
         self.q.beginGroup("engine")
-        for key in ("model_path", "n_ctx", "n_batch", "capacity", "n_threads"):
-            self.q.setValue(key, getattr(config, key))
-        self.q.setValue("mode", config.mode.value)
-        self.q.setValue("overflow", config.overflow.value)
-        self.q.setValue("policy", config.policy.value)
-        self.q.setValue("itl_target_ms", config.itl_target_ms or 0.0)  # 0: a fixed batch
-        # llama.cpp's settings
-        layers = config.gpu_layers
-        self.q.setValue("gpu_layers", "auto" if layers is None else "all" if layers == GPU_LAYERS_ALL else str(layers))
-        self.q.setValue("n_threads_batch", config.n_threads_batch or 0)  # 0: as many as for decoding
-        self.q.setValue("main_gpu", config.main_gpu)
-        for key in ("flash_attn", "cache_type_k", "cache_type_v"):
-            self.q.setValue(key, getattr(config, key).value)
-        self.q.setValue("use_mlock", config.use_mlock)
-        self.q.setValue("use_mmap", config.use_mmap)
-        self.q.setValue("kv_unified", kv_unified_name(config.kv_unified))
+        for key, text in config_texts(config).items():
+            self.q.setValue(key, text)
         self.q.endGroup()
 
     def sync(self) -> None:
         self.q.sync()
         _owner_only(self.q)
-
-
-def _gpu_layers(text: str) -> int | None:
-    """A stored GPU layer count: "auto" (or anything unreadable), "all" or a number."""
-    if text == "all":
-        return GPU_LAYERS_ALL
-    return int(text) if text.isdigit() else None
-
-
-def _choice(kind, text: str, default):
-    try:
-        return kind(text)
-    except ValueError:  # an edited or older settings file: the default
-        return default
 
 
 def _owner_only(q: QSettings) -> None:

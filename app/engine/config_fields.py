@@ -1,0 +1,257 @@
+"""EngineConfig's settings, each described once: its label, its help, its text form and its flags.
+The command line's engine flags, the settings file and the engine panel are built from this table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from .params import (
+    DEFAULT_CACHE_RAM_MIB,
+    GPU_LAYERS_ALL,
+    KV_UNIFIED,
+    CacheType,
+    EngineConfig,
+    FlashAttn,
+    OverflowPolicy,
+    Policy,
+    ServingMode,
+    kv_unified_name,
+)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A setting's value as text, both ways: a flag's argument and the settings file's value.
+    `parse` raises ValueError with the reason; `choices`: the words a flag takes (none: any text)."""
+
+    parse: Callable[[str], object]
+    format: Callable[[object], str] = str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One EngineConfig field as users set it."""
+
+    name: str  # the EngineConfig field, and its key in the settings file
+    label: str  # in the engine panel
+    help: str  # the command line's --help, and the panel's tooltip
+    text: Text
+    flags: tuple[str, ...] = ()  # the engine flags of every command; none: each command's own options set it
+    switch: bool | None = None  # a flag without an argument, which sets the field to this
+    metavar: str | None = None  # the argument's name in --help (default: the long flag's, CTX for --ctx)
+
+    @property
+    def tooltip(self) -> str:
+        return f"{', '.join(self.flags)}: {self.help}" if self.flags else self.help
+
+
+def whole(minimum: int, unset: str | None = None) -> Text:
+    """A whole number of at least `minimum`; `unset`: the word for None."""
+
+    def parse(text: str) -> int | None:
+        text = text.strip()
+        if unset and text.lower() == unset:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be {minimum} or more")
+        return value
+
+    return Text(parse, lambda value: unset if value is None else str(value))
+
+
+def _milliseconds(text: str) -> float | None:
+    """A latency target in ms, or off."""
+    text = text.strip()
+    if text.lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of milliseconds or off, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("must be more than 0")
+    return value
+
+
+def choice(kind: type[Enum]) -> Text:
+    """An Enum, by its value."""
+    return Text(kind, lambda value: value.value, tuple(member.value for member in kind))
+
+
+def _word(words: Mapping[str, object], text: str):
+    try:
+        return words[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"expected one of {', '.join(words)}, got {text!r}") from None
+
+
+def _gpu_layers(text: str) -> int | None:
+    """A number of layers, all, or auto (None: all when llama.cpp is built for a GPU, else 0)."""
+    text = text.strip().lower()
+    if text in ("all", "auto"):
+        return GPU_LAYERS_ALL if text == "all" else None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected a number of layers or 'all', got {text!r}") from None
+    if value < 0:
+        raise ValueError("must be 0 or more, or 'all'")
+    return value
+
+
+def _path(text: str) -> str:
+    if not text.strip():
+        raise ValueError("no model file")
+    return text.strip()
+
+
+_ON_OFF = {"on": True, "off": False, "true": True, "false": False}
+# a flag says on or off; the settings file true or false, as Qt writes a bool (older files did)
+ON_OFF = Text(lambda text: _word(_ON_OFF, text), lambda value: "true" if value else "false", ("on", "off"))
+GPU_LAYERS = Text(_gpu_layers, lambda n: "auto" if n is None else "all" if n == GPU_LAYERS_ALL else str(n))
+POLICY_HELP = "the order in which sequences get a step's token budget:\n" + "\n".join(f"{p.value}: {p.help}" for p in Policy)
+
+CONFIG_FIELDS = (
+    # the engine's own, set by each command's options (--model, --parallel, --batch, bench's --mode ...)
+    ConfigField("model_path", "Model", help="the GGUF model file", text=Text(_path)),
+    ConfigField(
+        "capacity", "Parallel capacity", help="sequences that can hold KV cells at once (llama.cpp's n_seq_max)", text=whole(1)
+    ),
+    ConfigField("n_batch", "Batch size", help="token budget of a decode step", text=whole(1)),
+    ConfigField(
+        "mode",
+        "Serving",
+        help="batched: all sequences step together; sequential: one request at a time",
+        text=choice(ServingMode),
+    ),
+    ConfigField("policy", "Scheduling", help=POLICY_HELP, text=choice(Policy)),
+    ConfigField(
+        "itl_target_ms",
+        "Adaptive batch",
+        help="tune the batch to keep the inter-token latency under this target (ms)",
+        text=Text(_milliseconds, lambda ms: "off" if ms is None else repr(float(ms))),
+    ),
+    ConfigField(
+        "overflow",
+        "Chat too long",
+        help="when a chat outgrows the context: stop with a message, or drop the oldest turns and keep the system prompt",
+        text=choice(OverflowPolicy),
+    ),
+    # every command's engine flags (llama.cpp's names and meanings where it has the setting), in --help's order
+    ConfigField(
+        "gpu_layers",
+        "GPU layers",
+        help="layers to put on the GPU (default: all when llama.cpp is built for a GPU, else 0)",
+        text=GPU_LAYERS,
+        flags=("-ngl", "--gpu-layers", "--n-gpu-layers"),
+        metavar="N|all",
+    ),
+    ConfigField(
+        "main_gpu", "main GPU", help="the GPU to use (default 0)", text=whole(0), flags=("-mg", "--main-gpu"), metavar="I"
+    ),
+    ConfigField(
+        "flash_attn",
+        "Flash attention",
+        help="flash attention (default auto)",
+        text=choice(FlashAttn),
+        flags=("-fa", "--flash-attn"),
+    ),
+    ConfigField(
+        "cache_type_k",
+        "K cache",
+        help="KV cache type for K (default f16)",
+        text=choice(CacheType),
+        flags=("-ctk", "--cache-type-k"),
+    ),
+    ConfigField(
+        "cache_type_v",
+        "V cache",
+        help="KV cache type for V (default f16; quantized needs flash attention)",
+        text=choice(CacheType),
+        flags=("-ctv", "--cache-type-v"),
+    ),
+    ConfigField(
+        "kv_unified",
+        "KV layout",
+        help="on: one KV pool for all sequences; off: a stream of ctx/parallel cells each, faster on long chats; "
+        "auto (default): streams where each holds a long chat",
+        text=Text(lambda text: _word(KV_UNIFIED, text), kv_unified_name, tuple(KV_UNIFIED)),
+        flags=("-kvu", "--kv-unified"),
+    ),
+    ConfigField(
+        "backend_sampling",
+        "Backend sampling",
+        help="draw tokens inside llama.cpp's decode graph (default off: the host draws faster)",
+        text=ON_OFF,
+        flags=("--backend-sampling",),
+    ),
+    ConfigField("use_mlock", "mlock", help="keep the model in RAM (no swapping)", text=ON_OFF, flags=("--mlock",), switch=True),
+    ConfigField(
+        "use_mmap",
+        "mmap",
+        help="read the model into memory instead of mapping it",
+        text=ON_OFF,
+        flags=("--no-mmap",),
+        switch=False,
+    ),
+    ConfigField(
+        "n_threads", "Threads", help="threads for decoding (default: all cores)", text=whole(1), flags=("-t", "--threads")
+    ),
+    ConfigField(
+        "n_threads_batch",
+        "Prompt threads",
+        help="threads for prompt batches (default: --threads)",
+        text=whole(1, unset="auto"),
+        flags=("-tb", "--threads-batch"),
+    ),
+    ConfigField(
+        "n_ctx",
+        "Context (KV cells)",
+        help="KV cells shared by all sequences (default 0: sized from the model, the panes and the free memory)",
+        text=whole(0),
+        flags=("-c", "--ctx"),
+    ),
+    ConfigField(
+        "cache_ram_mib",
+        "RAM cache",
+        help="host memory for KV cells evicted from the pool, restored when their chat returns "
+        f"(default {DEFAULT_CACHE_RAM_MIB}; 0: none)",
+        text=whole(0),
+        flags=("-cram", "--cache-ram"),
+        metavar="MiB",
+    ),
+    ConfigField(
+        "kv_reuse",
+        "KV reuse",
+        help="recompute every prompt from scratch (no cached prefix, no RAM cache)",
+        text=ON_OFF,
+        flags=("--no-kv-reuse",),
+        switch=False,
+    ),
+)
+FIELDS = {field.name: field for field in CONFIG_FIELDS}
+
+
+def config_texts(config: EngineConfig) -> dict[str, str]:
+    """Every setting as text, by field name: what the settings file keeps."""
+    return {field.name: field.text.format(getattr(config, field.name)) for field in CONFIG_FIELDS}
+
+
+def config_from_texts(texts: Mapping[str, str], base: EngineConfig) -> EngineConfig:
+    """`base` with the settings read from `texts`; a missing or unreadable one keeps base's value."""
+    changes = {}
+    for field in CONFIG_FIELDS:
+        if field.name in texts:
+            try:
+                changes[field.name] = field.text.parse(texts[field.name])
+            except ValueError:  # an edited or older settings file
+                continue
+    return base.with_(**changes)
