@@ -1,16 +1,21 @@
 """The engine panel's llama.cpp settings, typed and clicked into the real widgets: what the build runs
 on, where the model went and the pool's memory are shown; a change reaches llama.cpp on Apply; what
-the build cannot honour falls back with a notice, and what no build can is refused."""
+the build cannot honour falls back with a notice, and what no build can is refused; every setting is
+labelled from the table, and KV reuse, its RAM cache and backend sampling are applied and saved."""
 
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from helpers import user
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QCheckBox, QLabel
 from ui_fixtures import until
 
 from app.client import EngineClient
-from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
+from app.engine.config_fields import CONFIG_FIELDS, FIELDS
+from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SamplingParams
 from app.ui.engine_panel import EnginePanel
+from app.ui.settings import AppSettings
 
 
 @pytest.fixture
@@ -106,7 +111,7 @@ def test_bad_gpu_layers_text_is_refused(loop, qtbot, panel):
         qtbot.keyClicks(panel.gpu_layers, "lots")
         qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
         await until(lambda: panel.last_error, what="the refusal")
-        assert panel.last_error == "GPU layers must be a number of layers or all; got 'lots'"
+        assert panel.last_error == "GPU layers: expected a number of layers or 'all', got 'lots'"
 
     loop.run_until_complete(scenario())
 
@@ -128,5 +133,45 @@ def test_the_context_field_takes_a_size_or_automatic(loop, qtbot, panel):
         await click_apply(qtbot, panel)
         assert panel.client.config.kv_unified is True
         assert "KV layout: one pool (as set)" in panel.model_facts.text()
+
+    loop.run_until_complete(scenario())
+
+
+def test_every_setting_is_in_the_panel_with_the_tables_label_and_help(panel):
+    shown = {label.text() for label in panel.findChildren(QLabel)} | {box.text() for box in panel.findChildren(QCheckBox)}
+    assert [field.label for field in CONFIG_FIELDS if field.label not in shown] == []
+    assert panel.cache_ram_mib.toolTip() == FIELDS["cache_ram_mib"].tooltip
+    assert panel.cache_ram_mib.toolTip().startswith("-cram, --cache-ram: host memory for KV cells evicted")
+    assert panel.kv_reuse.toolTip().startswith("--no-kv-reuse: ")
+    assert panel.backend_sampling.toolTip().startswith("--backend-sampling: ")
+
+
+def test_kv_reuse_its_ram_cache_and_backend_sampling_are_applied_and_saved(loop, qtbot, panel, tmp_path):
+    settings = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    panel.sigConfigApplied.connect(settings.set_engine_config)  # as the window keeps what was applied
+    greedy = SamplingParams(temperature=0.0, max_tokens=2)
+
+    async def scenario():
+        assert panel.kv_reuse.isChecked() and panel.cache_ram_mib.text() == "8192 MiB"
+        assert not panel.backend_sampling.isChecked()
+        type_number(qtbot, panel.cache_ram_mib, "512")
+        qtbot.mouseClick(panel.backend_sampling, Qt.MouseButton.LeftButton)
+        await click_apply(qtbot, panel)
+        assert panel.status.text() == "reloaded"
+        config = panel.client.config
+        assert (config.kv_reuse, config.cache_ram_mib, config.backend_sampling) == (True, 512, True)
+
+        type_number(qtbot, panel.cache_ram_mib, "0")
+        assert panel.cache_ram_mib.text() == "none"
+        qtbot.mouseClick(panel.kv_reuse, Qt.MouseButton.LeftButton)
+        assert not panel.cache_ram_mib.isEnabled()  # only reused cells are kept in RAM
+        await click_apply(qtbot, panel)
+        config = panel.client.config
+        assert (config.kv_reuse, config.cache_ram_mib, config.backend_sampling) == (False, 0, True)
+        # the same prompt twice, drawn in llama.cpp's graph: nothing kept for the second
+        first, again = [(await panel.client.complete(user("Hi"), greedy)).stats for _ in range(2)]
+        assert first.gen_tokens == again.gen_tokens == 2 and again.cached_tokens == 0
+        saved = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+        assert saved.engine_config("other.gguf") == config
 
     loop.run_until_complete(scenario())

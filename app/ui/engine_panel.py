@@ -1,6 +1,7 @@
 """The engine panel: model file and its facts, capacity/context/batch/threads and llama.cpp's settings
-(GPU layers, flash attention, KV cache types, mlock/mmap), what the build runs on and where the model
-went, Apply; and, live, batched/sequential serving, the scheduling policy and the adaptive batch."""
+(GPU layers, flash attention, KV cache types and layout, KV reuse and its RAM cache, mlock/mmap,
+backend sampling), what the build runs on and where the model went, Apply; and, live, batched/sequential
+serving, the scheduling policy and the adaptive batch. Labels and tooltips come from config_fields.py."""
 
 from __future__ import annotations
 
@@ -28,18 +29,9 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.client import EngineClient
+from app.engine.config_fields import FIELDS
 from app.engine.errors import EngineError
-from app.engine.params import (
-    GPU_LAYERS_ALL,
-    KV_UNIFIED,
-    CacheType,
-    EngineConfig,
-    FlashAttn,
-    OverflowPolicy,
-    Policy,
-    ServingMode,
-    kv_unified_name,
-)
+from app.engine.params import EngineConfig, Policy, ServingMode
 from app.engine.pool import format_bytes
 
 from . import theme
@@ -48,12 +40,6 @@ from .settings import MAX_PANES
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150
 KV_LAYOUTS = {"auto": "automatic", "on": "one pool (-kvu)", "off": "a stream per sequence"}
-KV_LAYOUT_HELP = (
-    "llama.cpp's -kvu. One pool: chats share all the cells, so one may grow long.\n"
-    "A stream per sequence: each chat has context / capacity cells and decodes faster on long chats.\n"
-    "Automatic: streams when each holds a long chat."
-)
-POLICY_HELP = "\n".join(f"{p.value}: {p.help}" for p in Policy)
 
 
 def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
@@ -61,6 +47,46 @@ def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
     box.setRange(lo, hi)
     box.setSingleStep(step)
     return box
+
+
+def _explained(widget: QWidget, name: str) -> QWidget:
+    """`widget` edits the setting `name`: its tooltip, the flag and its help, from the table."""
+    widget.setToolTip(FIELDS[name].tooltip)
+    return widget
+
+
+def _label(name: str) -> QLabel:
+    return _explained(QLabel(FIELDS[name].label), name)
+
+
+def _row(*widgets: tuple[QWidget, int]) -> QWidget:
+    """Widgets side by side, each with its stretch."""
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for widget, stretch in widgets:
+        layout.addWidget(widget, stretch)
+    return row
+
+
+def _add(form: QFormLayout, name: str, widget: QWidget) -> None:
+    """A row for the setting `name`, labelled and explained from the table."""
+    form.addRow(_label(name), _explained(widget, name))
+
+
+def _fill(combo: QComboBox, name: str, labels: dict[str, str] | None = None) -> QComboBox:
+    """The setting's words as items (each shown as `labels` says, else as itself)."""
+    for word in FIELDS[name].text.choices:
+        combo.addItem((labels or {}).get(word, word), word)
+    return combo
+
+
+def _choose(combo: QComboBox, name: str, value) -> None:
+    combo.setCurrentIndex(combo.findData(FIELDS[name].text.format(value)))
+
+
+def _chosen(combo: QComboBox, name: str):
+    return FIELDS[name].text.parse(combo.currentData())
 
 
 class EnginePanel(QWidget):
@@ -76,7 +102,7 @@ class EnginePanel(QWidget):
         self.last_error = ""
         form = QFormLayout(self)
         form.setContentsMargins(6, 6, 6, 6)
-        form.addRow("Model", self._model_row())
+        _add(form, "model_path", self._model_row())
         self.model_facts = QLabel()
         self.model_facts.setWordWrap(True)
         form.addRow("", self.model_facts)
@@ -85,100 +111,71 @@ class EnginePanel(QWidget):
         self.n_ctx.setSpecialValueText("automatic")  # 0: sized from the model, the panes and the free memory
         self.n_batch = _spin(8, 4096, 64)
         self.n_threads = _spin(1, os.cpu_count() or 64)
-        form.addRow("Parallel capacity", self.capacity)
-        form.addRow("Context (KV cells)", self.n_ctx)
-        form.addRow("Batch size", self.n_batch)
-        form.addRow("Threads", self.n_threads)
         self.n_threads_batch = _spin(0, os.cpu_count() or 64)
         self.n_threads_batch.setSpecialValueText("as decoding")  # 0: the decode thread count
-        form.addRow("Prompt threads", self.n_threads_batch)
+        for name in ("capacity", "n_ctx", "n_batch", "n_threads", "n_threads_batch"):
+            _add(form, name, getattr(self, name))
         self._llama_rows(form)
         self.overflow = QComboBox()
-        self.overflow.addItem("stop with a message", OverflowPolicy.STOP.value)  # Qt keeps the plain string
-        self.overflow.addItem("drop the oldest turns", OverflowPolicy.TRUNCATE.value)
-        form.addRow("Chat too long", self.overflow)
+        _fill(self.overflow, "overflow", {"stop": "stop with a message", "truncate": "drop the oldest turns"})
+        _add(form, "overflow", self.overflow)
         self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
         form.addRow("", self.apply_button)
-        form.addRow("Serving", self._mode_row())
-        self.policy = QComboBox()
-        for policy in Policy:
-            self.policy.addItem(policy.value, policy.value)
-        self.policy.setToolTip(POLICY_HELP)
+        _add(form, "mode", self._mode_row())
+        self.policy = _fill(QComboBox(), "policy")
         self.policy.currentIndexChanged.connect(self._on_policy)
-        form.addRow("Scheduling", self.policy)
-        form.addRow("Adaptive batch", self._adaptive_row())
+        _add(form, "policy", self.policy)
+        _add(form, "itl_target_ms", self._adaptive_row())
         self.status = QLabel()
         self.status.setWordWrap(True)
         form.addRow("", self.status)
         self.show_config(client.config)
 
     def _llama_rows(self, form: QFormLayout) -> None:
-        """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, --mlock, --no-mmap."""
-        self.gpu_layers = QLineEdit(placeholderText="automatic", toolTip="A number of layers, or all (llama.cpp's -ngl)")
+        """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, -kvu, --mlock, --no-mmap;
+        the KV cache's reuse and RAM tier (llama-server's --cache-ram), and --backend-sampling."""
+        self.gpu_layers = QLineEdit(placeholderText="automatic")
         self.main_gpu = _spin(0, 15)
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.gpu_layers, 1)
-        layout.addWidget(QLabel("main GPU"))
-        layout.addWidget(self.main_gpu)
-        form.addRow("GPU layers", row)
-        self.flash_attn = QComboBox(toolTip="llama.cpp's -fa; a quantized V cache needs it")
-        for value in FlashAttn:
-            self.flash_attn.addItem(value.value, value.value)
-        form.addRow("Flash attention", self.flash_attn)
-        self.cache_type_k, self.cache_type_v = QComboBox(), QComboBox()
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        for label, box in (("K", self.cache_type_k), ("V", self.cache_type_v)):
-            for value in CacheType:
-                box.addItem(value.value, value.value)
-            layout.addWidget(QLabel(label))
-            layout.addWidget(box, 1)
-        form.addRow("KV cache type", row)
-        self.kv_unified = QComboBox(toolTip=KV_LAYOUT_HELP)
-        for name, label in KV_LAYOUTS.items():
-            self.kv_unified.addItem(label, name)
-        form.addRow("KV layout", self.kv_unified)
-        self.use_mlock = QCheckBox("mlock", toolTip="Keep the model in RAM: never swapped out")
-        self.use_mmap = QCheckBox("mmap", toolTip="Map the model file instead of reading it into memory")
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.use_mlock)
-        layout.addWidget(self.use_mmap)
-        layout.addStretch(1)
-        form.addRow("Model memory", row)
+        main_gpu = (_label("main_gpu"), 0), (_explained(self.main_gpu, "main_gpu"), 0)
+        form.addRow(_label("gpu_layers"), _row((_explained(self.gpu_layers, "gpu_layers"), 1), *main_gpu))
+        self.flash_attn = _fill(QComboBox(), "flash_attn")
+        _add(form, "flash_attn", self.flash_attn)
+        self.cache_type_k = _fill(QComboBox(), "cache_type_k")
+        self.cache_type_v = _fill(QComboBox(), "cache_type_v")
+        v_cache = (_label("cache_type_v"), 0), (_explained(self.cache_type_v, "cache_type_v"), 1)
+        form.addRow(_label("cache_type_k"), _row((_explained(self.cache_type_k, "cache_type_k"), 1), *v_cache))
+        self.kv_unified = _fill(QComboBox(), "kv_unified", KV_LAYOUTS)
+        _add(form, "kv_unified", self.kv_unified)
+        self.kv_reuse = QCheckBox()
+        self.cache_ram_mib = _spin(0, 1 << 20, 1024)
+        self.cache_ram_mib.setSuffix(" MiB")
+        self.cache_ram_mib.setSpecialValueText("none")  # 0: evicted cells are dropped
+        self.kv_reuse.toggled.connect(self.cache_ram_mib.setEnabled)  # only reused cells are kept in RAM
+        ram = (_label("cache_ram_mib"), 0), (_explained(self.cache_ram_mib, "cache_ram_mib"), 1)
+        form.addRow(_label("kv_reuse"), _row((_explained(self.kv_reuse, "kv_reuse"), 0), *ram))
+        self.use_mlock = _explained(QCheckBox(FIELDS["use_mlock"].label), "use_mlock")
+        self.use_mmap = _explained(QCheckBox(FIELDS["use_mmap"].label), "use_mmap")
+        form.addRow("Model memory", _row((self.use_mlock, 0), (self.use_mmap, 0), (QWidget(), 1)))
+        self.backend_sampling = _explained(QCheckBox(), "backend_sampling")
+        form.addRow(_label("backend_sampling"), _row((self.backend_sampling, 0), (QWidget(), 1)))  # not stretched
 
     def _model_row(self) -> QWidget:
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
         self.model_path = QLineEdit()
         browse = QToolButton(text="…", toolTip="Pick a GGUF model file", clicked=self._browse)
-        layout.addWidget(self.model_path, 1)
-        layout.addWidget(browse)
-        return row
+        return _row((self.model_path, 1), (browse, 0))
 
     def _mode_row(self) -> QWidget:
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
         self.batched = QRadioButton("Batched")
         self.sequential = QRadioButton("Sequential")
+        row = _row((self.batched, 0), (self.sequential, 0))
         group = QButtonGroup(row)
         for button in (self.batched, self.sequential):
             group.addButton(button)
-            layout.addWidget(button)
         self.batched.toggled.connect(self._on_mode)
         return row
 
     def _adaptive_row(self) -> QWidget:
-        row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.adaptive = QCheckBox(toolTip="Tune the batch to keep the inter-token latency under the target")
+        self.adaptive = QCheckBox()
         self.itl_target = QSlider(Qt.Orientation.Horizontal)
         self.itl_target.setRange(*ITL_TARGET_RANGE_MS)
         self.itl_target.setSingleStep(10)
@@ -186,10 +183,7 @@ class EnginePanel(QWidget):
         self.itl_target_label.setMinimumWidth(52)
         self.adaptive.toggled.connect(self._on_adaptive)
         self.itl_target.valueChanged.connect(self._on_adaptive)
-        layout.addWidget(self.adaptive)
-        layout.addWidget(self.itl_target, 1)
-        layout.addWidget(self.itl_target_label)
-        return row
+        return _row((self.adaptive, 0), (self.itl_target, 1), (self.itl_target_label, 0))
 
     def show_config(self, config: EngineConfig) -> None:
         self.model_path.setText(config.model_path)
@@ -198,16 +192,15 @@ class EnginePanel(QWidget):
         self.n_batch.setValue(config.n_batch)
         self.n_threads.setValue(config.n_threads)
         self.n_threads_batch.setValue(config.n_threads_batch or 0)
-        layers = config.gpu_layers
-        self.gpu_layers.setText("" if layers is None else "all" if layers == GPU_LAYERS_ALL else str(layers))
+        self.gpu_layers.setText("" if config.gpu_layers is None else FIELDS["gpu_layers"].text.format(config.gpu_layers))
         self.main_gpu.setValue(config.main_gpu)
-        self.flash_attn.setCurrentIndex(self.flash_attn.findData(config.flash_attn.value))
-        self.cache_type_k.setCurrentIndex(self.cache_type_k.findData(config.cache_type_k.value))
-        self.cache_type_v.setCurrentIndex(self.cache_type_v.findData(config.cache_type_v.value))
-        self.use_mlock.setChecked(config.use_mlock)
-        self.use_mmap.setChecked(config.use_mmap)
-        self.kv_unified.setCurrentIndex(self.kv_unified.findData(kv_unified_name(config.kv_unified)))
-        self.overflow.setCurrentIndex(self.overflow.findData(config.overflow.value))
+        for name in ("flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "overflow"):
+            _choose(getattr(self, name), name, getattr(config, name))
+        self.kv_reuse.setChecked(config.kv_reuse)
+        self.cache_ram_mib.setValue(config.cache_ram_mib)
+        self.cache_ram_mib.setEnabled(config.kv_reuse)
+        for name in ("use_mlock", "use_mmap", "backend_sampling"):
+            getattr(self, name).setChecked(getattr(config, name))
         button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
         button.blockSignals(True)
         button.setChecked(True)
@@ -255,20 +248,28 @@ class EnginePanel(QWidget):
             n_batch=max(self.n_batch.value(), self.capacity.value()),
             n_threads=self.n_threads.value(),
             n_threads_batch=self.n_threads_batch.value() or None,
-            gpu_layers=_gpu_layers(self.gpu_layers.text()),
+            gpu_layers=self._gpu_layers(),
             main_gpu=self.main_gpu.value(),
-            flash_attn=FlashAttn(self.flash_attn.currentData()),
-            cache_type_k=CacheType(self.cache_type_k.currentData()),
-            cache_type_v=CacheType(self.cache_type_v.currentData()),
+            **{name: _chosen(getattr(self, name), name) for name in ("flash_attn", "cache_type_k", "cache_type_v")},
+            kv_unified=_chosen(self.kv_unified, "kv_unified"),
+            kv_reuse=self.kv_reuse.isChecked(),
+            cache_ram_mib=self.cache_ram_mib.value(),
             use_mlock=self.use_mlock.isChecked(),
             use_mmap=self.use_mmap.isChecked(),
-            kv_unified=KV_UNIFIED[self.kv_unified.currentData()],
-            overflow=OverflowPolicy(self.overflow.currentData()),
+            backend_sampling=self.backend_sampling.isChecked(),
+            overflow=_chosen(self.overflow, "overflow"),
         )
         problem = config.problem()
         if problem:
             raise ValueError(problem)
         return config
+
+    def _gpu_layers(self) -> int | None:
+        """The GPU layers field: empty for automatic, all, or a number of layers."""
+        try:
+            return FIELDS["gpu_layers"].text.parse(self.gpu_layers.text() or "auto")
+        except ValueError as e:
+            raise ValueError(f"{FIELDS['gpu_layers'].label}: {e}") from None
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -345,15 +346,3 @@ class EnginePanel(QWidget):
 
 def _error_html(text: str) -> str:
     return f'<span style="color:{theme.current().error.name()};">{text}</span>'
-
-
-def _gpu_layers(text: str) -> int | None:
-    """The GPU layers field: empty for automatic, "all", or a number of layers."""
-    text = text.strip().lower()
-    if not text:
-        return None
-    if text == "all":
-        return GPU_LAYERS_ALL
-    if not text.isdigit():
-        raise ValueError(f"GPU layers must be a number of layers or all; got {text!r}")
-    return int(text)
