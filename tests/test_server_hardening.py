@@ -15,7 +15,7 @@ from serving import Serving, chat, engine_is_idle
 
 from app.engine.prompt import PromptBuilder
 from app.server import handlers
-from app.server.protocol import MAX_KEPT_PROBS
+from app.server.protocol import MAX_CHARS_PER_TOKEN, MAX_KEPT_PROBS
 
 
 async def _post(http, url: str, path: str, body) -> tuple[int, dict]:
@@ -152,6 +152,33 @@ def test_kept_token_probabilities_are_bounded_unless_streamed(config):
     assert status == 400 and body["error"]["param"] == "max_tokens" and str(MAX_KEPT_PROBS) in body["error"]["message"]
     assert fits_status == 200 and len(fits["choices"][0]["logprobs"]["content"]) >= 1
     assert streamed_status == 200 and b"top_logprobs" in streamed
+
+
+def test_with_a_stream_per_sequence_a_request_is_measured_against_its_stream_not_the_pool(config):
+    """4 streams of 1,024 cells in a pool of 4,096: the checks of a request's size and of the token
+    probabilities it keeps count 1,024 (the pool's 4,096 let a text through to the tokenizer that
+    no stream holds, and refused a whole reply with rivals that a stream bounds well within)."""
+    streams = config.with_(n_ctx=4096, capacity=4, kv_unified=False)
+    longer_than_a_stream = " ".join(f"w{i}" for i in range(1000))  # about 3,900 tokens
+    no_stream_holds = "a " * (1024 * MAX_CHARS_PER_TOKEN // 2 + 1)  # within the pool's bound on characters
+
+    async def main():
+        async with Serving(streams) as (_client, _server, url), aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/v1/models") as r:
+                meta = (await r.json())["data"][0]["meta"]
+            return (
+                meta,
+                await _post(http, url, "/v1/completions", {"prompt": longer_than_a_stream, "max_tokens": 4}),
+                await _post(http, url, "/v1/completions", {"prompt": no_stream_holds, "max_tokens": 4}),
+                await _post(http, url, "/v1/chat/completions", chat("Hi", max_tokens=-1, logprobs=True, top_logprobs=20)),
+            )
+
+    meta, (long_status, long), (huge_status, huge), (probs_status, probs) = run(main())
+    assert (meta["n_ctx"], meta["n_ctx_seq"]) == (4096, 1024)
+    assert long_status == 400 and "but the context holds 1024" in long["error"]["message"]
+    assert huge_status == 400 and huge["error"]["param"] == "prompt"
+    assert "far more than the context of 1024 tokens holds" in huge["error"]["message"]
+    assert probs_status == 200 and probs["choices"][0]["logprobs"]["content"]  # 1,024 × 21 kept at most: within the bound
 
 
 def test_a_reader_that_stalls_is_cut_and_its_sequence_freed(config, monkeypatch):

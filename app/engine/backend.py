@@ -141,8 +141,9 @@ class ModelInfo:
     description: str  # e.g. "llama 135M Q4_1"
     size_bytes: int
     n_params: int
-    n_ctx_train: int
-    n_ctx: int  # the context (KV cells) actually allocated
+    n_ctx_train: int  # the context the model was trained on
+    n_ctx: int  # the KV pool's cells as allocated, every sequence's together (llama_n_ctx)
+    n_ctx_seq: int  # what one sequence may hold (llama_n_ctx_seq): the whole pool, or its stream of it
     n_layer: int = 0
     gpu_layers: int = 0  # layers offloaded to a GPU
     weights: tuple[tuple[str, int], ...] = ()  # (llama.cpp's buffer, bytes): "CPU_Mapped", "CUDA0", ...
@@ -323,7 +324,8 @@ class Batch:
 
 
 class LlamaBackend:
-    """One model and one llama_context shared by all sequences (unified KV cells)."""
+    """One model and its llama_context, which all sequences share: one pool of KV cells, or a stream
+    per sequence (`layout`)."""
 
     def __init__(self, config: EngineConfig):
         _init_backend()
@@ -340,7 +342,7 @@ class LlamaBackend:
             self.kv_shape = self._kv_shape()
             self.ctx = self._open_context(config)
         self.memory = ll.llama_get_memory(self.ctx)
-        self.n_ctx = ll.llama_n_ctx(self.ctx)
+        self.n_ctx = ll.llama_n_ctx(self.ctx)  # the pool's cells, as allocated
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)  # what one sequence may hold: all, or its stream
         self._placement = _placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
@@ -524,6 +526,7 @@ class LlamaBackend:
             n_params=ll.llama_model_n_params(self.model),
             n_ctx_train=ll.llama_model_n_ctx_train(self.model),
             n_ctx=self.n_ctx,
+            n_ctx_seq=self.n_ctx_seq,
             n_layer=ll.llama_model_n_layer(self.model),
             gpu_layers=place.get("gpu_layers", 0),
             weights=tuple(place.get("weights", ())),

@@ -40,7 +40,7 @@ class Engine:
         self.name = name  # the model's name, told in every final event
         self._sink = sink
         self.backend = LlamaBackend(config)
-        self.n_ctx = self.backend.n_ctx_seq  # a sequence's context: the pool, or its stream of it
+        self.n_ctx_seq = self.backend.n_ctx_seq  # what one sequence may hold: the pool, or its stream of it
         # `ram`: the budget every model's RAM tier shares (None: one of its own). Another model's saves
         # may push this one's entries out: its figures are published then, weakly, so that the
         # cache never keeps an unloaded engine (and its saved cells) alive
@@ -56,7 +56,7 @@ class Engine:
         self.prompts = PromptBuilder(
             template,
             self.backend.tokenize,
-            self.n_ctx,
+            self.n_ctx_seq,
             config.overflow,
             self.backend.special_texts,
             self.history if config.kv_reuse else None,
@@ -248,8 +248,8 @@ class Engine:
             self._finish(seq, FinishReason.STOP, events)
         elif seq.num_generated >= params.max_tokens:
             self._finish(seq, FinishReason.LENGTH, events)
-        elif len(seq.tokens) >= self.n_ctx:
-            seq.notice = f"the context of {self.n_ctx} tokens is full"
+        elif len(seq.tokens) >= self.n_ctx_seq:
+            seq.notice = f"the context of {self.n_ctx_seq} tokens is full"
             self._finish(seq, FinishReason.CONTEXT, events)
 
     def _draw(self, seq: Sequence) -> tuple[int, TokenProbs | None]:

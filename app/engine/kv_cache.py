@@ -72,7 +72,7 @@ class KVCacheManager:
         self._mem = memory
         self.layout: Layout = StreamPerSlot() if streams else OnePool()
         self.slots = [Slot(i) for i in range(n_slots)]
-        self.n_cells = n_cells
+        self.n_cells = n_cells  # the pool's, every slot's together (llama_n_ctx)
         self.reuse = reuse
         self.host = host if reuse else None  # evicted cells saved to RAM
         self.recompute_s_per_token: float | None = None  # the engine's latest measure of prompt reading

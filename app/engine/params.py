@@ -161,7 +161,8 @@ def default_threads() -> int:
 @dataclass(frozen=True)
 class EngineConfig:
     model_path: str
-    # KV cells shared by all sequences; 0: sized from the model and the machine (pool.py)
+    # the KV pool asked for, in cells, every sequence's together (llama.cpp's -c); 0: sized from the
+    # model and the machine (pool.py). One sequence may hold all of it, or its stream's n_ctx / capacity
     n_ctx: int = 0
     # token budget of one decode step: on a CPU a 512-token step freezes every stream for seconds;
     # 128 reads prompts as fast (measured) and lets streams and first tokens through sooner

@@ -32,7 +32,7 @@ class KVShape:
 
 @dataclass(frozen=True)
 class PoolChoice:
-    n_ctx: int
+    n_ctx: int  # the pool's cells
     reason: str  # how it was chosen, in words
 
 

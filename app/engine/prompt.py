@@ -35,17 +35,18 @@ class PromptBuilder:
         self,
         template: ChatTemplate,
         tokenize: Callable[..., list[int]],
-        n_ctx: int,
+        n_ctx_seq: int,
         policy: OverflowPolicy,
         special_texts: tuple[str, ...] = (),
         history: TokenHistory | None = None,
         spell: Callable[[int], bytes] | None = None,
     ):
-        """`tokenize(text, add_special=True)`; `history` and `spell` (a token's bytes, control
-        tokens written out) let a later turn keep its conversation's exact tokens."""
+        """`tokenize(text, add_special=True)`; `n_ctx_seq`: the tokens one sequence may hold, prompt and
+        reply (its stream, with a stream per sequence; not the whole pool); `history` and `spell` (a
+        token's bytes, control tokens written out) let a later turn keep its conversation's exact tokens."""
         self._template = template
         self._tokenize = tokenize
-        self.n_ctx = n_ctx
+        self.n_ctx_seq = n_ctx_seq
         self.policy = policy
         self._special_texts = special_texts
         self._history = history
@@ -129,13 +130,13 @@ class PromptBuilder:
 
     def _fits(self, n_prompt: int, request: Request) -> bool:
         # leave room for a reply of a sensible size, not only for the first token
-        reserve = min(request.params.max_tokens, self.n_ctx // 4)
-        return n_prompt + reserve <= self.n_ctx
+        reserve = min(request.params.max_tokens, self.n_ctx_seq // 4)
+        return n_prompt + reserve <= self.n_ctx_seq
 
     def _check_fits(self, n_prompt: int) -> None:
-        if n_prompt >= self.n_ctx:
+        if n_prompt >= self.n_ctx_seq:
             raise RequestError(
-                f"the prompt is {n_prompt} tokens but the context holds {self.n_ctx}: "
+                f"the prompt is {n_prompt} tokens but the context holds {self.n_ctx_seq}: "
                 "shorten it, clear the chat or load the engine with a larger context"
             )
 
@@ -157,7 +158,7 @@ class PromptBuilder:
 
         k = _first_fitting(len(cuts), fits, self._guess(head, body, cuts, request, n_whole))
         if k < len(cuts):  # fits(k) was tried and held
-            return tried[k], f"dropped the {cuts[k]} oldest messages to fit the context of {self.n_ctx} tokens"
+            return tried[k], f"dropped the {cuts[k]} oldest messages to fit the context of {self.n_ctx_seq} tokens"
         tokens = tried[len(cuts) - 1]  # the search tried the last cut before giving up
         self._check_fits(len(tokens))
         return tokens, f"dropped the {cuts[-1]} oldest messages; the last message alone nearly fills the context"

@@ -37,7 +37,9 @@ async def models(request: web.Request) -> web.Response:
 
 
 def _model(server, name: str, info) -> dict:
-    meta = {"n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train, "n_params": info.n_params, "size": info.size_bytes}
+    # n_ctx: the KV pool's cells, every sequence's together; n_ctx_seq: what one request may hold
+    meta = {"n_ctx": info.n_ctx, "n_ctx_seq": info.n_ctx_seq, "n_ctx_train": info.n_ctx_train}
+    meta |= {"n_params": info.n_params, "size": info.size_bytes}
     # where the model went (layers offloaded, the KV pool's memory) and what the build can run on
     meta |= {**info.as_json(), "placement": info.placement(), "build": info.build.as_json() if info.build else None}
     return {"id": name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
@@ -70,7 +72,7 @@ async def _complete(request: web.Request, parse) -> web.StreamResponse:
     server = request.app[SERVER]
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
-    job: Job = parse(body, info.n_ctx)
+    job: Job = parse(body, info.n_ctx_seq)  # a request is one sequence: its room, not the whole pool's
     with server.admit(job.n):
         return await _serve(request, server, job, model)
 

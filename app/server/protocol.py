@@ -75,20 +75,21 @@ def requested_model(body: dict) -> str | None:
     return _check_text(name, "model") if name else None
 
 
-def parse_chat(body: dict, n_ctx: int) -> Job:
+def parse_chat(body: dict, n_ctx_seq: int) -> Job:
+    """`n_ctx_seq`: the tokens one sequence may hold (its stream, with a stream per sequence), prompt and reply."""
     raw = _get(body, "messages", list, None)
     if not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
-    _check_size(sum(len(m["content"]) for m in messages), n_ctx, "messages")
+    _check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body))
     job = Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
-    return _check_kept_probs(job, n_ctx)
+    return _check_kept_probs(job, n_ctx_seq)
 
 
-def parse_completion(body: dict, n_ctx: int) -> Job:
+def parse_completion(body: dict, n_ctx_seq: int) -> Job:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]  # a batch of one
@@ -97,16 +98,16 @@ def parse_completion(body: dict, n_ctx: int) -> Job:
     if not prompt:  # some models would read it as no tokens at all: nothing to continue
         raise BadRequest("'prompt' must not be empty", "prompt")
     _check_text(prompt, "prompt")
-    _check_size(len(prompt), n_ctx, "prompt")
+    _check_size(len(prompt), n_ctx_seq, "prompt")
     params = sampling(body).with_(n_probs=_completion_probs(body))
-    return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx)
+    return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx_seq)
 
 
-def _check_kept_probs(job: Job, n_ctx: int) -> Job:
+def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
     """A whole reply with token probabilities keeps them all until it ends: bound what it may keep."""
     if job.stream or job.params.n_probs is None:
         return job
-    tokens = min(job.params.max_tokens, n_ctx)  # a reply ends when the context is full
+    tokens = min(job.params.max_tokens, n_ctx_seq)  # a reply ends when its sequence's context is full
     kept = job.n * tokens * (job.params.n_probs + 1)
     if kept > MAX_KEPT_PROBS:
         raise BadRequest(
@@ -221,9 +222,9 @@ def _check_text(text: str, where: str) -> str:
     return text
 
 
-def _check_size(n_chars: int, n_ctx: int, param: str) -> None:
-    if n_chars > n_ctx * MAX_CHARS_PER_TOKEN:
-        raise BadRequest(f"the prompt has {n_chars} characters, far more than the context of {n_ctx} tokens holds", param)
+def _check_size(n_chars: int, n_ctx_seq: int, param: str) -> None:
+    if n_chars > n_ctx_seq * MAX_CHARS_PER_TOKEN:
+        raise BadRequest(f"the prompt has {n_chars} characters, far more than the context of {n_ctx_seq} tokens holds", param)
 
 
 def _stop(body: dict) -> tuple[str, ...]:

@@ -49,7 +49,8 @@ async def serve(
             print(f"error: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
             return 2
         for name, info in client.models.items():
-            print(f"serving {name} at {url}/v1 ({client.config_of(name).capacity} parallel, {info.n_ctx} KV cells)")
+            room = f"{info.n_ctx} KV cells, up to {info.n_ctx_seq} tokens a request"
+            print(f"serving {name} at {url}/v1 ({client.config_of(name).capacity} parallel, {room})")
         if allow_origins:
             print(f"web pages from {', '.join(allow_origins)} may call it", file=sys.stderr)
         print(f"{server.max_queue} requests in flight at most", flush=True)
