@@ -1,7 +1,17 @@
 """The engine's only door to llama.cpp: model, context, batch, samplers, tokenizer, chat template.
 
-Everything here runs on the engine thread, but for `tokenize`, which the prompt thread also calls (under
-the engine thread's lock, so the model is never freed under it); nothing else imports llama_cpp.
+Nothing else imports llama_cpp.
+
+Threads (engine_thread.py): a backend is built (model loaded, context created) on the thread that
+builds its Engine: the engine thread for the first model, the loader thread for every later load or
+reload, while the engine thread goes on decoding with the others. Once handed over, the engine
+thread alone decodes, samples and changes the KV memory. The prompt thread reads the tokenizer
+meanwhile (`tokenize`, `spell`, and what the load read: the chat template, the special texts,
+`n_vocab`): llama.cpp's vocabulary does not change after the load, so that runs beside a decode.
+No lock guards the model: `close` runs on the prompt thread itself, queued after any prompt being
+built with it (on the engine thread only when the prompt thread has ended, or for a model no prompt
+ever read: a load refused at hand-over). The module's functions run on any thread; loads take
+turns (`_load_lock`), as each reads back its own log.
 """
 
 from __future__ import annotations
@@ -586,7 +596,8 @@ class LlamaBackend:
 
     def spell(self, token: int) -> bytes:
         """The bytes a token stands for, control tokens written out (<|im_end|>), as a chat template
-        writes them; cached per token, and safe on the prompt thread (a buffer of its own)."""
+        writes them; cached per token. Both the prompt thread and the engine thread (token
+        probabilities) call it: a buffer of its own each call, unlike `piece`, engine thread only."""
         cached = self._spellings.get(token)
         if cached is None:
             buf = ctypes.create_string_buffer(256)

@@ -1,4 +1,7 @@
-"""The engine: step() = schedule -> decode one batch -> sample and stream. Runs on the engine thread."""
+"""The engine: step() = schedule -> decode one batch -> sample and stream.
+
+Built on the loader thread (the first model's on the engine thread); `prepare` runs on the prompt
+thread; everything else on the engine thread."""
 
 from __future__ import annotations
 
@@ -100,7 +103,8 @@ class Engine:
     # -- requests in and out ---------------------------------------------------------------
 
     def prepare(self, request: Request) -> Prompt:
-        """The request's prompt tokens; safe on another thread (reads the template and tokenizer only)."""
+        """The request's prompt tokens; on the prompt thread: it reads the template, the tokenizer and
+        the token histories (whose entries the engine thread replaces whole), and changes nothing."""
         try:
             problem = request.params.problem()
         except Exception as e:  # params of the wrong shape altogether
