@@ -15,7 +15,8 @@ import numpy as np
 from app.engine.events import FinishEvent, TokenEvent
 
 RING_SIZE = 4096
-RATE_WINDOW_S = 1.0  # tokens/s is the count over the last second
+# a rate is a count over the last second: the tokens (or steps) whose time falls after now - 1 s
+RATE_WINDOW_S = 1.0
 
 
 class Ring:
@@ -52,16 +53,21 @@ class Ring:
 
 @dataclass
 class PaneMetrics:
-    """One pane's history and its latest readout."""
+    """One pane's history and its latest readout (the API's entry: every request served over HTTP)."""
 
-    tok_rate: Ring = field(default_factory=Ring)
+    tok_rate: Ring = field(default_factory=Ring)  # tok_s at each sample
     ttft: Ring = field(default_factory=Ring)
     itl: Ring = field(default_factory=Ring)
     kv_hit: Ring = field(default_factory=Ring)
     recent_tokens: deque = field(default_factory=deque)  # (t, n) inside the rate window
     last_token_t: dict = field(default_factory=dict)  # request_id -> time of its last token
+    # the readout's "tok/s": the pane's tokens whose time (when the engine drew them; a remote
+    # pane's, when a chunk came) fell in the RATE_WINDOW_S before the last `sample`, per second.
+    # Every token counts, a reply's first and its end-of-generation one too: not a decode speed
+    # from the first token on, but what the pane got lately, so it ramps up over a reply's first
+    # second, and falls to 0 a second after it ends
     tok_s: float = 0.0
-    ttft_s: float = math.nan
+    ttft_s: float = math.nan  # the last reply's first token less the time `track` got (prompt and queue included)
     kv_hit_rate: float = math.nan
     conversation_cached: int = 0  # the chat's prompt tokens found in the cache, as of its last reply
     conversation_prompt: int = 0  # and all its prompt tokens
@@ -82,6 +88,8 @@ TRACKED_KEPT = 4096  # far more requests than can be in flight at once
 class MetricsStore:
     def __init__(self):
         self.panes: dict[str, PaneMetrics] = {}
+        # decode tokens a second of the steps `sample` gets (the window gives the default model's):
+        # StepStats.n_decode, so a reply's first token, drawn after its prompt's last chunk, is not counted
         self.engine_rate = Ring()
         self.seqs_per_step = Ring()
         self.batch_limit = Ring()  # sequences allowed to run: the capacity, or the adaptive batch's choice
@@ -148,7 +156,9 @@ class MetricsStore:
     # -- the plot timer ------------------------------------------------------------------------
 
     def sample(self, now: float, steps=()) -> None:
-        """Push one rate point per pane and the engine's figures for the steps since last time."""
+        """Push one rate point per pane and the engine's figures for the steps since last time.
+
+        `now` on time.monotonic's clock, as the tokens' times; `steps`: those of the last RATE_WINDOW_S."""
         for m in self.panes.values():
             while m.recent_tokens and m.recent_tokens[0][0] <= now - RATE_WINDOW_S:
                 m.recent_tokens.popleft()
