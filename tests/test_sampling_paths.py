@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from helpers import Started, collect, run, token_ids, user
 
-from app.engine.params import EngineConfig, SamplingParams
+from app.engine.params import EngineConfig, SamplingParams, ServingMode
 
 QUESTIONS = ["Why is the sky blue?", "Name three fruits.", "Say hi.", "What is 2 + 2?"]
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, max_tokens=32)
@@ -36,8 +36,9 @@ def test_a_greedy_reply_is_the_one_the_sampler_chain_draws(model_path, in_graph)
 
         return of
 
-    async def go(probs: bool):  # a fresh engine each: the same batches, cell for cell
-        async with Started(config(model_path, in_graph)) as client:
+    async def go(probs: bool):  # a fresh engine each, one request at a time: the same batches, cell for cell,
+        # however the four arrive (batched, which ones share a step would depend on the machine's load)
+        async with Started(config(model_path, in_graph).with_(mode=ServingMode.SEQUENTIAL)) as client:
             return await replies(client, params(probs))
 
     by_chain, fast = run(go(True)), run(go(False))
