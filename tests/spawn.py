@@ -1,6 +1,6 @@
 """Start an OpenAI-compatible server process on a free loopback port and wait until it is healthy.
 
-Tests and scripts (compare-serve, soak) use it for `python -m app serve` and for llama.cpp's llama-server.
+The tests use it for `python -m app serve` and for llama.cpp's llama-server.
 """
 
 from __future__ import annotations

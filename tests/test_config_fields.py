@@ -21,7 +21,8 @@ from app.engine.params import (
     ServingMode,
     default_threads,
 )
-from app.ui.settings import MAX_PANES, AppSettings
+from app.ui.settings import AppSettings
+from app.workspace.workspace import MAX_PANES
 
 DEFAULT = EngineConfig("default.gguf", capacity=MAX_PANES)  # what the window starts from
 # every field away from its default

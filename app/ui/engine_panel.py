@@ -33,9 +33,9 @@ from app.engine.config_fields import FIELDS
 from app.engine.errors import EngineError
 from app.engine.params import EngineConfig, Policy, ServingMode
 from app.engine.pool import format_bytes
+from app.workspace.workspace import MAX_PANES
 
 from . import theme
-from .settings import MAX_PANES
 
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150

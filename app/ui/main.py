@@ -138,7 +138,9 @@ async def run_demo(window: MainWindow, args) -> None:
             window.workspace.broadcast(prompt)
         if after_tokens and args.screenshot and i == len(prompts) - 1:
             await _wait(
-                lambda: window.workspace.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens
+                lambda: (
+                    window.workspace.is_idle or min(window.metrics.panes[p.key].gen_tokens for p in window.panes) >= after_tokens
+                )
             )
             save_screenshot(window, args.screenshot)
             window.stop_all()  # the picture is taken: no need to wait for the rest

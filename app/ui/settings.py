@@ -12,12 +12,11 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 from app.engine.config_fields import config_from_texts, config_texts
 from app.engine.params import EngineConfig
 from app.workspace.pane_params import PaneParams
+from app.workspace.workspace import MAX_PANES
 
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
 HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
-DEFAULT_PANES = 4
-MAX_PANES = 8
 
 
 def data_dir() -> Path:
