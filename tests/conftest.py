@@ -1,8 +1,11 @@
-"""Shared fixtures: the real default model, and engines driven through the real engine thread."""
+"""Shared fixtures: the real default model, a tiny model of its kind, and engines driven through the real engine thread."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,13 +32,28 @@ def q8_model_path(model_path, tmp_path_factory) -> str:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_model_path(model_path, tmp_path_factory) -> str:
+    """The bundled model's architecture, tokenizer and chat template in two narrow layers of seeded
+    random weights (9 MiB, written in about 2 s by scripts/synthetic-gguf): llama.cpp runs it as any
+    model, about 15 times faster. For tests of cells, slots, steps and the RAM tier, whose outcome
+    does not depend on what a model says; what it writes is noise and it seldom ends a reply itself."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    script = Path(__file__).parent.parent / "scripts" / "synthetic-gguf"
+    shapes = ["--layers", "2", "--embd", "128", "--ff", "512", "--heads", "4", "--kv-heads", "2", "--type", "Q8_0"]
+    subprocess.run(
+        [sys.executable, str(script), "--like", model_path, "--out", str(path), *shapes], check=True, capture_output=True
+    )
+    return str(path)
+
+
 @pytest.fixture
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
 
 GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
-MODEL_FIXTURES = {"model_path", "q8_model_path", "config", "shared_engine", "served"}
+MODEL_FIXTURES = {"model_path", "q8_model_path", "tiny_model_path", "config", "shared_engine", "served"}
 
 
 def pytest_collection_modifyitems(items) -> None:
