@@ -52,8 +52,13 @@ def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
 
+@pytest.fixture
+def tiny_config(tiny_model_path) -> EngineConfig:
+    return EngineConfig(model_path=tiny_model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
+
+
 GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
-MODEL_FIXTURES = {"model_path", "q8_model_path", "tiny_model_path", "config", "shared_engine", "served"}
+MODEL_FIXTURES = {"model_path", "q8_model_path", "tiny_model_path", "config", "tiny_config", "shared_engine", "served"}
 
 
 def pytest_collection_modifyitems(items) -> None:
