@@ -10,6 +10,10 @@ The layout is a strategy: in one pool (`OnePool`) the slots compete for cells, r
 evicting idle slots and seq_cp shares a prefix's cells; with a stream per sequence (llama.cpp's
 kv_unified off, `StreamPerSlot`) a slot never takes another's room, and a prefix crosses streams as
 a copy of its cells, worth it only for a long one.
+
+It alone sets a sequence's `slot_id` and `num_computed`: `acquire`, `preempt` and `release` when
+the scheduler admits, preempts or ends it, `commit` when the engine's decode wrote its cells. It
+never changes a sequence's status.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ generating sequence, then chunks of prompts still being read, then admissions) w
 and the token budget allow. A long prompt is read a chunk per step, so the streams already running
 keep producing tokens meanwhile. An adaptive batch, when set, narrows the budget and the number
 of sequences running to keep the steps under a latency target.
+
+The scheduler alone changes a sequence's status (sequence.SequenceStatus): it queues it (`add`),
+admits it once the KV manager grants it a slot (`acquire`), preempts it (the KV manager takes its
+cells, `preempt`) and ends it (`finish`, which the engine calls; the KV manager frees the slot,
+`release`). It decides when; the KV manager moves the slots and cells.
 """
 
 from __future__ import annotations

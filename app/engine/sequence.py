@@ -1,4 +1,7 @@
-"""One request in flight: its tokens, where it stands, how it samples; only the scheduler moves it."""
+"""One request in flight: its tokens, where it stands, how it samples.
+
+Who changes what: the scheduler its status (and its place in the queues), the KV manager its slot
+and how many of its tokens the slot holds, the engine its tokens and its sampling."""
 
 from __future__ import annotations
 
@@ -35,6 +38,12 @@ class Draw(Enum):
 
 
 class SequenceStatus(Enum):
+    """Where a sequence stands; the scheduler alone changes it. WAITING (Scheduler.add; again when
+    preempted: its cells given back, its tokens kept) -> RUNNING (admitted, once the KV manager gave
+    it a slot) -> FINISHED (Scheduler.finish, which the engine calls when the reply ends, is
+    cancelled or fails, from either of the others). A RUNNING sequence beyond the batch limit is
+    paused, not moved: it keeps its slot and cells, and skips steps until the limit takes it in."""
+
     WAITING = auto()
     RUNNING = auto()
     FINISHED = auto()
@@ -47,7 +56,7 @@ class Sequence:
         self.params = request.params
         self.tokens = list(prompt_tokens)  # prompt, then every generated token
         self.num_prompt_tokens = len(prompt_tokens)
-        self.num_computed = 0  # leading tokens whose KV cells this sequence's slot holds
+        self.num_computed = 0  # leading tokens whose KV cells this sequence's slot holds (the KV manager's)
         self.status = SequenceStatus.WAITING
         self.slot_id: int | None = None  # the llama.cpp sequence id whose cells it uses (the KV manager's slot)
         self.bypassed = 0  # requests admitted ahead of it while it waited for room (bounded)
