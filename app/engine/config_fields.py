@@ -215,7 +215,7 @@ CONFIG_FIELDS = (
     ConfigField(
         "n_ctx",
         "Context (KV cells)",
-        help="KV cells shared by all sequences (default 0: sized from the model, the panes and the free memory)",
+        help="KV cells of the pool (default 0: sized from the model, the panes and the free memory); with a stream per sequence, one holds ctx / parallel of them",
         text=whole(0),
         flags=("-c", "--ctx"),
     ),

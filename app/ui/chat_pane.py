@@ -39,7 +39,7 @@ from .readout import Readout
 from .transcript import Transcript
 
 MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is
-READOUT_LEGEND = "TTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
+READOUT_LEGEND = "tok/s: the tokens this pane got in the last second\nTTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
 
 
 class MessageEdit(QPlainTextEdit):
