@@ -1,14 +1,16 @@
-"""The window on the real model: streaming, Stop, broadcast, sliders, plots, closing, bad input."""
+"""The window on the tiny model (what these tests check does not depend on what a model writes):
+streaming, Stop, broadcast, sliders, plots, closing, bad input."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox, QPushButton
-from ui_fixtures import LONG, QUICK, open_window, set_params, start_long_reply, until
+from ui_fixtures import TINY_LONG, TINY_QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
@@ -20,10 +22,12 @@ def _spec(name):
     return next(s for s in SLIDERS if s.name == name)
 
 
-def test_message_streams_reply(run_window):
+def test_message_streams_reply(run_tiny_window):
+    params = TINY_QUICK.with_(max_tokens=240)  # a quarter of a second: shown in pieces
+
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, params)
         shown_while_busy = []
         pane.transcript.textChanged.connect(lambda: shown_while_busy.append(pane.is_busy))
         pane.input.setPlainText("Name three colours.")
@@ -32,15 +36,15 @@ def test_message_streams_reply(run_window):
         await until(lambda: not pane.is_busy, what="the reply")
         assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
         assert pane.chat.messages[1]["content"].strip()
-        assert pane.chat.messages[2]["content"].startswith("cut at Max tokens (24)")  # not a silent end
-        assert "cut at Max tokens (24)" in pane.transcript.toPlainText()
+        assert pane.chat.messages[2]["content"].startswith("cut at Max tokens (240)")  # not a silent end
+        assert "cut at Max tokens (240)" in pane.transcript.toPlainText()
         assert sum(shown_while_busy) >= 2  # the reply appeared in pieces before it ended
         assert "Name three colours." in pane.transcript.toPlainText()
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_shift_enter_is_a_new_line(run_window):
+def test_shift_enter_is_a_new_line(run_tiny_window):
     async def scenario(window):
         pane = window.panes[0]
         pane.input.setPlainText("one")
@@ -48,28 +52,28 @@ def test_shift_enter_is_a_new_line(run_window):
         QTest.keyClick(pane.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
         assert not pane.is_busy and pane.input.toPlainText() == "one\n"
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_ctrl_enter_sends_too(run_window, qtbot):
+def test_ctrl_enter_sends_too(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         qtbot.keyClicks(pane.input, "Hi")
         qtbot.keyClick(pane.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
         assert pane.is_busy and pane.input.toPlainText() == ""
         assert pane.chat.messages[0]["content"] == "Hi"
         await until(lambda: not pane.is_busy, what="the reply")
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_a_users_backticks_show_as_typed(run_window, qtbot):
+def test_a_users_backticks_show_as_typed(run_tiny_window, qtbot):
     typed = ["use ``` to fence code", "```python print(1)``` inline, **not bold**"]
 
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         for line in typed:
             qtbot.keyClicks(pane.input, line)
             qtbot.keyClick(pane.input, Qt.Key.Key_Return)
@@ -80,13 +84,13 @@ def test_a_users_backticks_show_as_typed(run_window, qtbot):
             found = document.find(line)
             assert not found.isNull() and found.charFormat().fontFamilies() is None  # the text's font, not code's
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_stop_cancels_the_reply(run_window):
+def test_stop_cancels_the_reply(run_tiny_window):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, LONG)
+        set_params(window, TINY_LONG)
         finals = []
         pane.sigReplyFinished.connect(finals.append)
         pane.session.send("Write a long story about a dragon and a knight.")
@@ -94,39 +98,43 @@ def test_stop_cancels_the_reply(run_window):
         pane.stop_button.click()
         await until(lambda: not pane.is_busy, what="the stop")
         assert finals[0].reason is FinishReason.CANCELLED
-        assert finals[0].stats.gen_tokens < LONG.max_tokens
+        assert finals[0].stats.gen_tokens < TINY_LONG.max_tokens
         assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"}
         snap = window.client.snapshot
         assert (snap.running, snap.waiting) == (0, 0)
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_minimized_window_draws_nothing_and_catches_up_when_restored(run_window):
+def test_minimized_window_draws_nothing_and_catches_up_when_restored(run_tiny_window):
     async def scenario(window):
         pane = window.panes[0]
-        await start_long_reply(window, pane, "Write a long story about a dragon and a knight.")
-        await asyncio.sleep(0.25)  # a flush and a plot tick
+        metrics, rate = window.metrics.panes[pane.key], window.plots.pane_curves[pane.key]["rate"]
+        await start_long_reply(window, pane, "Write a long story about a dragon and a knight.", TINY_LONG)
+        asked = pane.transcript.toPlainText()
+        await until(
+            lambda: len(pane.transcript.toPlainText()) > len(asked) and len(rate.getData()[0]), what="a flush and a plot tick"
+        )
         window.setWindowState(Qt.WindowState.WindowMinimized)
-        text, tokens = pane.transcript.toPlainText(), window.metrics.panes[pane.key].gen_tokens
-        rate_x = window.plots.pane_curves[pane.key]["rate"].getData()[0].copy()
-        await until(lambda: window.metrics.panes[pane.key].gen_tokens >= tokens + 10, what="tokens while minimized")
-        await asyncio.sleep(0.25)
+        text, tokens, rate_x = pane.transcript.toPlainText(), metrics.gen_tokens, rate.getData()[0].copy()
+        await until(lambda: metrics.gen_tokens >= tokens + 10, what="tokens while minimized")
+        ticks = len(metrics.tok_rate)  # sampled at each tick, minimized or not
+        await until(lambda: len(metrics.tok_rate) >= ticks + 2, what="two ticks after them: a flush was due")
         assert pane.is_busy  # the engine kept going
         assert pane.transcript.toPlainText() == text
-        assert list(window.plots.pane_curves[pane.key]["rate"].getData()[0]) == list(rate_x)
+        assert list(rate.getData()[0]) == list(rate_x)
         window.setWindowState(Qt.WindowState.WindowNoState)
         assert len(pane.transcript.toPlainText()) > len(text)  # at once, not at the next tick
-        assert len(window.plots.pane_curves[pane.key]["rate"].getData()[0]) > len(rate_x)
+        assert len(rate.getData()[0]) > len(rate_x)
         pane.session.stop()
         await until(lambda: not pane.is_busy, what="the stop")
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
+def test_broadcast_reaches_every_pane_and_they_stream_together(run_tiny_window):
     async def scenario(window):
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         window.broadcast_edit.setText("Tell me a fact about the moon.")
         window.broadcast_edit.returnPressed.emit()
         assert all(p.is_busy for p in window.panes)
@@ -135,15 +143,15 @@ def test_broadcast_reaches_every_pane_and_they_stream_together(run_window):
             assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
         assert max(st.n_decode for st in window.client.recent_steps()) == 4  # one step fed all four
 
-    run_window(scenario, panes=4)
+    run_tiny_window(scenario, panes=4)
 
 
-def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_window):
+def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_tiny_window):
     async def scenario(window):
         first, second = window.panes
-        await start_long_reply(window, first, "Write a long poem about rain.")
-        await start_long_reply(window, second, "Write a long poem about rain.")  # the same prompt: found cached
-        await asyncio.sleep(0.4)  # a readout refresh
+        await start_long_reply(window, first, "Write a long poem about rain.", TINY_LONG)
+        await start_long_reply(window, second, "Write a long poem about rain.", TINY_LONG)  # the same prompt: found cached
+        await until(lambda: all(re.search(r"KV hit \d+%", p.readout.text()) for p in (first, second)), what="a readout refresh")
         assert first.is_busy and second.is_busy
         assert "KV hit 0%" in first.readout.text()  # nothing to reuse yet, and it says so
         hit = int(second.readout.text().split("KV hit ")[1].split("%")[0])
@@ -151,10 +159,10 @@ def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_win
         window.stop_all()
         await until(lambda: window.workspace.is_idle, what="the stops")
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_the_menu_bar_and_the_keys_people_expect(run_window):
+def test_the_menu_bar_and_the_keys_people_expect(run_tiny_window):
     async def scenario(window):
         assert [a.text() for a in window.menuBar().actions()] == ["&File", "&View", "&Compare", "&Engine", "&Help"]
         window.activateWindow()
@@ -164,7 +172,7 @@ def test_the_menu_bar_and_the_keys_people_expect(run_window):
         QTest.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
         assert window.broadcast_edit.hasFocus()
         pane = window.panes[0]
-        await start_long_reply(window, pane, "Write a long poem about rain.")
+        await start_long_reply(window, pane, "Write a long poem about rain.", TINY_LONG)
         pane.input.setFocus()
         QTest.keyClick(pane.input, Qt.Key.Key_Escape)
         await until(lambda: not pane.is_busy, what="the stop")
@@ -174,14 +182,14 @@ def test_the_menu_bar_and_the_keys_people_expect(run_window):
         assert about.isVisible() and not about.isModal() and Path(window.client.config.model_path).name in about.text()
         about.close()
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_window):
+def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_tiny_window):
     async def scenario(window):
         assert window.windowTitle() == f"{Path(window.client.config.model_path).stem} · Batch playground"
         pane = window.panes[0]
-        await start_long_reply(window, pane, "Write a long poem about rain.")
+        await start_long_reply(window, pane, "Write a long poem about rain.", TINY_LONG)
         QTest.keyClicks(window.broadcast_edit, "Hello, everyone")
         send_all = next(b for b in window.findChildren(QPushButton) if b.text() == "Send to all")
         QTest.mouseClick(send_all, Qt.MouseButton.LeftButton)
@@ -191,15 +199,16 @@ def test_the_title_names_the_model_and_a_broadcast_no_pane_can_take_says_so(run_
         pane.session.stop()
         await until(lambda: not pane.is_busy, what="the stop")
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_percent(run_window):
+def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_percent(run_tiny_window):
     async def scenario(window):
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK.with_(max_tokens=120))  # some ticks long: the batch plot sees them together
         window.workspace.broadcast("Hi!")
         await until(lambda: window.workspace.is_idle, what="every reply")
-        await asyncio.sleep(0.25)  # two plot ticks
+        ticked = len(window.metrics.engine_rate)
+        await until(lambda: len(window.metrics.engine_rate) >= ticked + 2, what="two plot ticks")
         for pane in window.panes:
             curves = window.plots.pane_curves[pane.key]
             for name in ("rate", "itl"):
@@ -221,13 +230,13 @@ def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_per
         assert max(y) >= 2
         assert "tok/s" in window.panes[0].readout.text()
 
-    run_window(scenario, panes=3)
+    run_tiny_window(scenario, panes=3)
 
 
-def test_slider_change_reaches_the_engine(run_window, qtbot):
+def test_slider_change_reaches_the_engine(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, LONG)
+        set_params(window, TINY_LONG)
         for name, value in (("temperature", 1.3), ("top_k", 7), ("top_p", 0.5), ("min_p", 0.1), ("repeat_penalty", 1.25)):
             pane.params_editor.sliders[name].setValue(_spec(name).to_int(value))
         type_seed(pane, qtbot, "1234", Qt.Key.Key_Return)
@@ -240,7 +249,7 @@ def test_slider_change_reaches_the_engine(run_window, qtbot):
         p = running[0]
         assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed) == (1.3, 7, 0.5, 0.1, 1.25, 1234)
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
 def open_settings(pane, qtbot) -> None:
@@ -263,7 +272,7 @@ def type_seed(pane, qtbot, text: str, finish: Qt.Key) -> None:
     qtbot.keyClick(field, finish)
 
 
-def test_copy_settings_to_all_panes(run_window, qtbot):
+def test_copy_settings_to_all_panes(run_tiny_window, qtbot):
     async def scenario(window):
         first = window.panes[0]
         open_settings(first, qtbot)
@@ -281,10 +290,10 @@ def test_copy_settings_to_all_panes(run_window, qtbot):
             assert window.settings.pane_params(pane.key) == first.params  # and saved
             assert pane.params_editor.seed_edit.text() == "7"
 
-    run_window(scenario, panes=3)
+    run_tiny_window(scenario, panes=3)
 
 
-def test_a_cleared_seed_is_random_again(run_window, qtbot):
+def test_a_cleared_seed_is_random_again(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
         for finish in (Qt.Key.Key_Tab, Qt.Key.Key_Return):
@@ -295,26 +304,26 @@ def test_a_cleared_seed_is_random_again(run_window, qtbot):
             assert pane.params.seed is None and pane.params.sampling().seed is None  # the request has none
             assert window.settings.pane_params(pane.key).seed is None  # nor what is saved
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_closing_a_pane_while_it_generates_leaves_no_work(run_window):
+def test_closing_a_pane_while_it_generates_leaves_no_work(run_tiny_window):
     async def scenario(window):
         pane = window.panes[1]
-        await start_long_reply(window, pane, "Write a long story about a lighthouse.")
+        await start_long_reply(window, pane, "Write a long story about a lighthouse.", TINY_LONG)
         await window.close_pane(pane)
         assert pane not in window.panes and pane.key not in window.plots.pane_curves
         snap = lambda: window.client.snapshot  # noqa: E731
         await until(lambda: (snap().running, snap().waiting) == (0, 0), timeout=10, what="the engine to drop it")
         assert len(window.panes) == 1
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_closing_the_window_while_generating_cancels_and_closes_the_engine(loop, home, model_path):
+def test_closing_the_window_while_generating_cancels_and_closes_the_engine(loop, home, tiny_model_path):
     async def scenario():
-        window = await open_window(model_path, home, panes=3)
-        set_params(window, LONG)
+        window = await open_window(tiny_model_path, home, panes=3)
+        set_params(window, TINY_LONG)
         window.workspace.broadcast("Write a long story about a forest.")
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens for p in window.panes), what="tokens")
         closed = asyncio.Event()
@@ -327,10 +336,10 @@ def test_closing_the_window_while_generating_cancels_and_closes_the_engine(loop,
     loop.run_until_complete(scenario())
 
 
-def test_prompt_too_long_shows_the_reason_in_the_pane(run_window):
+def test_prompt_too_long_shows_the_reason_in_the_pane(run_tiny_window):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         pane.session.send("word " * 6000)  # more tokens than the 4096-cell context
         await until(lambda: not pane.is_busy, what="the refusal")
         last = pane.chat.messages[-1]
@@ -339,10 +348,10 @@ def test_prompt_too_long_shows_the_reason_in_the_pane(run_window):
         assert pane.input.toPlainText().startswith("word")
         assert "not answered" in pane.transcript.toPlainText()
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
+def test_broken_model_file_keeps_the_previous_model(run_tiny_window, tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"this is not a model")
 
@@ -354,22 +363,22 @@ def test_broken_model_file_keeps_the_previous_model(run_window, tmp_path):
         assert panel.last_error and panel.error_box.isVisible()
         assert "Kept the previous model" in panel.status.text()
         assert window.client.model_info.path == before and panel.model_path.text() == before
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         window.panes[0].session.send("Hello")
         await until(lambda: window.workspace.is_idle)
         assert [m["role"] for m in window.panes[0].chat.messages[-2:]] == ["assistant", NOTICE]
         panel.error_box.close()
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_apply_reloads_without_losing_chats(run_window):
+def test_apply_reloads_without_losing_chats(run_tiny_window):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         pane.session.send("Hello")
         await until(lambda: not pane.is_busy)
-        await start_long_reply(window, pane, "Write a long poem about rain.")
+        await start_long_reply(window, pane, "Write a long poem about rain.", TINY_LONG)
         window.engine_panel.n_batch.setValue(256)
         window.engine_panel.overflow.setCurrentIndex(1)  # drop the oldest turns
         await window.engine_panel.apply()
@@ -382,12 +391,12 @@ def test_apply_reloads_without_losing_chats(run_window):
         assert roles[:4] == ["user", "assistant", NOTICE, "user"] and roles[-1] == NOTICE
         assert "reloaded" in pane.chat.messages[-1]["content"]
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window, qtbot):
+def test_sequential_switch_pauses_the_streams_already_running_at_once(run_tiny_window, qtbot):
     async def scenario(window):
-        set_params(window, LONG)
+        set_params(window, TINY_LONG)
         window.workspace.broadcast("Tell me a long story about a lighthouse.")
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens >= 2 for p in window.panes), what="four streams")
         window.engine_dock.show()
@@ -401,5 +410,5 @@ def test_sequential_switch_pauses_the_streams_already_running_at_once(run_window
         await until(lambda: window.workspace.is_idle)
         return status
 
-    status = run_window(scenario, panes=4)
+    status = run_tiny_window(scenario, panes=4)
     assert status.startswith("sequential · running 1 · paused 3")

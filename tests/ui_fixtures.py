@@ -1,4 +1,6 @@
-"""Fixtures for the window tests: a qasync loop on pytest-qt's QApplication, a window on the real model.
+"""Fixtures for the window tests: a qasync loop on pytest-qt's QApplication, a window on the real model
+(`run_window`) or on the tiny model of its kind (`run_tiny_window`), for a test whose outcome does not
+depend on what the model writes.
 
 Each test is a coroutine run with `loop.run_until_complete`, so the Qt event loop (paints, timers,
 signals) and the asyncio tasks of the panes run together, as in the app.
@@ -22,6 +24,11 @@ from app.workspace.pane_params import PaneParams
 # small, greedy replies keep the suite fast on 2 cores
 QUICK = PaneParams(temperature=0.0, repeat_penalty=1.0, max_tokens=24)
 LONG = QUICK.with_(max_tokens=400)
+# The tiny model, greedy, writes only line breaks; sampled with a seed it writes words of noise, the same
+# each run, and seldom ends a reply itself. It writes a thousand tokens a second: a reply it must still
+# be writing when the test acts is a long one (TINY_LONG; four at once fit the 4096-cell pool).
+TINY_QUICK = QUICK.with_(temperature=1.0, seed=1)
+TINY_LONG = TINY_QUICK.with_(max_tokens=900)
 
 
 @pytest.fixture
@@ -42,7 +49,9 @@ def home(tmp_path, monkeypatch):
 
 
 async def open_window(model_path: str, home, panes: int | None = 2, capacity: int = 8) -> MainWindow:
-    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=capacity, n_threads=2))
+    # one thread: two spin at llama.cpp's barriers, and on 2 cores busy with anything else a step then
+    # takes up to fifty times as long (a 4-pane broadcast of 24 tokens: 1.7 s on one thread, 1.2 to 62 s on two)
+    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=capacity, n_threads=1))
     await client.start()
     window = MainWindow(client, ChatStore(home), AppSettings(open_qsettings()), pane_count=panes)
     window.show()
@@ -67,10 +76,7 @@ async def until(condition, timeout: float = 60.0, what: str = "condition") -> No
         await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-def run_window(loop, home, model_path):
-    """`run_window(scenario, panes=2)`: open a window, run `await scenario(window)`, always close it."""
-
+def window_runner(loop, home, model_path: str):
     def run(scenario, panes: int | None = 2, capacity: int = 8):
         async def main():
             window = await open_window(model_path, home, panes, capacity)
@@ -84,13 +90,26 @@ def run_window(loop, home, model_path):
     return run
 
 
+@pytest.fixture
+def run_window(loop, home, model_path):
+    """`run_window(scenario, panes=2)`: open a window on the bundled model, run `await scenario(window)`,
+    always close it."""
+    return window_runner(loop, home, model_path)
+
+
+@pytest.fixture
+def run_tiny_window(loop, home, tiny_model_path):
+    """`run_window` on the tiny model (set TINY_QUICK or TINY_LONG for its replies)."""
+    return window_runner(loop, home, tiny_model_path)
+
+
 def set_params(window: MainWindow, params: PaneParams) -> None:
     for pane in window.panes:
         pane.params_editor.set_params(params)
 
 
-async def start_long_reply(window: MainWindow, pane, text: str) -> None:
-    """Send `text` with a long reply allowed, and wait until it is streaming."""
-    set_params(window, LONG)
+async def start_long_reply(window: MainWindow, pane, text: str, params: PaneParams = LONG) -> None:
+    """Send `text` with a long reply allowed (TINY_LONG on the tiny model), and wait until it is streaming."""
+    set_params(window, params)
     pane.session.send(text)
     await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")
