@@ -1,13 +1,13 @@
 """Narrow panes: eight panes on a 1366x768 laptop screen keep every button whole and working, and the
-readout shortens rather than being cut."""
+readout shortens rather than being cut. On the tiny model: what is checked is the layout and the clicks."""
 
 from __future__ import annotations
 
 import asyncio
 
 from PySide6.QtCore import QRect, Qt
-from PySide6.QtWidgets import QAbstractButton, QStyle, QToolButton
-from ui_fixtures import LONG, QUICK, set_params, until
+from PySide6.QtWidgets import QAbstractButton, QApplication, QStyle, QToolButton
+from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, until
 
 from app.ui.pane_params import SLIDERS
 from app.ui.readout import Readout
@@ -22,6 +22,14 @@ def _on_laptop(window) -> QRect:
     room = room_for_window(LAPTOP, window.style().pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight))
     window.setGeometry(room)
     return room
+
+
+async def _laid_out() -> None:
+    """Deliver what the last change posted (the resize, the layouts' requests, those they post in
+    turn), as the event loop does, rather than waiting a set time for it."""
+    for _ in range(3):
+        QApplication.processEvents()
+        await asyncio.sleep(0)
 
 
 def _cut_buttons(pane) -> list[str]:
@@ -40,10 +48,10 @@ def _untipped_buttons(pane) -> list[str]:
     return [b.text() for b in pane.findChildren(QAbstractButton) if b.isVisible() and not b.toolTip()]
 
 
-def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
+def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_tiny_window):
     async def scenario(window):
         room = _on_laptop(window)
-        await asyncio.sleep(0.05)  # laid out
+        await _laid_out()
         assert window.geometry() == room  # its minimum size did not push it past the screen
         for pane in window.panes:
             assert _cut_buttons(pane) == [] and _untipped_buttons(pane) == []
@@ -52,19 +60,19 @@ def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_window):
             assert pane.readout.toolTip().startswith(pane.readout.text()) and "TTFT:" in pane.readout.toolTip()
 
         window.engine_dock.show()  # the narrowest panes: the engine and plots docks beside eight panes
-        await asyncio.sleep(0.05)
+        await _laid_out()
         assert window.geometry() == room
         assert all(_cut_buttons(pane) == [] for pane in window.panes)
 
-    run_window(scenario, panes=8)
+    run_tiny_window(scenario, panes=8)
 
 
-def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(run_window, q8_model_path):
-    async def scenario(window):
-        await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
+def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(run_window, tiny_model_path):
+    async def scenario(window):  # the bundled model's long name first, as people's models are named
+        await window.client.load_model(window.client.config.with_(model_path=tiny_model_path), "tiny")
         window.show_models()  # as the library's Load does once the model is in
         room = _on_laptop(window)
-        await asyncio.sleep(0.05)  # laid out
+        await _laid_out()
         assert window.geometry() == room  # the pickers did not push it past the screen
         for pane in window.panes:
             assert pane.model_combo.isVisible() and pane.model_combo.width() >= 60
@@ -73,19 +81,19 @@ def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(
     run_window(scenario, panes=8)
 
 
-def test_a_panes_settings_open_at_eight_panes_without_growing_the_window_past_the_screen(run_window, qtbot):
+def test_a_panes_settings_open_at_eight_panes_without_growing_the_window_past_the_screen(run_tiny_window, qtbot):
     async def scenario(window):
         room = _on_laptop(window)
         pane = window.panes[0]
         qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
-        await asyncio.sleep(0.05)
+        await _laid_out()
         assert pane.params_area.isVisible() and window.geometry() == room  # they scroll inside the pane
         assert _cut_buttons(pane) == []
 
-    run_window(scenario, panes=8)
+    run_tiny_window(scenario, panes=8)
 
 
-def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, monkeypatch, tmp_path):
+def test_every_pane_action_works_when_clicked_at_eight_panes(run_tiny_window, qtbot, monkeypatch, tmp_path):
     exported = tmp_path / "chat.md"
     monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: (str(exported), ""))
 
@@ -96,7 +104,7 @@ def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, 
     async def scenario(window):
         _on_laptop(window)
         pane = window.panes[-1]
-        set_params(window, LONG)
+        set_params(window, TINY_LONG)
         qtbot.keyClicks(pane.input, "Write a long story about a dragon.")
         click(pane.send_button)
         await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="the first tokens")
@@ -105,7 +113,7 @@ def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, 
         await until(lambda: not pane.is_busy, what="the stop")
         assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"} and pane.stop_button.isHidden()
 
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         click(pane.regenerate_button)
         assert pane.is_busy
         await until(lambda: not pane.is_busy, what="the regenerated reply")
@@ -117,7 +125,7 @@ def test_every_pane_action_works_when_clicked_at_eight_panes(run_window, qtbot, 
         click(pane.clear_button)
         await until(lambda: not pane.chat.messages, what="the clear")
 
-    run_window(scenario, panes=8)
+    run_tiny_window(scenario, panes=8)
 
 
 def test_a_narrow_readout_shows_the_longest_form_that_fits_and_the_whole_in_its_tooltip(qtbot):
@@ -132,7 +140,7 @@ def test_a_narrow_readout_shows_the_longest_form_that_fits_and_the_whole_in_its_
     assert readout.toolTip() == "18 tok/s · TTFT 146 ms · KV hit 97%\nTTFT: time to the first token"
 
 
-def test_the_pane_header_marks_high_priority_and_a_system_prompt(run_window, qtbot):
+def test_the_pane_header_marks_high_priority_and_a_system_prompt(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
         qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
@@ -141,14 +149,15 @@ def test_the_pane_header_marks_high_priority_and_a_system_prompt(run_window, qtb
         qtbot.mouseClick(editor.high_priority, Qt.MouseButton.LeftButton)
         qtbot.keyClicks(editor.system_edit, "You answer in French.")
         assert "⬆" in pane.name_label.text() and "§" in pane.name_label.text()
+        assert pane.session.params.high_priority  # what its requests are sent with (test_workspace: their priority)
         assert "You answer in French." in pane.name_label.toolTip()
         qtbot.mouseClick(editor.high_priority, Qt.MouseButton.LeftButton)
-        assert "⬆" not in pane.name_label.text()
+        assert "⬆" not in pane.name_label.text() and not pane.session.params.high_priority
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_every_slider_explains_itself_and_its_range(run_window, qtbot):
+def test_every_slider_explains_itself_and_its_range(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
         qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
@@ -159,4 +168,4 @@ def test_every_slider_explains_itself_and_its_range(run_window, qtbot):
             label = pane.params_editor.layout().labelForField(slider.parentWidget())
             assert label.text() == spec.label and label.toolTip() == tip
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)

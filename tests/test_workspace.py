@@ -213,6 +213,19 @@ def test_a_message_is_sent_as_the_chat_with_the_system_prompt_and_the_reply_is_a
     assert session.chat.model == "other" and ws.store.load(session.key).messages == session.chat.messages
 
 
+def test_only_a_pane_set_to_high_priority_sends_high_priority_requests(tmp_path):
+    ws, source, *_ = make(tmp_path)
+    high, normal = ws.add_pane(), ws.add_pane()
+    high.set_params(high.params.with_(high_priority=True))
+
+    async def scenario():
+        assert high.send("Hi") and normal.send("Hi")
+        await settle(ws)
+
+    run(scenario())
+    assert {r.conversation_id: r.priority for r in source.requests} == {high.key: Priority.HIGH, normal.key: Priority.NORMAL}
+
+
 def test_completion_mode_sends_one_text_as_typed_and_nothing_typed_goes_on(tmp_path):
     ws, source, *_ = make(tmp_path)
     session = ws.add_pane()
