@@ -1,8 +1,10 @@
 """When things go wrong: the app killed mid-reply, a second window on the same data folder, the engine
-thread dying under the window (the real failure path, no mocks)."""
+thread dying under the window (the real failure path, no mocks). The kill needs a reply that streams for
+seconds: the bundled model's; the engine's death shows alike on the tiny model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -12,7 +14,7 @@ import time
 
 import pytest
 from PySide6.QtCore import QLockFile, Qt
-from ui_fixtures import QUICK, close_window, open_window, set_params, start_long_reply, until
+from ui_fixtures import QUICK, TINY_LONG, TINY_QUICK, close_window, open_window, set_params, start_long_reply, until
 
 from app.engine.params import SamplingParams
 from app.ui.main import EXIT_LOCKED, LOCK_FILE
@@ -26,7 +28,7 @@ PROMPT = "Write a long story about a dragon and a knight."  # greedy, it goes on
 
 def app_command(home, *args: str) -> tuple[list[str], dict]:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BATCH_PLAYGROUND_HOME=str(home))
-    return [sys.executable, "-m", "app", "--panes", "1", *args], env
+    return [sys.executable, "-m", "app", "--panes", "1", "--threads", "1", *args], env  # one: see open_window
 
 
 def streamed_so_far(path) -> str | None:
@@ -65,7 +67,7 @@ def kill_while_streaming(home) -> tuple[str, float]:
     return saved, killed_at - path.stat().st_mtime
 
 
-def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, model_path):
+def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, tiny_model_path):
     settings = AppSettings(open_qsettings())
     settings.pane_ids = [CHAT_ID]
     settings.set_pane_params(CHAT_ID, QUICK.with_(max_tokens=SamplingParams.max_tokens * 8))
@@ -78,8 +80,8 @@ def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, model
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr  # ...and does not keep the next start out
 
-    async def reopen():
-        window = await open_window(model_path, home, panes=1)
+    async def reopen():  # what was saved is shown: no reply, any model
+        window = await open_window(tiny_model_path, home, panes=1)
         try:
             pane = window.panes[0]
             assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
@@ -107,12 +109,13 @@ def test_a_second_window_on_the_same_data_folder_is_refused(home):
     assert str(home) in second.stderr and "BATCH_PLAYGROUND_HOME" in second.stderr
 
 
-def kill_engine_thread(window) -> None:
-    """End the engine thread through its own failure path: a call that raises a BaseException."""
-    window.client._thread.call(lambda engine: (_ for _ in ()).throw(SystemExit("boom")))
+def kill_engine_thread(window) -> asyncio.Task:
+    """End the engine thread through its own failure path: a call that raises a BaseException. Its
+    answer never comes: cancel the task once the engine has stopped."""
+    return asyncio.ensure_future(window.client.call(lambda engine: (_ for _ in ()).throw(SystemExit("boom"))))
 
 
-def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_window, qtbot):
+def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_tiny_window, qtbot):
     async def send(pane, text: str) -> None:
         qtbot.keyClicks(pane.input, text)
         qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
@@ -120,19 +123,20 @@ def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_windo
 
     async def scenario(window):
         first, second = window.panes
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         await send(first, "Hello")
-        await start_long_reply(window, second, "Write a long story about a dragon.")
+        await start_long_reply(window, second, "Write a long story about a dragon.", TINY_LONG)
         await until(lambda: len(second.session.streamed.split()) >= 3, what="a few words")
-        kill_engine_thread(window)
+        killed = kill_engine_thread(window)
         await until(lambda: window.banner.isVisible(), what="the banner")
+        killed.cancel()
         await until(lambda: not second.is_busy, what="the stream to end")
         assert "boom" in window.banner.label.text() and window.banner.restart_button.isEnabled()
         reply, notice = second.chat.messages[-2:]
         assert reply["cut"] and len(reply["content"].split()) >= 3  # what was streamed stays
         assert notice["role"] == NOTICE and notice["content"].startswith("cut short:") and "boom" in notice["content"]
 
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         await send(first, "Are you there?")  # refused while stopped: said in the pane, the text kept
         assert first.chat.messages[-1]["content"].startswith("not answered:")
         assert first.input.toPlainText() == "Are you there?"
@@ -146,15 +150,16 @@ def test_a_stopped_engine_shows_the_banner_and_restart_keeps_the_chats(run_windo
         assert [m["role"] for m in first.chat.messages[-3:]] == ["user", "assistant", NOTICE]
         assert first.chat.messages[-2]["content"].strip()
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_the_window_closes_with_a_stopped_engine(loop, home, model_path):
+def test_the_window_closes_with_a_stopped_engine(loop, home, tiny_model_path):
     async def scenario():
-        window = await open_window(model_path, home, panes=1)
+        window = await open_window(tiny_model_path, home, panes=1)
         window.panes[0].session.rename("Kept")
-        kill_engine_thread(window)
+        killed = kill_engine_thread(window)
         await until(lambda: window.banner.isVisible(), what="the banner")
+        killed.cancel()
         await close_window(window)
         assert window.is_closed and not window.isVisible()
         assert ChatStore(home).load(window.panes[0].key).name == "Kept"
