@@ -1,4 +1,5 @@
-"""The window over HTTP: a pane chatting with a second `serve` process, a dead endpoint, the serve switch."""
+"""The window over HTTP: a pane chatting with a second `serve` process, a dead endpoint, the serve switch;
+on the tiny model, here and in the second process (what is checked is what goes over HTTP, not its words)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import stat
 import aiohttp
 import pytest
 from spawn import free_port, running, serve_command
-from ui_fixtures import QUICK, set_params, start_long_reply, until
+from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, start_long_reply, until
 
 from app.ui.main_window import API_KEY
 from app.ui.pane_params import PaneParamsEditor
@@ -18,17 +19,18 @@ from app.workspace.pane_params import PaneParams
 
 
 @pytest.fixture(scope="module")
-def second_serve():
+def second_serve(tiny_model_path):
     port = free_port()
-    with running(serve_command(port, "--threads", "1", "--ctx", "2048", "--parallel", "2"), port) as url:
+    flags = ("--model", tiny_model_path, "--threads", "1", "--ctx", "2048", "--parallel", "2")
+    with running(serve_command(port, *flags), port) as url:
         yield url
 
 
-def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serve):
+def test_a_remote_pane_chats_with_a_second_serve_process(run_tiny_window, second_serve):
     async def scenario(window):
         local, remote = window.panes
-        set_params(window, QUICK)
-        remote.params_editor.set_params(QUICK.with_(remote_url=second_serve))
+        set_params(window, TINY_QUICK)
+        remote.params_editor.set_params(TINY_QUICK.with_(remote_url=second_serve))
         steps_before = window.client.snapshot.steps
         remote.session.send("What is the capital of France?")
         await until(lambda: not remote.is_busy, what="the remote reply")
@@ -40,43 +42,43 @@ def test_a_remote_pane_chats_with_a_second_serve_process(run_window, second_serv
         assert m.ttft_s > 0 and m.kv_hit_rate > 0.3  # from the server's cached_tokens
         assert len(m.ttft) == 2 and len(m.kv_hit) == 2  # the plots got their points
         assert "127.0.0.1" in remote.name_label.text()
-        await start_long_reply(window, remote, "Tell me a long story.")
+        await start_long_reply(window, remote, "Tell me a long story.", TINY_LONG.with_(remote_url=second_serve))
         remote.session.stop()
         await until(lambda: not remote.is_busy, what="the stop")
         assert remote.chat.messages[-1]["content"] == "stopped"
         local.session.send("Hi")
         await until(lambda: not local.is_busy, what="the local reply")
-        assert local.chat.messages[-1]["role"] == "assistant"
+        assert [m["role"] for m in local.chat.messages][:2] == ["user", "assistant"]
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_window):
+def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_tiny_window):
     async def scenario(window):
         local, remote = window.panes
-        set_params(window, QUICK)
-        remote.params_editor.set_params(QUICK.with_(remote_url=f"http://127.0.0.1:{free_port()}/v1"))
+        set_params(window, TINY_QUICK)
+        remote.params_editor.set_params(TINY_QUICK.with_(remote_url=f"http://127.0.0.1:{free_port()}/v1"))
         remote.session.send("Hello?")
         local.session.send("Hi")
         await until(lambda: window.workspace.is_idle, what="both panes")
         assert remote.chat.messages[-1]["content"].startswith("not answered: cannot reach http://127.0.0.1:")
         assert remote.input.toPlainText() == "Hello?"  # the refused message is given back
-        assert local.chat.messages[-1]["role"] == "assistant"
+        assert [m["role"] for m in local.chat.messages][:2] == ["user", "assistant"]
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_serve_switch_shares_the_engine_and_plots_api_requests(run_window):
+def test_serve_switch_shares_the_engine_and_plots_api_requests(run_tiny_window):
     async def scenario(window):
         control = window.serve_control
         control.address_edit.setText(f"127.0.0.1:{free_port()}")
         control.toggle.setChecked(True)
         await until(lambda: window.api_server.is_serving, what="the server")
         assert API_KEY in window.plots.pane_curves
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         window.panes[0].session.send("Tell me about cats.")
         async with aiohttp.ClientSession() as http:
-            body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0}
+            body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 1, "seed": 1}
             async with http.post(f"{window.api_server.url}/v1/chat/completions", json=body) as r:
                 assert r.status == 200 and (await r.json())["choices"][0]["message"]["content"]
         assert not math.isnan(window.metrics.panes[API_KEY].ttft_s)
@@ -85,10 +87,10 @@ def test_serve_switch_shares_the_engine_and_plots_api_requests(run_window):
         await until(lambda: not window.api_server.is_serving, what="the server to stop")
         assert API_KEY not in window.plots.pane_curves and API_KEY not in window.metrics.panes
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_serving_beyond_loopback_without_a_key_says_so(run_window):
+def test_serving_beyond_loopback_without_a_key_says_so(run_tiny_window):
     async def scenario(window):
         control, shown = window.serve_control, {}
         for address, key in (("0.0.0.0", ""), ("0.0.0.0", "sesame"), ("127.0.0.1", "")):
@@ -101,7 +103,7 @@ def test_serving_beyond_loopback_without_a_key_says_so(run_window):
             await until(lambda: not window.api_server.is_serving, what="the server to stop")
         return shown
 
-    shown = run_window(scenario, panes=1)
+    shown = run_tiny_window(scenario, panes=1)
     assert "anyone who reaches it" in shown[("0.0.0.0", "")]
     assert "anyone" not in shown[("0.0.0.0", "sesame")] and "anyone" not in shown[("127.0.0.1", "")]
 
