@@ -1,5 +1,6 @@
 """No chat is lost: the chat list (open, rename, delete, closing a pane), unreadable chat files, saves
-that fail, exports that fail; driven through the window's own buttons, on the real model."""
+that fail, exports that fail; driven through the window's own buttons, on the tiny model (the rules
+themselves are test_workspace's; here, what the window shows of them)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import shutil
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
-from ui_fixtures import QUICK, set_params, until
+from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.ui.chat_list import when
+from app.ui.main_window import SAVE_RETRY_TICKS
 from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import CORRUPT, NOTICE, Chat, ChatStore
 
@@ -46,13 +48,13 @@ def click_chat(window, qtbot, chat_id: str, button: QPushButton | None = None) -
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-def test_an_unreadable_chat_file_is_kept_aside_and_the_pane_says_so(run_window, home):
+def test_an_unreadable_chat_file_is_kept_aside_and_the_pane_says_so(run_tiny_window, home):
     store = ChatStore(home)
     store.folder.mkdir(parents=True)
     store.path("lost").write_text('{"chat_id": "lost", "messages": [{"role": "us')  # cut mid-write
     settings = AppSettings(open_qsettings())
     settings.pane_ids = ["lost"]
-    settings.set_pane_params("lost", QUICK.with_(system_prompt="Be brief."))
+    settings.set_pane_params("lost", TINY_QUICK.with_(system_prompt="Be brief."))
     settings.sync()
 
     async def scenario(window):
@@ -67,10 +69,10 @@ def test_an_unreadable_chat_file_is_kept_aside_and_the_pane_says_so(run_window, 
         assert "could not be read" in pane.transcript.toPlainText()
         assert store.load(pane.key).messages == pane.chat.messages
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_a_hidden_chat_reopens_from_the_list_and_closing_a_pane_keeps_its_chat(run_window, home, qtbot):
+def test_a_hidden_chat_reopens_from_the_list_and_closing_a_pane_keeps_its_chat(run_tiny_window, home, qtbot):
     first, second, third = saved_chats(home, ["Moon facts", "Recipes", "Old story"], shown=["Moon facts", "Recipes"])
 
     async def scenario(window):  # started with one pane of the two saved: "Recipes" is hidden
@@ -98,10 +100,10 @@ def test_a_hidden_chat_reopens_from_the_list_and_closing_a_pane_keeps_its_chat(r
         click_chat(window, qtbot, first.chat_id, chat_list.open_button)
         await until(lambda: "already open" in chat_list.status.text())
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_a_chat_opens_in_a_free_pane_or_says_there_is_no_room(run_window, home, qtbot):
+def test_a_chat_opens_in_a_free_pane_or_says_there_is_no_room(run_tiny_window, home, qtbot):
     first, second, third = saved_chats(home, ["Moon facts", "Recipes", "Old story"], shown=["Moon facts", "Recipes"])
 
     async def scenario(window):  # capacity 2: both panes hold a chat
@@ -119,10 +121,10 @@ def test_a_chat_opens_in_a_free_pane_or_says_there_is_no_room(run_window, home, 
         assert [p.key for p in window.panes] == [third.chat_id, second.chat_id]
         assert chat_list.item(first.chat_id) is None  # emptied by Clear: nothing left to reopen
 
-    run_window(scenario, panes=None, capacity=2)
+    run_tiny_window(scenario, panes=None, capacity=2)
 
 
-def test_rename_and_delete_from_the_list(run_window, home, qtbot, monkeypatch):
+def test_rename_and_delete_from_the_list(run_tiny_window, home, qtbot, monkeypatch):
     first, second = saved_chats(home, ["Moon facts", "Recipes"], shown=["Moon facts"])
     answers = []
     monkeypatch.setattr(QMessageBox, "question", lambda *args: answers.pop(0))
@@ -150,7 +152,7 @@ def test_rename_and_delete_from_the_list(run_window, home, qtbot, monkeypatch):
         assert store.load(first.chat_id) is None and window.panes[0].chat.messages == []
         assert not answers
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
 class ShowCounter(QObject):
@@ -164,10 +166,10 @@ class ShowCounter(QObject):
         return False
 
 
-def test_a_save_that_fails_is_shown_once_and_clears_when_saving_works_again(run_window, qtbot):
+def test_a_save_that_fails_is_shown_once_and_clears_when_saving_works_again(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         folder = window.store.folder
         shutil.rmtree(folder)
         folder.write_text("")  # a file where the folder was: no save can succeed, not even as root
@@ -182,13 +184,15 @@ def test_a_save_that_fails_is_shown_once_and_clears_when_saving_works_again(run_
         assert window.save_warning.isVisible() and "Chats cannot be saved" in window.save_warning.text()
         assert counter.shown == 1  # the user turn and the reply both failed to save: told once
         folder.unlink()
-        await until(lambda: window.save_warning.isHidden(), timeout=15, what="the retry")
+        for _ in range(SAVE_RETRY_TICKS):  # the window's clock, run on: a retry is due within these ticks
+            window.tick()
+        await until(lambda: window.save_warning.isHidden(), timeout=5, what="the retry")
         assert ChatStore(window.store.folder.parent).load(pane.key).messages == pane.chat.messages
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_an_export_that_fails_shows_a_warning(run_window, home, qtbot, monkeypatch):
+def test_an_export_that_fails_shows_a_warning(run_tiny_window, home, qtbot, monkeypatch):
     target = home / "no-such-folder" / "chat.md"
     monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: (str(target), ""))
 
@@ -200,10 +204,10 @@ def test_an_export_that_fails_shows_a_warning(run_window, home, qtbot, monkeypat
         assert str(target) in box.text() and "No such file" in box.text()
         box.close()
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
 
 
-def test_an_export_gets_the_chosen_formats_extension_and_says_where(run_window, home, qtbot, monkeypatch):
+def test_an_export_gets_the_chosen_formats_extension_and_says_where(run_tiny_window, home, qtbot, monkeypatch):
     chosen = []  # what the user picks in the dialog: a name without an extension, and a filter
     monkeypatch.setattr("app.ui.dialogs.QFileDialog.getSaveFileName", lambda *args: chosen.pop())
     saved_chats(home, ["Lunch", "Supper"], shown=["Lunch"])
@@ -221,4 +225,4 @@ def test_an_export_gets_the_chosen_formats_extension_and_says_where(run_window, 
         assert json.loads((home / "supper.json").read_text(encoding="utf-8"))["name"] == "Supper"
         assert window.statusBar().currentMessage() == "Exported to supper.json"
 
-    run_window(scenario, panes=None)
+    run_tiny_window(scenario, panes=None)

@@ -1,11 +1,12 @@
-"""A dark palette keeps every text readable: colours come from the palette, not fixed hex values."""
+"""A dark palette keeps every text readable: colours come from the palette, not fixed hex values (on the
+tiny model: the colours of a turn do not depend on its words)."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
-from ui_fixtures import QUICK, set_params, until
+from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.ui.theme import Theme, contrast, dark_palette
 
@@ -13,13 +14,13 @@ READABLE = 4.5  # WCAG's contrast ratio for body text
 
 
 @pytest.mark.parametrize("dark", [False, True])
-def test_every_text_colour_reads_on_its_background(run_window, qapp, dark):
+def test_every_text_colour_reads_on_its_background(run_tiny_window, qapp, dark):
     before = qapp.palette()
     if dark:
         qapp.setPalette(dark_palette())
 
     async def scenario(window):
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         pane = window.panes[0]
         pane.session.send("Write a line of Python that prints hello.")
         await until(lambda: not pane.is_busy, what="the reply")
@@ -36,13 +37,13 @@ def test_every_text_colour_reads_on_its_background(run_window, qapp, dark):
         assert colours.user_bubble.name() in shown and colours.assistant.name() in shown
 
     try:
-        run_window(scenario, panes=1)
+        run_tiny_window(scenario, panes=1)
     finally:
         qapp.setPalette(before)
 
 
 @pytest.mark.parametrize("dark", [False, True])
-def test_warnings_and_the_engine_banner_read_in_the_palette(run_window, qapp, qtbot, dark):
+def test_warnings_and_the_engine_banner_read_in_the_palette(run_tiny_window, qapp, qtbot, dark):
     before = qapp.palette()
     if dark:
         qapp.setPalette(dark_palette())
@@ -76,6 +77,6 @@ def test_warnings_and_the_engine_banner_read_in_the_palette(run_window, qapp, qt
         assert contrast(warning, editor.palette().color(QPalette.ColorRole.Window)) >= READABLE
 
     try:
-        run_window(scenario, panes=1)
+        run_tiny_window(scenario, panes=1)
     finally:
         qapp.setPalette(before)
