@@ -1,11 +1,11 @@
 """Closing a pane asks first when it would take a chat or unsent text from view (the chat stays in the Chats
-list)."""
+list). On the tiny model; which chat a close keeps is test_workspace's, the question is the window's."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QToolBar
-from ui_fixtures import QUICK, set_params, until
+from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.ui.chat_list import ChatRow
 from app.workspace.chat_store import Chat
@@ -23,9 +23,9 @@ async def answer(qtbot, window, button: QMessageBox.StandardButton) -> None:
     qtbot.mouseClick(box.button(button), Qt.MouseButton.LeftButton)
 
 
-def test_closing_a_pane_with_a_chat_asks_first_and_keeps_the_chat_listed(run_window, qtbot):
+def test_closing_a_pane_with_a_chat_asks_first_and_keeps_the_chat_listed(run_tiny_window, qtbot):
     async def scenario(window):
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         first, second = window.panes
         await send(qtbot, second, "Hello")
 
@@ -45,12 +45,12 @@ def test_closing_a_pane_with_a_chat_asks_first_and_keeps_the_chat_listed(run_win
         await until(lambda: not window.panes, 10, "the empty pane to close")
         assert window.close_box is asked
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_remove_last_pane_asks_too(run_window, qtbot):
+def test_remove_last_pane_asks_too(run_tiny_window, qtbot):
     async def scenario(window):
-        set_params(window, QUICK)
+        set_params(window, TINY_QUICK)
         last = window.panes[-1]
         await send(qtbot, last, "Hello")
         toolbar = window.findChild(QToolBar, "main-toolbar")
@@ -61,10 +61,10 @@ def test_remove_last_pane_asks_too(run_window, qtbot):
         await until(lambda: last not in window.panes, 10, "the pane to close")
         assert len(window.panes) == 1
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_window, home, qtbot):
+def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_tiny_window, home, qtbot):
     async def scenario(window):
         typed, blank = window.panes
         qtbot.keyClicks(typed.input, "half a thought")
@@ -88,4 +88,4 @@ def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_wind
         assert typed in window.panes and typed.input.toPlainText() == "half a thought"  # the blank pane took it
         assert blank not in window.panes
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)

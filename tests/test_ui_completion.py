@@ -1,4 +1,5 @@
-"""Completion mode on the real window: a base model's panes continue text; any pane can switch."""
+"""Completion mode on the real window: a base model's panes continue text (the bundled model's words);
+any pane can switch (the tiny model: what is checked is the prompt, not the words)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import shutil
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
-from ui_fixtures import QUICK, close_window, open_window, set_params, until
+from ui_fixtures import QUICK, TINY_QUICK, close_window, open_window, set_params, until
 
 from app.workspace.chat_store import NOTICE
 
@@ -56,11 +57,11 @@ def test_a_base_model_s_panes_continue_the_text(loop, home, base_model_path, qtb
     loop.run_until_complete(main())
 
 
-def test_a_chat_pane_switches_to_completion_in_its_settings(run_window, qtbot):
+def test_a_chat_pane_switches_to_completion_in_its_settings(run_tiny_window, qtbot):
     async def scenario(window):
         pane = window.panes[0]
-        assert not pane.params.completion  # the bundled model has a chat template
-        set_params(window, QUICK.with_(max_tokens=8))
+        assert not pane.params.completion  # the tiny model has the bundled one's chat template
+        set_params(window, TINY_QUICK.with_(max_tokens=8))
         qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
         box = pane.params_editor.completion
         qtbot.mouseClick(box, Qt.MouseButton.LeftButton, pos=QPoint(8, box.height() // 2))
@@ -72,4 +73,4 @@ def test_a_chat_pane_switches_to_completion_in_its_settings(run_window, qtbot):
         assert stats.context_tokens < 20  # the text alone, no chat template around it
         assert pane.chat.as_text().startswith("The capital of France is")
 
-    run_window(scenario, panes=1)
+    run_tiny_window(scenario, panes=1)
