@@ -1,4 +1,6 @@
-"""Fan out on the real window: one prompt over a setting's values, a pane each, the compare view and its export."""
+"""Fan out on the real window: one prompt over a setting's values, a pane each, the compare view and its
+export. On the tiny model: which panes a fan-out takes is test_workspace's; here, the dialog, the compare
+view and that equal settings write equal text, whatever it says."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
-from ui_fixtures import QUICK, set_params, until
+from ui_fixtures import QUICK, TINY_QUICK, set_params, until
 
 from app.ui.compare_view import COLUMNS
 
@@ -17,14 +19,14 @@ def _click_action(qtbot, window, action) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_view(run_window, qtbot, tmp_path, monkeypatch):
+def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_view(run_tiny_window, qtbot, tmp_path, monkeypatch):
     exported = tmp_path / "sweep"  # no extension: the chosen filter's is added
     monkeypatch.setattr(
         "app.ui.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
     )
 
     async def scenario(window):
-        set_params(window, QUICK.with_(max_tokens=20))
+        set_params(window, TINY_QUICK.with_(max_tokens=20))
         _click_action(qtbot, window, window.fan_out_action)
         dialog = window.fan_out_dialog
         await until(dialog.isVisible, what="the dialog")
@@ -53,10 +55,10 @@ def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_vi
         assert table[0] == list(COLUMNS) and [t[-1] for t in table[1:]] == replies
         assert "sweep.csv" in window.statusBar().currentMessage()  # a successful export says where
 
-    run_window(scenario, panes=2)
+    run_tiny_window(scenario, panes=2)
 
 
-def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_window, qtbot):
+def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_tiny_window, qtbot):
     async def scenario(window):
         window.panes[0].input.setPlainText("kept draft")
         dialog = window.ask_fan_out()
@@ -73,12 +75,12 @@ def test_a_fan_out_larger_than_the_free_panes_says_so_and_sends_nothing(run_wind
         assert window.panes[0].input.toPlainText() == "kept draft"
         assert "Fan out needs 4 free panes" in window.statusBar().currentMessage()
 
-    run_window(scenario, panes=4, capacity=4)
+    run_tiny_window(scenario, panes=4, capacity=4)
 
 
-def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtbot, q8_model_path):
-    async def scenario(window):
-        second = await window.client.load_model(window.client.config.with_(model_path=q8_model_path), "q8")
+def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtbot, tiny_model_path):
+    async def scenario(window):  # the bundled model's long name first: it is shortened in the compare view
+        second = await window.client.load_model(window.client.config.with_(model_path=tiny_model_path), "tiny")
         window.show_models()  # as the library's Load does once the model is in
         first = window.client.default_model
         set_params(window, QUICK.with_(max_tokens=12))
@@ -100,6 +102,6 @@ def test_a_sweep_over_the_loaded_models_sends_the_prompt_to_each(run_window, qtb
         panes = window.panes
         assert [p.session.model for p in panes] == [first, second]
         assert [finals[p.key].model for p in panes] == [first, second]  # each answered by its model
-        assert [row.setting for row in window.compare_view.rows] == [f"Model: {first[:11]}…{first[-12:]}", "Model: q8"]
+        assert [row.setting for row in window.compare_view.rows] == [f"Model: {first[:11]}…{first[-12:]}", "Model: tiny"]
 
     run_window(scenario, panes=2)
