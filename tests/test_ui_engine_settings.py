@@ -20,7 +20,8 @@ from app.ui.settings import AppSettings
 
 @pytest.fixture
 def panel(loop, qtbot, model_path):
-    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=2048, n_batch=128, capacity=2, n_threads=2))
+    # one thread, as open_window's: two spin at llama.cpp's barriers, tens of times slower on busy cores
+    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=2048, n_batch=128, capacity=2, n_threads=1))
     loop.run_until_complete(client.start())
     panel = EnginePanel(client)
     qtbot.addWidget(panel)
@@ -68,13 +69,13 @@ def test_q8_0_cache_flash_attention_and_threads_reach_llama_cpp(loop, qtbot, pan
         choose(qtbot, panel.flash_attn, "on")
         choose(qtbot, panel.cache_type_k, "q8_0")
         choose(qtbot, panel.cache_type_v, "q8_0")
-        type_number(qtbot, panel.n_threads_batch, "1")
+        type_number(qtbot, panel.n_threads_batch, "2")
         qtbot.mouseClick(panel.use_mmap, Qt.MouseButton.LeftButton)  # off: read into memory
         await click_apply(qtbot, panel)
         assert panel.status.text() == "reloaded" and panel.last_error == ""
         config, info = panel.client.config, panel.client.model_info
         assert (config.flash_attn, config.cache_type_k, config.cache_type_v) == (FlashAttn.ON, CacheType.Q8_0, CacheType.Q8_0)
-        assert config.n_threads_batch == 1 and config.use_mmap is False
+        assert config.n_threads_batch == 2 and config.use_mmap is False
         assert (info.cache_type_k, info.cache_type_v, info.flash_attn) == ("q8_0", "q8_0", "on")
         assert info.weights[0][0] == "CPU"  # not mapped
         assert "KV pool: 2048 cells, 23.9 MiB" in panel.model_facts.text()  # 34/64 of f16's 45.0 MiB
