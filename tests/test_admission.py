@@ -179,10 +179,10 @@ def test_sequential_serving_and_a_pool_without_a_ram_tier_keep_each_reply_whole(
         assert all(s.num_generated == 100 and s.stats.preemptions == 0 for s in replies)
 
 
-def test_the_real_engine_under_pressure_finishes_every_turn(config):
+def test_the_real_engine_under_pressure_finishes_every_turn(tiny_config):
     """Four chats of three turns in a pool that holds about two of them: cached turns are let
-    through first, and every turn of every chat still ends with its reply."""
-    tight = config.with_(n_ctx=512, capacity=3)
+    through first, and every turn of every chat still ends with its reply (on the tiny model)."""
+    tight = tiny_config.with_(n_ctx=512, capacity=3)
     story = "In the old harbour town, the lighthouse keeper wrote down every ship that passed. " * 4
 
     async def chat(client, c: int) -> list[str]:

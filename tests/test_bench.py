@@ -23,11 +23,17 @@ def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
 
 
 @pytest.mark.parametrize("unified", [None, False], ids=["automatic layout", "a stream per sequence"])
-def test_later_turns_find_their_whole_history_cached(model_path, unified):
+def test_later_turns_find_their_whole_history_cached(tiny_model_path, unified):
     """With room for every conversation, each later turn evaluates only its new part: the hit rate by
     turn equals the ideal the benchmark reports beside it, in either KV layout."""
     settings = BenchSettings(
-        model_path, parallel=2, turns=3, max_tokens=24, ignore_eos=True, n_threads=2, engine_settings=(("kv_unified", unified),)
+        tiny_model_path,
+        parallel=2,
+        turns=3,
+        max_tokens=24,
+        ignore_eos=True,
+        n_threads=2,
+        engine_settings=(("kv_unified", unified),),
     )
     result = run(run_bench(settings))
     assert result["n_ctx"] == 2048  # room for both conversations: 1,024 cells each, one pool unless asked

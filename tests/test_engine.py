@@ -1,4 +1,7 @@
-"""The real model through the real engine thread: batching, streaming, stopping, cancelling."""
+"""The real engine thread: batching, streaming, stopping, cancelling.
+
+Cells, steps and cancelling run on the tiny model; replies compared with one another, or that
+depend on what the model says (a stop string, a character, an end-of-turn token), on the bundled one."""
 
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_pat
     the batch differ by up to 0.5 (see helpers.divergence_is_a_near_tie): so where a batched reply
     leaves the lone one, the test checks that the lone run had a near-tie there.
     """
-    params = GREEDY.with_(max_tokens=48)
+    params = GREEDY.with_(max_tokens=24)
 
     async def main():
         async with Started(config.with_(kv_reuse=False)) as client:
@@ -56,11 +59,11 @@ def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_pat
         assert divergence_is_a_near_tie(model_path, prompt, token_ids(a_events), token_ids(b_events)) is None, (a.text, b.text)
 
 
-def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(config):
+def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(tiny_config):
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             other = asyncio.ensure_future(client.complete(user("Count from one to twenty."), GREEDY.with_(max_tokens=40)))
-            stream = client.generate(user("Tell me a long story."), GREEDY.with_(max_tokens=400), request_id="long")
+            stream = client.generate(user("Tell me a long story."), GREEDY.with_(max_tokens=4000), request_id="long")
             received = 0
             async for event in stream:
                 if isinstance(event, FinishEvent):
@@ -74,19 +77,19 @@ def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(config):
 
     final, other, leaks, snapshot = run(main())
     assert final.reason is FinishReason.CANCELLED
-    assert 5 <= final.stats.gen_tokens < 400
+    assert 5 <= final.stats.gen_tokens < 4000
     assert other.reason in (FinishReason.STOP, FinishReason.LENGTH) and other.text
     assert leaks == []
     assert snapshot.running == 0 and snapshot.waiting == 0
 
 
-def test_a_consumer_that_goes_away_cancels_its_request(config):
+def test_a_consumer_that_goes_away_cancels_its_request(tiny_config):
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             started = asyncio.Event()
 
-            async def pane():
-                async for _ in client.generate(user("Tell me a long story."), GREEDY.with_(max_tokens=400)):
+            async def pane():  # a reply far longer than the test lasts: only the cancel ends it
+                async for _ in client.generate(user("Tell me a long story."), GREEDY.with_(max_tokens=100_000, ignore_eos=True)):
                     started.set()
 
             task = asyncio.ensure_future(pane())
@@ -138,8 +141,8 @@ def test_multibyte_character_split_across_tokens_streams_whole(config):
     assert "".join(e.text for e in events) == final.text
 
 
-def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(config):
-    config = config.with_(n_batch=128)
+def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(tiny_config):
+    config = tiny_config.with_(n_batch=128)
     long_prompt = " ".join(f"Item {i}: the quick brown fox jumps over the lazy dog." for i in range(90))
 
     async def main():
@@ -147,7 +150,8 @@ def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(config):
             token_times: dict[int, list[float]] = {i: [] for i in range(4)}
 
             async def stream(i):
-                async for event in client.generate(user(QUESTIONS[i]), GREEDY.with_(max_tokens=120, ignore_eos=True)):
+                # long enough to outlast the long prompt's dozen chunks, however many came before them
+                async for event in client.generate(user(QUESTIONS[i]), GREEDY.with_(max_tokens=400, ignore_eos=True)):
                     if isinstance(event, TokenEvent) and event.n_tokens:
                         token_times[i].append(event.t)
 
@@ -170,11 +174,11 @@ def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(config):
         assert len(during) >= len(chunks) - 1, f"stream {i} stalled while the long prompt was read"
 
 
-def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(config):
+def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(tiny_config):
     params = GREEDY.with_(max_tokens=24)
 
     async def main():
-        async with Started(config.with_(mode=ServingMode.SEQUENTIAL)) as client:
+        async with Started(tiny_config.with_(mode=ServingMode.SEQUENTIAL)) as client:
             finals = await asyncio.gather(*(client.complete(user(q), params) for q in QUESTIONS[:4]))
             return finals, list(client.recent_steps())
 
@@ -185,9 +189,9 @@ def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(confi
     assert queued[-1] > queued[0], "later requests waited for the earlier ones"
 
 
-def test_request_statistics_are_filled_in(config):
+def test_request_statistics_are_filled_in(tiny_config):
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             return await client.complete(user("Say something nice."), GREEDY.with_(max_tokens=16, ignore_eos=True))
 
     final = run(main())
@@ -222,11 +226,11 @@ def test_default_sampling_with_repeat_penalty_streams_a_reply(config):
     assert final.reason in (FinishReason.STOP, FinishReason.LENGTH) and final.text.strip()
 
 
-def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(config):
+def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(tiny_config):
     """The step's figures say what the plan decided: that token is prompt, not generation."""
 
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             await client.complete(user("Name a colour."), GREEDY.with_(max_tokens=1), conversation_id="c")
             again = await client.complete(user("Name a colour."), GREEDY.with_(max_tokens=1), conversation_id="c")
             return again, client.recent_steps()[-1]
@@ -244,9 +248,9 @@ def test_ignore_eos_bans_end_of_generation_tokens(config):
     async def main():
         async with Started(config) as client:
             plain = await collect(client.generate(question, GREEDY.with_(max_tokens=64)))
-            banned = await collect(client.generate(question, GREEDY.with_(max_tokens=64, ignore_eos=True)))
+            banned = await collect(client.generate(question, GREEDY.with_(max_tokens=32, ignore_eos=True)))
             sampled = await collect(
-                client.generate(question, SamplingParams(temperature=1.5, seed=7, max_tokens=64, ignore_eos=True))
+                client.generate(question, SamplingParams(temperature=1.5, seed=7, max_tokens=32, ignore_eos=True))
             )
             eog = await client.call(lambda e: set(e.backend.eog_tokens))
             return plain, banned, sampled, eog
@@ -255,5 +259,5 @@ def test_ignore_eos_bans_end_of_generation_tokens(config):
     assert eog, "the model names no end-of-generation token"
     assert plain.reason is FinishReason.STOP and token_ids(plain_events)[-1] in eog  # the greedy reply ends itself
     for events, final in ((banned_events, banned), (sampled_events, sampled)):
-        assert final.reason is FinishReason.LENGTH and final.stats.gen_tokens == 64
+        assert final.reason is FinishReason.LENGTH and final.stats.gen_tokens == 32
         assert not eog & set(token_ids(events))

@@ -1,6 +1,7 @@
 """llama.cpp's engine settings (GPU layers, main GPU, flash attention, KV cache types, mlock/mmap,
 thread counts) on the CPU path, and the KV pool's size: the default sizing rule, what reaches
-llama.cpp, and every refusal and fallback, with the real model."""
+llama.cpp, and every refusal and fallback, with the real model (the tiny one where neither its
+size nor its words matter)."""
 
 from __future__ import annotations
 
@@ -310,14 +311,14 @@ def test_gpu_settings_on_a_cpu_only_build_fall_back_with_a_notice(model_path):
         backend.close()
 
 
-def test_default_gpu_layers_and_threads_need_no_notice(model_path):
-    backend = _backend(model_path, n_threads_batch=1, use_mlock=False, use_mmap=False)
+def test_default_gpu_layers_and_threads_need_no_notice(tiny_model_path):
+    backend = _backend(tiny_model_path, n_threads_batch=1, use_mlock=False, use_mmap=False)
     try:
         assert backend.n_gpu_layers == 0 and backend.info.notices == ()
         assert backend.info.weights and backend.info.weights[0][0] == "CPU"  # read into memory, not mapped
     finally:
         backend.close()
-    backend = _backend(model_path)
+    backend = _backend(tiny_model_path)
     try:
         assert backend.info.weights[0][0] == "CPU_Mapped"
     finally:
@@ -341,8 +342,8 @@ def test_the_automatic_pool_is_sized_from_the_model_and_the_panes(model_path):
         backend.close()
 
 
-def test_an_explicit_pool_wins(model_path):
-    backend = LlamaBackend(EngineConfig(model_path=model_path, n_ctx=768, capacity=2, n_threads=2))
+def test_an_explicit_pool_wins(tiny_model_path):
+    backend = LlamaBackend(EngineConfig(model_path=tiny_model_path, n_ctx=768, capacity=2, n_threads=2))
     try:
         assert backend.n_ctx == 768 and backend.info.pool_reason == "as set" and backend.info.notices == ()
     finally:
@@ -401,12 +402,10 @@ def test_models_endpoint_says_where_the_model_went_and_what_the_build_runs_on(mo
     assert "KV pool: 2048 cells" in meta["placement"]
 
 
-def test_a_kv_stream_per_sequence_decodes_the_same_and_ends_a_reply_at_its_stream(model_path):
-    """llama.cpp's non-unified layout: each sequence has n_ctx / capacity cells; a reply that fills
-    them ends with the context-full notice (not a decode failure), and greedy text is unchanged."""
+def test_a_kv_stream_per_sequence_decodes_the_same(model_path):
+    """llama.cpp's non-unified layout: each sequence has n_ctx / capacity cells, and greedy text is unchanged."""
     from helpers import Started, collect, run, user
 
-    from app.engine.events import FinishReason
     from app.engine.params import EngineConfig, SamplingParams
 
     base = EngineConfig(model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False, kv_unified=True)
@@ -414,12 +413,28 @@ def test_a_kv_stream_per_sequence_decodes_the_same_and_ends_a_reply_at_its_strea
 
     async def go(config):
         async with Started(config) as client:
-            short = await collect(client.generate(user("Name a fruit."), greedy))
-            long = await client.complete(user("Tell a story."), greedy.with_(max_tokens=600, ignore_eos=True))
-            return short, long, client.model_info.n_ctx
+            return await collect(client.generate(user("Name a fruit."), greedy))
 
-    (unified_tokens, _), _, _ = run(go(base))
-    (stream_tokens, stream_final), long, n_ctx = run(go(base.with_(kv_unified=False)))
+    unified_tokens, _ = run(go(base))
+    stream_tokens, stream_final = run(go(base.with_(kv_unified=False)))
     assert [e.token for e in stream_tokens] == [e.token for e in unified_tokens] and stream_final.ok
+
+
+def test_a_kv_stream_per_sequence_ends_a_reply_that_fills_it_at_its_stream(tiny_model_path):
+    """A reply that fills its stream's n_ctx / capacity cells ends with the context-full notice (not a decode failure)."""
+    from helpers import Started, run, user
+
+    from app.engine.events import FinishReason
+    from app.engine.params import EngineConfig, SamplingParams
+
+    config = EngineConfig(tiny_model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False, kv_unified=False)
+
+    async def go():
+        async with Started(config) as client:
+            greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=600, ignore_eos=True)
+            long = await client.complete(user("Tell a story."), greedy)
+            return long, client.model_info.n_ctx
+
+    long, n_ctx = run(go())
     assert n_ctx == 1024 and long.reason is FinishReason.CONTEXT  # 256 cells a stream: full before 600 tokens
     assert long.stats.prompt_tokens + long.stats.gen_tokens == 256 and "256 tokens is full" in long.notice

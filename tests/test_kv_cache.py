@@ -1,4 +1,7 @@
-"""KV reuse with the real model: later turns, shared system prompts, a full pool, preemption, overflow."""
+"""KV reuse with the real engine: later turns, shared system prompts, a full pool, preemption, overflow.
+
+Counts of cached and evaluated tokens, and overflow, run on the tiny model; a reply that must end
+by itself, or must come out as it would elsewhere (after eviction, preemption), on the bundled one."""
 
 from __future__ import annotations
 
@@ -68,11 +71,11 @@ def test_a_later_turn_evaluates_only_its_new_tokens(config):
     assert first.stats.kv_hit_rate < second.stats.conversation_hit_rate < second.stats.kv_hit_rate
 
 
-def test_a_new_conversation_with_the_same_system_prompt_reuses_it(config):
+def test_a_new_conversation_with_the_same_system_prompt_reuses_it(tiny_config):
     params = GREEDY.with_(max_tokens=16)
 
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             await client.complete(system_chat("When do you open on Saturday?"), params, conversation_id="a")
             b = await client.complete(system_chat("How much is printing?"), params, conversation_id="b")
             pa = await prompt_tokens(client, system_chat("When do you open on Saturday?"))
@@ -86,12 +89,12 @@ def test_a_new_conversation_with_the_same_system_prompt_reuses_it(config):
     assert b.stats.evaluated_tokens == len(pb) - shared
 
 
-def test_conversations_arriving_together_compute_their_shared_prefix_once(config):
+def test_conversations_arriving_together_compute_their_shared_prefix_once(tiny_config):
     questions = ["Can I renew a book?", "Is the wifi free?", "What happens on Wednesdays?", "Are you open Sunday?"]
     params = GREEDY.with_(max_tokens=8)
 
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             finals = await asyncio.gather(
                 *(client.complete(system_chat(q), params, conversation_id=f"c{i}") for i, q in enumerate(questions))
             )
@@ -109,7 +112,7 @@ def test_conversations_arriving_together_compute_their_shared_prefix_once(config
 
 def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(config, model_path):
     questions = [f"Tell me one fact about the number {i}." for i in range(8)]
-    params = GREEDY.with_(max_tokens=24)
+    params = GREEDY.with_(max_tokens=16)
 
     async def serve(cfg):
         async with Started(cfg) as client:
@@ -132,7 +135,7 @@ def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(conf
 
 def test_preemption_resumes_a_sequence_with_the_same_output(config, model_path):
     questions = ["Describe a forest.", "Describe a city.", "Describe the sea.", "Describe a desert."]
-    params = GREEDY.with_(max_tokens=120, ignore_eos=True)
+    params = GREEDY.with_(max_tokens=80, ignore_eos=True)
 
     async def serve(cfg):
         async with Started(cfg) as client:
@@ -140,13 +143,13 @@ def test_preemption_resumes_a_sequence_with_the_same_output(config, model_path):
             prompts = [await prompt_tokens(client, user(q)) for q in questions]
             return results, prompts, client.snapshot
 
-    # four replies of 120 tokens cannot all fit in 320 cells at once: someone must give way
-    tight, prompts, snap = run(serve(config.with_(capacity=4, n_ctx=320)))
+    # four prompts of about 35 tokens with replies of 80 cannot all fit in 256 cells at once: someone must give way
+    tight, prompts, snap = run(serve(config.with_(capacity=4, n_ctx=256)))
     roomy, _, _ = run(serve(config.with_(capacity=4, n_ctx=4096)))
     assert snap.preemptions > 0
     assert sum(f.stats.preemptions for _, f in tight) == snap.preemptions
     for prompt, (a_events, _), (b_events, b) in zip(prompts, roomy, tight):
-        assert b.reason is FinishReason.LENGTH and b.stats.gen_tokens == 120
+        assert b.reason is FinishReason.LENGTH and b.stats.gen_tokens == 80
         problem = divergence_is_a_near_tie(model_path, prompt, token_ids(a_events), token_ids(b_events))
         assert problem is None, problem
 
@@ -160,9 +163,9 @@ def long_chat(turns: int) -> list[dict[str, str]]:
     return messages
 
 
-def test_overflow_policy_stop_refuses_with_a_clear_message(config):
+def test_overflow_policy_stop_refuses_with_a_clear_message(tiny_config):
     async def main():
-        async with Started(config.with_(n_ctx=512, overflow=OverflowPolicy.STOP)) as client:
+        async with Started(tiny_config.with_(n_ctx=512, overflow=OverflowPolicy.STOP)) as client:
             return await client.complete(long_chat(8), GREEDY.with_(max_tokens=16))
 
     final = run(main())
@@ -170,11 +173,11 @@ def test_overflow_policy_stop_refuses_with_a_clear_message(config):
     assert "context holds 512" in final.error
 
 
-def test_overflow_policy_truncate_drops_oldest_turns_and_keeps_the_system_prompt(config):
+def test_overflow_policy_truncate_drops_oldest_turns_and_keeps_the_system_prompt(tiny_config):
     messages = long_chat(8)
 
     async def main():
-        async with Started(config.with_(n_ctx=512, overflow=OverflowPolicy.TRUNCATE)) as client:
+        async with Started(tiny_config.with_(n_ctx=512, overflow=OverflowPolicy.TRUNCATE)) as client:
             final = await client.complete(messages, GREEDY.with_(max_tokens=16))
             text = await client.call(
                 lambda e: "".join(

@@ -25,13 +25,13 @@ def test_common_prefix_len_matches_a_plain_scan():
         assert common_prefix_len(b, a) == naive(a, b)
 
 
-def test_a_reply_that_re_tokenizes_differently_is_still_reused_whole(config):
+def test_a_reply_that_re_tokenizes_differently_is_still_reused_whole(tiny_config):
     """Hot sampling draws token splits the tokenizer would not make ("secre"+"ted" where it reads
     "secret"+"ed"): the next turn must still find every cell of the reply in the cache."""
     question = user("Write a sentence with some unusual words, numbers and punctuation.")
 
     async def main():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             for seed in range(12):
                 hot = SamplingParams(temperature=1.8, top_k=0, top_p=1.0, min_p=0.0, seed=seed, max_tokens=60)
                 _, first = await collect(client.generate(question, hot, conversation_id=f"c{seed}"))

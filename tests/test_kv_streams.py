@@ -1,6 +1,7 @@
 """KV reuse with a stream per sequence (llama.cpp's kv_unified off), with the real model: a later
 turn and a shared system prompt are reused across streams, an evicted chat comes back from RAM,
-and the engine picks the layout by the room a stream would give a chat."""
+and the engine picks the layout by the room a stream would give a chat. A reply compared with one
+computed elsewhere is the bundled model's; the rest runs on the tiny one."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ def streams(config) -> EngineConfig:
     return config.with_(n_ctx=4096, capacity=4, kv_unified=False)  # 4 streams of 1,024 cells
 
 
+@pytest.fixture
+def tiny_streams(tiny_config) -> EngineConfig:
+    return tiny_config.with_(n_ctx=4096, capacity=4, kv_unified=False)
+
+
 def test_a_system_prompt_is_copied_across_streams_and_a_later_turn_reuses_its_stream(streams, model_path):
-    params = GREEDY.with_(max_tokens=24)
+    params = GREEDY.with_(max_tokens=16)
     second_turn = system_chat("How much is printing?")
 
     async def main():
@@ -46,8 +52,8 @@ def test_a_system_prompt_is_copied_across_streams_and_a_later_turn_reuses_its_st
     assert divergence_is_a_near_tie(model_path, pb, token_ids(fresh_events), token_ids(b_events)) is None
 
 
-def test_with_streams_an_evicted_chat_comes_back_from_ram(streams):
-    two = streams.with_(n_ctx=2048, capacity=2)  # two streams: a third chat takes a's
+def test_with_streams_an_evicted_chat_comes_back_from_ram(tiny_streams):
+    two = tiny_streams.with_(n_ctx=2048, capacity=2)  # two streams: a third chat takes a's
 
     async def main():
         async with Started(two) as client:
@@ -74,9 +80,9 @@ def test_the_engine_picks_streams_only_where_each_holds_a_long_chat():
     assert choose_layout(4096, 16, 8192, False).reason == "as set" and not choose_layout(4096, 16, 8192, False).unified
 
 
-def test_an_automatic_engine_reports_the_layout_it_chose(config):
+def test_an_automatic_engine_reports_the_layout_it_chose(tiny_config):
     async def main(n_ctx):
-        async with Started(config.with_(n_ctx=n_ctx, capacity=2, kv_unified=None)) as client:
+        async with Started(tiny_config.with_(n_ctx=n_ctx, capacity=2, kv_unified=None)) as client:
             await client.complete(user("Hi"), GREEDY.with_(max_tokens=2))
             return client.model_info.kv_layout, client.model_info.as_json()["kv_layout"]
 

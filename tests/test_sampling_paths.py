@@ -49,14 +49,14 @@ def test_a_greedy_reply_is_the_one_the_sampler_chain_draws(model_path, in_graph)
     assert any(final.reason.value == "stop" for _, final in fast[0::2])  # the others may end by themselves
 
 
-def test_sampling_in_the_graph_repeats_a_seed_and_shares_slots_with_host_sampling(model_path):
+def test_sampling_in_the_graph_repeats_a_seed_and_shares_slots_with_host_sampling(tiny_model_path):
     """Seeded sampling with penalties in the graph gives the same reply twice; requests asking for
     token probabilities (sampled on the host) then take the same slots, beside in-graph ones, and
     get their probabilities; a request after them all is served (no sampler is left in the graph)."""
     seeded = SamplingParams(temperature=0.9, repeat_penalty=1.3, frequency_penalty=0.5, seed=7, max_tokens=24)
 
     async def go(more: bool):  # a fresh engine each: the same batches, cell for cell
-        async with Started(config(model_path, True)) as client:
+        async with Started(config(tiny_model_path, True)) as client:
             first = await replies(client, lambda i: seeded)
             if not more:
                 return first, None, None
@@ -70,11 +70,11 @@ def test_sampling_in_the_graph_repeats_a_seed_and_shares_slots_with_host_samplin
     assert all(final.error is None and ids for ids, final in after)
 
 
-def test_token_probabilities_come_from_the_host_chain_beside_in_graph_sampling(model_path):
+def test_token_probabilities_come_from_the_host_chain_beside_in_graph_sampling(tiny_model_path):
     """A request with token probabilities running beside in-graph ones gets them for every token."""
 
     async def go():
-        async with Started(config(model_path, True)) as client:
+        async with Started(config(tiny_model_path, True)) as client:
             streams = [
                 collect(client.generate(user(q), GREEDY.with_(n_probs=3 if i == 0 else None))) for i, q in enumerate(QUESTIONS)
             ]

@@ -199,11 +199,10 @@ async def first_tokens(client, policy: Policy) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("policy, short_first", [(Policy.FCFS, False), (Policy.SHORTEST_FIRST, True)])
-def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(
-    model_path, config, policy, short_first
-):
+def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(tiny_config, policy, short_first):
     async def main():
-        async with Started(config.with_(n_batch=64)) as client:
+        # chunks of 32: the long prompt takes 33 steps, far longer than the short one takes to arrive
+        async with Started(tiny_config.with_(n_batch=32)) as client:
             return await first_tokens(client, policy)
 
     firsts = run(main())
@@ -224,7 +223,7 @@ def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_requ
     assert max(s.n_seqs for s in steps[-20:]) == 1  # and the last requests ran alone
 
 
-def test_bench_prompts_can_mark_conversations_high_priority(model_path, tmp_path):
+def test_bench_prompts_can_mark_conversations_high_priority(tiny_model_path, tmp_path):
     from app.bench import BenchSettings, load_prompts, run_bench
 
     path = tmp_path / "load.jsonl"
@@ -232,7 +231,7 @@ def test_bench_prompts_can_mark_conversations_high_priority(model_path, tmp_path
     prompts = load_prompts(str(path))
     assert [c.priority for c in prompts] == [Priority.HIGH, Priority.NORMAL]
     settings = BenchSettings(
-        model_path, parallel=2, max_tokens=4, ignore_eos=True, prompts=prompts, policy=Policy.PRIORITY, n_threads=2
+        tiny_model_path, parallel=2, max_tokens=4, ignore_eos=True, prompts=prompts, policy=Policy.PRIORITY, n_threads=2
     )
     result = run(run_bench(settings))
     assert sorted((r["conversation"], r["priority"]) for r in result["requests"]) == [(0, "high"), (1, "normal")]
@@ -250,7 +249,7 @@ def test_switching_to_sequential_pauses_the_streams_already_running_and_each_res
     arrivals: dict[str, list[float]] = {f"r{i}": [] for i in range(4)}
 
     async def stream(client, i: int) -> FinishEvent:
-        async for event in client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=60, ignore_eos=True), request_id=f"r{i}"):
+        async for event in client.generate(user(f"Story {i}"), GREEDY.with_(max_tokens=40, ignore_eos=True), request_id=f"r{i}"):
             if isinstance(event, TokenEvent) and event.n_tokens:
                 arrivals[event.request_id].append(asyncio.get_running_loop().time())
             if isinstance(event, FinishEvent):
@@ -270,7 +269,7 @@ def test_switching_to_sequential_pauses_the_streams_already_running_and_each_res
             return finals, switched, paused, steps, client.snapshot
 
     finals, switched, paused, steps, snapshot = run(main())
-    assert all(f.stats.gen_tokens == 60 for f in finals) and snapshot.preemptions == 0  # paused, not preempted
+    assert all(f.stats.gen_tokens == 40 for f in finals) and snapshot.preemptions == 0  # paused, not preempted
     assert paused == 3
     assert max(s.n_decode for s in steps) == 1  # from the switch on, one stream a step
     # in turn: each stream's tokens after the switch come in one run, before the next stream's

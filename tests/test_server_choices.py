@@ -44,9 +44,9 @@ def test_openai_client_reads_logprobs_streamed_and_whole(config):
         assert sum(math.exp(a.logprob) for a in t.top_logprobs) <= 1 + 1e-6
 
 
-def test_four_choices_read_the_prompt_once_and_sample_four_ways(config):
+def test_four_choices_read_the_prompt_once_and_sample_four_ways(tiny_config):
     async def main():
-        async with Serving(config) as (client, _server, url), aiohttp.ClientSession() as http:
+        async with Serving(tiny_config) as (client, _server, url), aiohttp.ClientSession() as http:
             body = {"messages": QUESTION, "n": 4, "temperature": 1.0, "max_tokens": 16, "seed": 3}
             async with http.post(f"{url}/v1/chat/completions", json=body) as r:
                 assert r.status == 200, await r.text()

@@ -28,11 +28,11 @@ def _story(**fields) -> dict:
 
 
 @pytest.mark.parametrize("layout", [True, False], ids=["one pool", "a stream per sequence"])
-def test_an_empty_prompt_is_a_400_and_the_replies_beside_it_go_on(config, layout):
+def test_an_empty_prompt_is_a_400_and_the_replies_beside_it_go_on(tiny_config, layout):
     """With a model that adds no BOS, "" is no token at all: it used to end every reply on the model."""
 
     async def main():
-        async with Serving(config.with_(kv_unified=layout)) as (client, _server, url), aiohttp.ClientSession() as http:
+        async with Serving(tiny_config.with_(kv_unified=layout)) as (client, _server, url), aiohttp.ClientSession() as http:
             running = asyncio.ensure_future(_post(http, url, "/v1/chat/completions", _story()))
             await asyncio.sleep(0.5)  # it is generating
             empties = [
@@ -127,9 +127,9 @@ def test_a_lone_surrogate_in_model_is_a_400_naming_the_field_with_one_model_load
     assert status == 400 and body["error"]["param"] == "model"
 
 
-def test_max_tokens_minus_one_runs_to_the_context_and_ends_length(config):
+def test_max_tokens_minus_one_runs_to_the_context_and_ends_length(tiny_config):
     async def main():
-        async with Serving(config.with_(n_ctx=256, capacity=1)) as (_client, _server, url), aiohttp.ClientSession() as http:
+        async with Serving(tiny_config.with_(n_ctx=256, capacity=1)) as (_client, _server, url), aiohttp.ClientSession() as http:
             return await _post(http, url, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": -1, "ignore_eos": True})
 
     status, body = run(main())

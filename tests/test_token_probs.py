@@ -50,11 +50,11 @@ def test_greedy_draws_its_token_for_certain():
     assert [c.sampled_p for c in probs.top] == [1.0, 0.0, 0.0]
 
 
-def test_every_token_tells_its_probability_and_the_same_seed_draws_the_same_reply(config):
+def test_every_token_tells_its_probability_and_the_same_seed_draws_the_same_reply(tiny_config):
     """Asking for probabilities changes nothing of the draw: same seed, same tokens, with or without."""
 
     async def go():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             base = SamplingParams(temperature=0.8, top_k=20, max_tokens=24, seed=7)
             plain, _ = await collect(client.generate(user("Name three fruits."), base))
             told, final = await collect(client.generate(user("Name three fruits."), base.with_(n_probs=5)))
@@ -74,9 +74,9 @@ def test_every_token_tells_its_probability_and_the_same_seed_draws_the_same_repl
     assert final.ok and final.text == "".join(e.text for e in told)
 
 
-def test_greedy_reply_takes_the_likeliest_token_after_the_repeat_penalty(config):
+def test_greedy_reply_takes_the_likeliest_token_after_the_repeat_penalty(tiny_config):
     async def go():
-        async with Started(config) as client:
+        async with Started(tiny_config) as client:
             params = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=16, n_probs=3)
             return await collect(client.generate(user("Count from one to five."), params))
 
