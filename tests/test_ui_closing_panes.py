@@ -1,4 +1,4 @@
-"""Closing a pane asks first when it would take a chat or unsent text from view (the chat stays in the Chats
+"""Adding a pane from the toolbar; closing a pane asks first when it would take a chat or unsent text from view (the chat stays in the Chats
 list). On the tiny model; which chat a close keeps is test_workspace's, the question is the window's."""
 
 from __future__ import annotations
@@ -89,3 +89,16 @@ def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_tiny
         assert blank not in window.panes
 
     run_tiny_window(scenario, panes=2)
+
+
+def test_add_pane_adds_a_blank_pane_until_the_capacity_and_then_is_greyed(run_tiny_window, qtbot):
+    async def scenario(window):
+        toolbar = window.findChild(QToolBar, "main-toolbar")
+        button = toolbar.widgetForAction(window.add_action)
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+        assert [p.chat.name for p in window.panes] == ["Pane 1", "Pane 2"] and window.panes[1].session.is_blank
+        assert not button.isEnabled()  # the capacity is 2
+        qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+        assert len(window.panes) == 2
+
+    run_tiny_window(scenario, panes=1, capacity=2)
