@@ -38,11 +38,15 @@ def tiny_model_path(model_path, tmp_path_factory) -> str:
     random weights (9 MiB, written in about 2 s by scripts/synthetic-gguf): llama.cpp runs it as any
     model, about 15 times faster. For tests of cells, slots, steps and the RAM tier, whose outcome
     does not depend on what a model says; what it writes is noise and it seldom ends a reply itself."""
-    path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    return write_tiny_model(model_path, tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+def write_tiny_model(like: str, path: Path, *flags: str) -> str:
+    """A tiny model of `like`'s kind at `path` (scripts/synthetic-gguf's `flags` beside the shapes)."""
     script = Path(__file__).parent.parent / "scripts" / "synthetic-gguf"
     shapes = ["--layers", "2", "--embd", "128", "--ff", "512", "--heads", "4", "--kv-heads", "2", "--type", "Q8_0"]
     subprocess.run(
-        [sys.executable, str(script), "--like", model_path, "--out", str(path), *shapes], check=True, capture_output=True
+        [sys.executable, str(script), "--like", like, "--out", str(path), *shapes, *flags], check=True, capture_output=True
     )
     return str(path)
 

@@ -5,8 +5,8 @@ from app.engine.chat_template import CHATML, ChatTemplate
 
 def test_chat_template_that_cannot_be_parsed_falls_back_to_chatml():
     template = ChatTemplate("{% for m in messages %}{{ m.content ")  # unterminated
-    assert template.source == CHATML
     assert template.render([{"role": "user", "content": "hi"}]) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert template.source == CHATML and template.stop_strings == ("<|im_end|>", "<|im_start|>")
 
 
 def test_the_default_models_own_template_renders_its_default_system_prompt(model_path):

@@ -36,9 +36,9 @@ def test_truncation_keeps_the_most_turns_that_fit_with_few_renders(model_path):
         template = ChatTemplate(backend.chat_template, backend.bos_text, backend.eos_text)
         renders: list[int] = []
 
-        def counting_render(messages, add_generation_prompt=True):
+        def counting_render(messages, add_generation_prompt=True, **budget):
             renders.append(len(messages))
-            return ChatTemplate.render(template, messages, add_generation_prompt)
+            return ChatTemplate.render(template, messages, add_generation_prompt, **budget)
 
         template.render = counting_render
         builder = PromptBuilder(template, backend.tokenize, 1024, OverflowPolicy.TRUNCATE)

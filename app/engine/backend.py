@@ -20,6 +20,7 @@ import ctypes
 import math
 import os
 import re
+import stat
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -242,14 +243,26 @@ def _devices() -> tuple[Device, ...]:
     return tuple(devices)
 
 
+_SPLIT_NAME = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.gguf", re.DOTALL)
+
+
 def check_gguf_file(path: str) -> None:
     """Raise ModelLoadError with a one-line reason if `path` cannot be a GGUF model."""
     if not path:
         raise ModelLoadError("no model file given")
-    if not os.path.exists(path):
-        raise ModelLoadError(f"model file not found: {path}")
-    if os.path.isdir(path):
+    try:
+        mode = os.stat(path).st_mode  # never blocks, where opening a FIFO waits for a writer forever
+    except FileNotFoundError:
+        raise ModelLoadError(f"model file not found: {path}") from None
+    except OSError as e:
+        raise ModelLoadError(f"cannot read model file {path}: {e.strerror}") from e
+    if stat.S_ISDIR(mode):
         raise ModelLoadError(f"model path is a folder, not a GGUF file: {path}")
+    if not stat.S_ISREG(mode):
+        raise ModelLoadError(f"model path is {_file_kind(mode)}, not a GGUF file: {path}")
+    for part in _other_parts(path):  # llama.cpp opens them by these names
+        if os.path.exists(part) and not os.path.isfile(part):
+            raise ModelLoadError(f"a part of this split model is {_file_kind(os.stat(part).st_mode)}, not a GGUF file: {part}")
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
@@ -257,6 +270,25 @@ def check_gguf_file(path: str) -> None:
         raise ModelLoadError(f"cannot read model file {path}: {e.strerror}") from e
     if magic != _GGUF_MAGIC:
         raise ModelLoadError(f"not a GGUF model file (bad header): {path}")
+
+
+def _other_parts(path: str) -> list[str]:
+    """The other files of a split model (its name ends -00001-of-0000N.gguf), named as llama.cpp names them."""
+    match = _SPLIT_NAME.fullmatch(path)
+    if match is None:
+        return []
+    prefix, n = match.group(1), int(match.group(3))
+    return [f"{prefix}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1) if i != int(match.group(2))]
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def quantize(source: str, target: str, kind: str = "q8_0", n_threads: int = 0) -> None:

@@ -1,4 +1,9 @@
-"""Render a conversation into prompt text with the model's own Jinja chat template (GGUF metadata)."""
+"""Render a conversation into prompt text with the model's own Jinja chat template (GGUF metadata).
+
+A model's template is a program from an untrusted file: it runs in a sandbox process (template_sandbox.py)
+with a budget of time and of characters, and a template over budget fails its request, naming the
+template, while the model goes on serving. The built-in ChatML template is ours and runs here.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import RequestError
+from .template_sandbox import SandboxFault, TemplateSandbox
 
-# used only when a GGUF carries no template, as llama-server does
+# used when a GGUF carries no template, as llama-server does, and when a user picks the built-in one
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -17,8 +23,15 @@ CHATML = (
 # a model that never learnt ChatML may write its markers as text: they end its turn, so a reply
 # never runs on into a turn it made up
 CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
+# a render of a real template takes milliseconds: seconds more is a loop
+RENDER_SECONDS = 2.0
+FALLBACK_ADVICE = "chat with the built-in template (ChatML) instead"
 
 Message = dict[str, str]
+
+
+class ChatTemplateError(RequestError):
+    """The model's chat template failed on a conversation: it raised, or overran its budget."""
 
 
 def _raise(message: str):
@@ -26,34 +39,76 @@ def _raise(message: str):
 
 
 class ChatTemplate:
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", model: str = "the model"):
+        """`model`: the model's name, which a failure names."""
         self.source = source or CHATML
-        try:
-            self._template = env.from_string(self.source)
-        except TemplateError:  # a template this Jinja cannot read: ChatML, as llama-server falls back
-            self.source = CHATML
-            self._template = env.from_string(CHATML)
+        self.model = model
         self._bos = bos_token
         self._eos = eos_token
+        # the model's is compiled by its first render (the sandbox imports Jinja while the model loads)
+        self._sandbox = TemplateSandbox() if self.source is not CHATML else None
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        self._chatml = env.from_string(CHATML)
 
     @property
     def is_fallback(self) -> bool:
-        """The model carries no chat template (a base model) or one this Jinja cannot read."""
+        """The model carries no chat template (a base model) or one this Jinja could not read (known
+        once a render tried)."""
         return self.source is CHATML
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
         return CHATML_STOPS if self.is_fallback else ()
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24) -> str:
+        """The prompt text; ChatTemplateError if the template raises, runs over RENDER_SECONDS or
+        writes more than `max_chars`."""
+        variables = {
+            "messages": list(messages),
+            "add_generation_prompt": add_generation_prompt,
+            "bos_token": self._bos,
+            "eos_token": self._eos,
+        }
+        if self._sandbox is not None:
+            job = {"source": self.source, "variables": variables, "max_chars": max_chars}
+            answer = self._run(job, RENDER_SECONDS)
+            if "text" in answer:
+                return answer["text"]
+            self._fall_back()
         try:
-            return self._template.render(
-                messages=list(messages),
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self._bos,
-                eos_token=self._eos,
-            )
+            return self._chatml.render(**variables)
         except TemplateError as e:
-            raise RequestError(f"the model's chat template rejected this conversation: {e}") from e
+            raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}") from e
+
+    def close(self) -> None:
+        """End the sandbox; a render in progress fails at once (the engine is going)."""
+        if self._sandbox is not None:
+            self._sandbox.close()
+
+    def _run(self, job: dict, seconds: float) -> dict:
+        try:
+            answer = self._sandbox.run(job, seconds)
+        except SandboxFault as e:
+            raise ChatTemplateError(self._fault_message(e.kind, seconds)) from None
+        if "error" not in answer or answer.get("kind") == "syntax":
+            return answer
+        if answer.get("kind") == "template":  # it raised: often a conversation it does not allow
+            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {answer['error']}")
+        raise ChatTemplateError(f"the chat template of {self.model} was stopped: {answer['error']}; {FALLBACK_ADVICE}")
+
+    def _fall_back(self) -> None:
+        """The model's template cannot be read: ChatML from now on, as llama-server falls back."""
+        self._sandbox.close()
+        self._sandbox = None
+        self.source = CHATML
+
+    def _fault_message(self, kind: str, seconds: float) -> str:
+        if kind == "time":
+            return (
+                f"the chat template of {self.model} did not finish within {seconds:g} s (it may loop forever), "
+                f"so the request was stopped; {FALLBACK_ADVICE}"
+            )
+        if kind == "closed":
+            return f"the chat template of {self.model} was stopped: the model is being closed"
+        return f"the chat template of {self.model} stopped its renderer (it crashed); {FALLBACK_ADVICE}"

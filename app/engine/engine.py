@@ -54,7 +54,7 @@ class Engine:
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)
-        template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text)
+        template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text, name or "the model")
         self.history = TokenHistory(HISTORIES_KEPT)
         self.prompts = PromptBuilder(
             template,
@@ -164,6 +164,7 @@ class Engine:
     def shutdown(self, notice: str) -> None:
         """End every request with `notice`, then free the model."""
         self.cut_all(notice)
+        self.prompts.close()
         self.backend.close()
 
     def cut_all(self, notice: str) -> None:

@@ -287,8 +287,10 @@ class EngineThread:
 
     def _retire(self, engine: Engine, notice: str) -> Future:
         """End an engine's requests now; free its model on the prompt thread, after any prompt being
-        read with its tokenizer (that thread runs one task at a time), so nobody here waits for it."""
+        read with its tokenizer (that thread runs one task at a time), so nobody here waits for it.
+        The prompt it reads then ends at once: its chat template's sandbox is closed first."""
         engine.cut_all(notice)
+        engine.prompts.close()  # a chat template rendering now stops, so the model is freed without waiting for it
         try:
             return self._prompts.submit(engine.backend.close)
         except RuntimeError:  # the prompt thread has ended: nothing reads the tokenizer now

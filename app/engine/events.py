@@ -24,6 +24,7 @@ class Fault(str, Enum):
     REQUEST = "request"  # the request cannot be served as sent (a prompt longer than the context)
     UNAVAILABLE = "unavailable"  # the engine cannot serve now (it stopped, the model went): retry later
     INTERNAL = "internal"  # the engine failed on a request it should have served
+    TEMPLATE = "template"  # the model's chat template failed on it: the built-in template may serve it
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .chat_template import ChatTemplate, Message
+from .chat_template import ChatTemplate, ChatTemplateError, Message
 from .errors import RequestError
 from .events import Fault
 from .history import TokenHistory, kept_prefix
@@ -28,6 +28,7 @@ class Prompt:
 # count (measured: 8,000 in 0.6 s, 40,000 in 15 s): a request's texts may hold this many in all,
 # which no chat needs (counted per request: 1,024 messages of a few each would be seconds again)
 MAX_MARKERS_IN_REQUEST = 256
+CHARS_PER_CELL = 64  # more than any token of any vocabulary spells
 
 
 class PromptBuilder:
@@ -45,6 +46,7 @@ class PromptBuilder:
         reply (its stream, with a stream per sequence; not the whole pool); `history` and `spell` (a
         token's bytes, control tokens written out) let a later turn keep its conversation's exact tokens."""
         self._template = template
+        self._builtin = ChatTemplate(None)  # ChatML, for requests that ask
         self._tokenize = tokenize
         self.n_ctx_seq = n_ctx_seq
         self.policy = policy
@@ -53,15 +55,24 @@ class PromptBuilder:
         self._spell = spell
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
 
+    def close(self) -> None:
+        """Stop the model's chat template for good: a render in progress fails now, and so do later ones."""
+        self._template.close()
+
     def prepare(self, request: Request) -> Prompt:
         """build() that never raises: a request it cannot read gets a Prompt with the reason."""
         try:
             tokens, notice = self.build(request)
+        except ChatTemplateError as e:
+            return Prompt([], error=str(e), fault=Fault.TEMPLATE)
         except RequestError as e:
             return Prompt([], error=str(e))
         except Exception as e:  # a request must never take an engine thread down with it
             return Prompt([], error=f"internal error while reading the request: {e!r}", fault=Fault.INTERNAL)
-        return Prompt(tokens, notice, stop=self._template.stop_strings if request.messages is not None else ())
+        return Prompt(tokens, notice, stop=self.template_for(request).stop_strings if request.messages is not None else ())
+
+    def template_for(self, request: Request) -> ChatTemplate:
+        return self._builtin if request.builtin_template else self._template
 
     def build(self, request: Request) -> tuple[list[int], str | None]:
         """Return the prompt's tokens and, if turns were dropped to fit, a notice saying so."""
@@ -80,7 +91,7 @@ class PromptBuilder:
             self._check_fits(len(tokens))
             return tokens, None
         messages = list(request.messages)
-        tokens = self._render(messages, self._history_of(request))
+        tokens = self._render(self.template_for(request), messages, self._history_of(request))
         if self.policy is OverflowPolicy.STOP or self._fits(len(tokens), request):
             self._check_fits(len(tokens))
             return tokens, None
@@ -98,13 +109,19 @@ class PromptBuilder:
     def _history_of(self, request: Request):
         return self._history.get(request.conversation_id) if self._history is not None else None
 
-    def _render(self, messages: list[Message], history=None) -> list[int]:
+    def _render(self, template: ChatTemplate, messages: list[Message], history=None) -> list[int]:
         if not messages:
             raise RequestError("the conversation is empty")
-        text = self._template.render(messages)
+        text = template.render(messages, max_chars=self._render_budget(messages))
         if history:
             return self._encode_after(history, text)
         return self._encode(text)
+
+    def _render_budget(self, messages: list[Message]) -> int:
+        """The characters a render may write: the messages twice over and more than the context could
+        hold, so a real template never meets it and one that writes gigabytes stops early."""
+        given = sum(len(str(value)) for m in messages for value in m.values())
+        return 2 * given + CHARS_PER_CELL * self.n_ctx_seq + 65536
 
     def _encode_after(self, history, text: str) -> list[int]:
         """The conversation's own tokens for as much of `text` as they spell, then the rest tokenized."""
@@ -146,6 +163,7 @@ class PromptBuilder:
         Each try renders the whole chat, so tries are few: the first guess comes from the
         messages' own token counts, then a galloping search over turn boundaries confirms it.
         """
+        template = self.template_for(request)
         head = [m for m in messages[:1] if m.get("role") == "system"]
         body = messages[len(head) :]
         # where a kept run may start: at a user message (a turn), or the last message alone
@@ -153,7 +171,7 @@ class PromptBuilder:
         tried: dict[int, list[int]] = {}
 
         def fits(k: int) -> bool:
-            tried[k] = self._render(head + body[cuts[k] :])
+            tried[k] = self._render(template, head + body[cuts[k] :])
             return self._fits(len(tried[k]), request)
 
         k = _first_fitting(len(cuts), fits, self._guess(head, body, cuts, request, n_whole))

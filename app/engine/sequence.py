@@ -26,6 +26,7 @@ class Request:
     # the reply's first tokens, given: it goes on from them (a branch from another token of a reply)
     reply_prefix: tuple[int, ...] = ()
     model: str | None = None  # the name of the loaded model that serves it (None: the default model)
+    builtin_template: bool = False  # messages rendered with the built-in ChatML template, not the model's
 
 
 class Draw(Enum):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 
@@ -161,9 +162,12 @@ def read_gguf(path: str | os.PathLike) -> GgufMeta:
     """The header of `path`; never raises: a file that cannot be read as GGUF gets an `error`."""
     path = os.fspath(path)
     try:
-        size = os.path.getsize(path)
-        if os.path.isdir(path):
+        st = os.stat(path)  # never blocks, where opening a FIFO waits for a writer forever
+        size = st.st_size
+        if stat.S_ISDIR(st.st_mode):
             return GgufMeta(path, error="a folder, not a GGUF file")
+        if not stat.S_ISREG(st.st_mode):
+            return GgufMeta(path, error="not a regular file (a FIFO, socket or device)")
         if size == 0:
             return GgufMeta(path, error="empty file")
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:

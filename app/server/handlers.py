@@ -226,10 +226,10 @@ def refusal(final: FinishEvent) -> web.Response:
 
 
 def _refusal_body(final: FinishEvent) -> tuple[int, dict]:
-    """A request's fault is a 400; an engine that cannot serve now a 503 (retry); its failure a 500."""
+    """A request's fault (or its chat template's) is a 400; an engine that cannot serve now a 503 (retry); its failure a 500."""
     if final.reason is FinishReason.CANCELLED:
         return 503, error_body(f"the request was cut short: {final.notice or 'cancelled'}", "unavailable_error")
-    if final.fault is Fault.REQUEST:
+    if final.fault in (Fault.REQUEST, Fault.TEMPLATE):
         return 400, error_body(final.error or "the engine refused the request")
     if final.fault is Fault.UNAVAILABLE:
         return 503, error_body(final.error or "the engine cannot serve the request now", "unavailable_error")

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.engine.events import Fault
 from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
 from app.workspace.session import Branch, PaneSession
@@ -109,6 +110,10 @@ class ChatPane(QFrame):
         self.transcript.completion = params.completion
         self.transcript.sigTokenClicked.connect(self._offer_branch)
         layout.addWidget(self.transcript, 1)
+        # offered when the model's own chat template failed on this chat (it looped, raised, ran long)
+        self.template_button = _text_button("Use the built-in template", "", self._use_builtin_template)
+        self.template_button.setVisible(False)
+        layout.addWidget(self.template_button)
         self.input = MessageEdit()
         self._show_mode(params)
         self.input.setFixedHeight(44)
@@ -276,6 +281,12 @@ class ChatPane(QFrame):
         if self.session.send(self.input.toPlainText()):
             self.input.clear()
 
+    def _use_builtin_template(self) -> None:
+        """Chat with ChatML from now on (⚙ shows it), and send again the turn the model's template failed on."""
+        self.template_button.setVisible(False)
+        self.session.set_params(self.params.with_(builtin_template=True))
+        self._on_send()
+
     def _on_clear(self) -> None:
         self.session.spawn(self._clear())
 
@@ -292,6 +303,7 @@ class ChatPane(QFrame):
     # -- one reply -----------------------------------------------------------------------------
 
     def _on_reply_started(self) -> None:
+        self.template_button.setVisible(False)
         self.transcript.begin_reply(self.chat.messages)
         self._set_busy(True)
 
@@ -299,6 +311,11 @@ class ChatPane(QFrame):
         self._set_busy(False)
         self.transcript.token_probs.update(self.session.turn_probs)
         self.transcript.show_messages(self.chat.messages)
+        if final is not None and final.fault is Fault.TEMPLATE and not self.params.builtin_template:
+            self.template_button.setToolTip(
+                f"{final.error}\n\nClick to render this chat with the app's ChatML template and send it again (⚙ turns it off)."
+            )
+            self.template_button.setVisible(True)
         self.sigReplyFinished.emit(final)
 
     def _on_draft_restored(self, text: str) -> None:

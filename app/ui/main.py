@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import sys
 from pathlib import Path
 
 import qasync
-from PySide6.QtCore import QLockFile
+from PySide6.QtCore import QLockFile, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.client import EngineClient
@@ -93,6 +94,7 @@ async def _main(args) -> int:
     closed = asyncio.Event()
     window.sigClosed.connect(closed.set)
     window.show()
+    close_on_sigterm(window)
     freeze_startup_objects()
     if args.prompt:
         await run_demo(window, args)
@@ -100,6 +102,20 @@ async def _main(args) -> int:
         window.close()
     await closed.wait()
     return 0
+
+
+def close_on_sigterm(window: MainWindow) -> None:
+    """SIGTERM closes the window as its close button does (chats saved, the engine stopped); a second
+    one ends the process at once. Python sees a signal only when it runs, so a timer wakes it while Qt idles."""
+
+    def on_sigterm(_signum, _frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        window.close()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    waker = QTimer(window, interval=200)
+    waker.timeout.connect(lambda: None)
+    waker.start()
 
 
 async def load_more_models(client: EngineClient, config, paths: list[str]) -> list[str]:

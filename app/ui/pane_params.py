@@ -97,6 +97,11 @@ SWITCHES = (
         "The chat is one text the model continues, without a chat template: for base models\n"
         "(a model with no chat template opens its new panes so). Off: turns of a chat.",
     ),
+    Switch(
+        "builtin_template", "Built-in chat template (ChatML)",
+        "Render the chat with the app's own ChatML template instead of the one in the model file:\n"
+        "for a model whose template fails, loops or refuses the chat. Off: the model's own.",
+    ),
 )  # fmt: skip
 
 
@@ -142,7 +147,7 @@ class PaneParamsEditor(QWidget):
             box = self.switches[switch.name] = QCheckBox(switch.label, toolTip=switch.what)
             box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
             form.addRow("", box)
-        self.high_priority, self.show_probs, self.completion = self.switches.values()
+        self.high_priority, self.show_probs, self.completion, self.builtin_template = self.switches.values()
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
         self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`

@@ -206,7 +206,7 @@ def _stored(name: str, value):
 
 def _kind(name: str) -> type:
     """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
-    if name in ("high_priority", "show_probs", "completion"):
+    if name in ("high_priority", "show_probs", "completion", "builtin_template"):
         return bool
     return int if name in ("top_k", "max_tokens", "seed") else str if name in _TEXT_FIELDS else float
 

@@ -25,6 +25,7 @@ class PaneParams:
     high_priority: bool = False  # served first under the priority policy
     show_probs: bool = False  # the transcript tints each token of a reply by its probability
     completion: bool = False  # the chat is one text the model continues (a base model), not turns
+    builtin_template: bool = False  # the chat rendered with the built-in ChatML template, not the model's
     model: str = ""  # the loaded model it talks to, by name ("": the first loaded)
     remote_url: str = ""  # empty: the local engine
     remote_model: str = ""

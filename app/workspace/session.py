@@ -202,6 +202,7 @@ class PaneSession:
             priority=p.priority,
             reply_prefix=self._prefix.tokens,
             model=self.model,
+            builtin_template=p.builtin_template,
             **completion,
         )
 
