@@ -15,23 +15,26 @@ import time
 import openai
 import pytest
 from conftest import write_tiny_model
-from helpers import run
+from helpers import Started, collect, run
 from PySide6.QtCore import Qt
 from serving import Serving
 from spawn import free_port, running, serve_command
 from test_template_budget import LOOPS_ON_REQUEST
 from ui_fixtures import TINY_QUICK, close_window, open_window, set_params, until
 
+from app.client import new_request_id
 from app.engine.backend import check_gguf_file
 from app.engine.chat_template import RENDER_SECONDS
 from app.engine.errors import ModelLoadError
-from app.engine.params import EngineConfig
+from app.engine.events import FinishReason
+from app.engine.params import GREEDY, EngineConfig
 from app.models.gguf_meta import read_gguf
 from app.models.library import ModelFinder, ModelFolder
 from app.workspace.chat_store import NOTICE
 
 LOOP = [{"role": "user", "content": "loop"}]
 HI = [{"role": "user", "content": "hi"}]
+TINY_GREEDY = GREEDY.with_(max_tokens=4)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,24 @@ def test_a_looping_template_is_a_400_naming_it_while_completions_and_other_chats
     assert chat.usage.completion_tokens == 4 and chat.choices[0].finish_reason == "length"  # a fresh sandbox renders it
 
 
+def test_a_request_cancelled_while_its_template_loops_ends_at_once_as_cancelled(looping_model_path):
+    async def main():
+        async with Started(_config(looping_model_path)) as client:
+            request_id = new_request_id()
+            reply = asyncio.ensure_future(collect(client.generate(LOOP, request_id=request_id)))
+            await asyncio.sleep(0.5)  # the render has begun
+            started = time.monotonic()
+            client.cancel(request_id)
+            _, final = await reply
+            took = time.monotonic() - started
+            _, after = await collect(client.generate(HI, TINY_GREEDY))  # the next render: a fresh sandbox
+            return final, took, after
+
+    final, took, after = run(main())
+    assert final.reason is FinishReason.CANCELLED and took < 1.0
+    assert after.reason is FinishReason.LENGTH
+
+
 def test_serve_stops_on_sigterm_at_once_while_a_template_loops(looping_model_path):
     port = free_port()
     command = serve_command(port, "--model", looping_model_path, "--parallel", "2", "--ctx", "2048", "--threads", "1")
@@ -82,7 +103,8 @@ def test_serve_stops_on_sigterm_at_once_while_a_template_loops(looping_model_pat
         while _alive(process) and time.monotonic() - started < 30:
             time.sleep(0.05)
         took = time.monotonic() - started
-    assert took < RENDER_SECONDS, f"serve took {took:.1f} s to stop"
+    # its requests in flight get the server's graceful 2 s (shutdown_timeout), then are cancelled, which kills a render
+    assert took < 2.0 + 3, f"serve took {took:.1f} s to stop"
 
 
 def _quietly(client, messages) -> None:

@@ -81,6 +81,11 @@ class ChatTemplate:
         except TemplateError as e:
             raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}") from e
 
+    def interrupt(self) -> None:
+        """Stop a render in progress at once (its request was cancelled); the next render works."""
+        if self._sandbox is not None:
+            self._sandbox.interrupt()
+
     def close(self) -> None:
         """End the sandbox; a render in progress fails at once (the engine is going)."""
         if self._sandbox is not None:
@@ -109,6 +114,8 @@ class ChatTemplate:
                 f"the chat template of {self.model} did not finish within {seconds:g} s (it may loop forever), "
                 f"so the request was stopped; {FALLBACK_ADVICE}"
             )
+        if kind == "interrupted":
+            return f"the chat template of {self.model} was interrupted: the request was cancelled"
         if kind == "closed":
             return f"the chat template of {self.model} was stopped: the model is being closed"
         return f"the chat template of {self.model} stopped its renderer (it crashed); {FALLBACK_ADVICE}"

@@ -65,6 +65,7 @@ class EngineThread:
         # requests queued for the prompt thread, and those of them cancelled meanwhile (under _cond)
         self._building: set[str] = set()
         self._dropped: set[str] = set()
+        self._reading: tuple[str, Engine] | None = None  # the request whose prompt is being built, and its engine
         # name -> engine, the default first; replaced whole, never changed in place, so any thread may read it
         self.engines: dict[str, Engine] = {}
         self._last_stepped: str | None = None  # the next step goes to the next model with work after it
@@ -99,6 +100,10 @@ class EngineThread:
         with self._cond:
             if request_id in self._building:  # not built yet: the prompt thread drops it unread
                 self._dropped.add(request_id)
+                return
+            if self._reading is not None and self._reading[0] == request_id:  # being built: its template may loop
+                self._dropped.add(request_id)  # the prompt thread drops it once built
+                self._reading[1].prompts.interrupt()  # under the lock: the prompt thread is still on this request
                 return
         self._post(Cancel(request_id, model))
 
@@ -169,13 +174,26 @@ class EngineThread:
     def _prepare(self, request: Request, t_submit: float) -> None:
         with self._cond:
             self._building.discard(request.request_id)
-            if request.request_id in self._dropped:
-                self._dropped.discard(request.request_id)
-                self.sink([dropped(request.request_id, request.conversation_id, t_submit, request.model)])
+            if self._was_dropped(request, t_submit):
                 return
-        engine = self.find(request.model) if self._gone is None else None
-        prompt = engine.prepare(request) if engine is not None else None  # none: refused later
-        self._post(Submit(request, t_submit, engine, prompt))
+            engine = self.find(request.model) if self._gone is None else None
+            self._reading = (request.request_id, engine) if engine is not None else None
+        try:
+            prompt = engine.prepare(request) if engine is not None else None  # none: refused later
+        finally:
+            with self._cond:
+                self._reading = None
+                cancelled = self._was_dropped(request, t_submit)  # while it was being built
+        if not cancelled:
+            self._post(Submit(request, t_submit, engine, prompt))
+
+    def _was_dropped(self, request: Request, t_submit: float) -> bool:
+        """Under _cond: whether the request was cancelled before it reached its engine (its final event sent here)."""
+        if request.request_id not in self._dropped:
+            return False
+        self._dropped.discard(request.request_id)
+        self.sink([dropped(request.request_id, request.conversation_id, t_submit, request.model)])
+        return True
 
     # -- the thread ------------------------------------------------------------------------
 

@@ -55,6 +55,10 @@ class PromptBuilder:
         self._spell = spell
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
 
+    def interrupt(self) -> None:
+        """Stop a render of the model's chat template in progress (from any thread): its request was cancelled."""
+        self._template.interrupt()
+
     def close(self) -> None:
         """Stop the model's chat template for good: a render in progress fails now, and so do later ones."""
         self._template.close()

@@ -19,7 +19,7 @@ START_SECONDS = 30.0  # for the child to import Jinja, on a machine busy loading
 
 
 class SandboxFault(Exception):
-    """A render did not answer: `kind` is "time" (over its budget), "closed" or "crashed"."""
+    """A render did not answer: `kind` is "time" (over its budget), "interrupted", "closed" or "crashed"."""
 
     def __init__(self, kind: str):
         super().__init__(kind)
@@ -44,7 +44,7 @@ class TemplateSandbox:
         self._lock = threading.Lock()  # one job at a time
         self._process: subprocess.Popen | None = None
         self._ready = False
-        self._killed_for: str | None = None  # why the running process was killed: "time" or "closed"
+        self._killed_for: str | None = None  # why the running process was killed: "time", "interrupted" or "closed"
         self._closed = False
         self._start()  # now: it imports Jinja while the model loads
 
@@ -61,12 +61,14 @@ class TemplateSandbox:
                 self._ready = True
             return self._exchange(process, job, seconds)
 
-    def abort(self) -> None:
+    def interrupt(self) -> None:
+        """Kill the render in progress, if any (from any thread): it fails as interrupted; the next gets a fresh process."""
+        self._kill_for("interrupted")
+
+    def close(self) -> None:
         """Kill the render in progress, if any (from any thread): it fails as closed, and so do later ones."""
         self._closed = True
         self._kill_for("closed")
-
-    close = abort
 
     def _start(self) -> None:
         command, env = _worker_command()
