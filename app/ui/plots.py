@@ -1,4 +1,5 @@
-"""Live plots: per-pane tokens/s, latency and KV hit rate, and the engine's tokens/s and batch size.
+"""Live plots, a row for each entry of `plot_specs.PLOTS`: per-pane tokens/s, latency and KV hit
+rate, and the engine's tokens/s and batch size.
 
 Curves are made once and fed from the window's one 10 Hz timer. Without a GPU every redraw is
 paid in CPU taken from the engine, so a tick does as little as it can: the x range is fixed at the
@@ -22,12 +23,13 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy
 
 from app.workspace.metrics import MetricsStore, Ring
 
+from .plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
+
 WINDOW_S = 60.0
 LEGEND_LINE_CHARS = 48  # a legend line holds entries up to this many characters: a longer one would widen the dock
 RIGHT_MARGIN_S = 1.0  # room right of now, so a point just added is drawn whole
 BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
-LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
 PREFERRED_WIDTH = 400  # as the window opens: on a 1366 px laptop screen eight panes get 230 px each
 
 
@@ -128,16 +130,18 @@ class DecadeAxis(pg.AxisItem):
         return [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
 
 
-def _plot(layout: pg.GraphicsLayoutWidget, row: int, title: str, units: str = "", log_y: bool = False) -> pg.PlotItem:
-    axes = {"left": DecadeAxis("left")} if log_y else {}
-    plot = layout.addPlot(row=row, col=0, title=title, axisItems=axes)
-    plot.setLogMode(y=log_y)
+def _plot(layout: pg.GraphicsLayoutWidget, row: int, spec: PlotSpec) -> pg.PlotItem:
+    axes = {"left": DecadeAxis("left")} if spec.log_y else {}
+    plot = layout.addPlot(row=row, col=0, title=spec.title, axisItems=axes)
+    plot.setLogMode(y=spec.log_y)
     plot.disableAutoRange()  # the panel fits y itself from what it feeds: autorange rescans every item
     plot.setMouseEnabled(x=False, y=False)
     plot.hideButtons()
     plot.getAxis("left").setWidth(38)
-    if units:
-        plot.getAxis("left").setLabel(units)
+    if spec.unit:
+        plot.getAxis("left").setLabel(spec.unit)
+    if spec.y_range is not None:
+        plot.setYRange(*spec.y_range, padding=0)
     for name in ("left", "bottom"):
         # axes are text, the dearest thing to draw without a GPU: keep each as a pixmap that is
         # redrawn only when its range changes, not on every curve update
@@ -146,52 +150,60 @@ def _plot(layout: pg.GraphicsLayoutWidget, row: int, title: str, units: str = ""
 
 
 class PlotsPanel(pg.GraphicsLayoutWidget):
-    """Reads a MetricsStore; `refresh(now)` moves every curve to the latest data."""
+    """Reads a MetricsStore; `refresh(now)` moves every curve to the latest data. Its plots are
+    `specs`, top to bottom, each also the attribute `<name>_plot`; the last one shows the time axis."""
 
-    def __init__(self, metrics: MetricsStore, parent=None):
+    def __init__(self, metrics: MetricsStore, parent=None, *, specs: tuple[PlotSpec, ...] = PLOTS):
         super().__init__(parent)
         self.metrics = metrics
         self.setBackground(self.palette().color(QPalette.ColorRole.Base))  # dark with a dark theme
         self.ci.layout.setSpacing(2)
-        self.rate_plot = _plot(self, 0, "Tokens/s per pane", "tok/s")
-        self.latency_plot = _plot(self, 1, "Latency per pane: TTFT ● / inter-token —", "s", log_y=True)
-        self.hit_plot = _plot(self, 2, "KV cache hit rate per pane", "%")
-        self.hit_plot.setYRange(0, 105, padding=0)
-        self.engine_plot = _plot(self, 3, "Engine: generated tokens/s", "tok/s")
-        self.batch_plot = _plot(self, 4, "Engine: sequences per step — / batch limit - -", "seqs")
-        self.legend = self.addLabel("", row=5, col=0, justify="left")  # each pane's colour and name
+        self._rows = [(spec, _plot(self, row, spec)) for row, spec in enumerate(specs)]
+        for spec, plot in self._rows:
+            setattr(self, f"{spec.name}_plot", plot)
+        self.legend = self.addLabel("", row=len(specs), col=0, justify="left")  # each pane's colour and name
         # its text must never widen the plots past the dock: it wraps in lines, and its width is ignored
         self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._legend_entries: dict[str, tuple[str, str]] = {}  # pane -> (name, colour)
-        for plot in (self.rate_plot, self.latency_plot, self.hit_plot, self.engine_plot):
-            plot.setXLink(self.batch_plot)
+        *above, (_, axis_plot) = self._rows
+        for _, plot in above:
+            plot.setXLink(axis_plot)
             plot.hideAxis("bottom")  # the bottom plot's axis says it for all
-        self.batch_plot.setLabel("bottom", "seconds ago")
-        self.batch_plot.setXRange(-WINDOW_S, RIGHT_MARGIN_S, padding=0)  # a margin: the newest dots whole
-        self.batch_plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
+        axis_plot.setLabel("bottom", "seconds ago")
+        axis_plot.setXRange(-WINDOW_S, RIGHT_MARGIN_S, padding=0)  # a margin: the newest dots whole
+        axis_plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
         self.t0 = time.monotonic()
         self._x_right = 0  # the moment at the right edge, in whole seconds since the panel opened
         self._fed: dict[tuple[str, str], int] = {}  # (point set, pane) -> ring.pushes when last taken
         self._point_extent: dict[str, tuple[float, float]] = {}  # point set -> (min, max) of its y
-        self._y_range: dict[int, tuple[float, float]] = {}
+        self._y_range: dict[str, tuple[float, float]] = {}  # plot -> its y range
         self.pane_curves: dict[str, dict[str, LiveSeries]] = {}
-        engine_pen = line_pen(self.palette().color(QPalette.ColorRole.Text).name())  # readable on any theme
-        self.engine_curves = {
-            "rate": LiveSeries(engine_pen),
-            "batch": LiveSeries(engine_pen),
-            "limit": LiveSeries(line_pen(LIMIT_COLOUR, Qt.PenStyle.DashLine)),
-        }
-        self.engine_curves["rate"].add_to(self.engine_plot)
-        self.engine_curves["batch"].add_to(self.batch_plot)
-        self.engine_curves["limit"].add_to(self.batch_plot)
-        self._plot_of = {"rate": self.rate_plot, "itl": self.latency_plot}
-        # a point per request, every pane's in one scatter item per plot (one item paints far
-        # cheaper than eight), each point in its pane's colour
-        self.point_sets = {"ttft": pg.ScatterPlotItem(size=7, pen=None), "hit": pg.ScatterPlotItem(size=6, pen=None)}
-        self.latency_plot.addItem(self.point_sets["ttft"])
-        self.hit_plot.addItem(self.point_sets["hit"])
-        self._points: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {"ttft": {}, "hit": {}}
+        self.engine_curves: dict[str, LiveSeries] = {}
+        self.point_sets: dict[str, pg.ScatterPlotItem] = {}
+        self._points: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}  # point set -> pane -> (x, y)
+        self._plot_of: dict[str, pg.PlotItem] = {}  # a pane's line -> its plot
+        self._pane_series: list[tuple[LineSpec | PointsSpec, bool]] = []  # with its plot's log_y, fed for each pane
+        self._engine_series: list[tuple[LineSpec, bool]] = []
         self._brushes: dict[str, object] = {}
+        text_colour = self.palette().color(QPalette.ColorRole.Text).name()
+        for spec, plot in self._rows:
+            for series in spec.series:
+                self._add_series(spec, plot, series, text_colour)
+
+    def _add_series(self, spec: PlotSpec, plot: pg.PlotItem, series: LineSpec | PointsSpec, text_colour: str) -> None:
+        """Make an engine line or a point set; a pane's line is made as its pane is added."""
+        if not spec.per_pane:
+            self.engine_curves[series.name] = LiveSeries(line_pen(series.colour or text_colour, series.style))
+            self.engine_curves[series.name].add_to(plot)
+            self._engine_series.append((series, spec.log_y))
+            return
+        self._pane_series.append((series, spec.log_y))
+        if isinstance(series, LineSpec):
+            self._plot_of[series.name] = plot
+        else:
+            self.point_sets[series.name] = pg.ScatterPlotItem(size=series.size, pen=None)
+            plot.addItem(self.point_sets[series.name])
+            self._points[series.name] = {}
 
     def sizeHint(self) -> QSize:
         return QSize(PREFERRED_WIDTH, super().sizeHint().height())
@@ -200,7 +212,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._legend_entries[key] = (name or key, colour)
         self._show_legend()
         pen = line_pen(colour)
-        self.pane_curves[key] = {"rate": LiveSeries(pen), "itl": LiveSeries(pen)}
+        self.pane_curves[key] = {name: LiveSeries(pen) for name in self._plot_of}
         for name, series in self.pane_curves[key].items():
             series.add_to(self._plot_of[name])
             series.move_to(-self._x_right)
@@ -235,13 +247,14 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
                 self._show_points(name)
 
     def points(self, key: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """One pane's "ttft" or "hit" points as drawn (x since the panel opened; ttft in log10)."""
+        """One pane's points of a point set ("ttft", "hit") as drawn (x since the panel opened; y in
+        log10 on a log axis, times the set's scale)."""
         return self._points[name].get(key, (np.empty(0), np.empty(0)))
 
     def refresh(self, now: float) -> None:
         # Time slides left in whole seconds (once a second looks as live as ten times), and by
         # moving the items, not the x range: a range change runs pyqtgraph's linked-view and axis
-        # machinery through all five plots. Between slides only the tails are fed.
+        # machinery through all the plots. Between slides only the tails are fed.
         right = math.ceil(now - self.t0)
         sliding = right > self._x_right
         new_points = set()
@@ -249,22 +262,19 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             m = self.metrics.panes.get(key)
             if m is None:
                 continue
-            self._feed(curves["rate"], m.tok_rate, now, sliding)
-            self._feed(curves["itl"], m.itl, now, sliding, log_y=True)
-            if self._collect("ttft", key, m.ttft, now, log_y=True):
-                new_points.add("ttft")
-            if self._collect("hit", key, m.kv_hit, now):
-                new_points.add("hit")
+            for series, log_y in self._pane_series:
+                ring = getattr(m, series.ring)
+                if isinstance(series, LineSpec):
+                    self._feed(curves[series.name], ring, now, sliding, log_y)
+                elif self._collect(series, key, ring, now, log_y):
+                    new_points.add(series.name)
         for name in new_points:
             self._show_points(name)
-        self._feed(self.engine_curves["rate"], self.metrics.engine_rate, now, sliding)
-        self._feed(self.engine_curves["batch"], self.metrics.seqs_per_step, now, sliding)
-        self._feed(self.engine_curves["limit"], self.metrics.batch_limit, now, sliding)
-        self._fit_y(self.rate_plot, [c["rate"].extent for c in self.pane_curves.values()])
-        itl = [c["itl"].extent for c in self.pane_curves.values()]
-        self._fit_y(self.latency_plot, [*itl, self._point_extent.get("ttft")])
-        self._fit_y(self.engine_plot, [self.engine_curves["rate"].extent])
-        self._fit_y(self.batch_plot, [self.engine_curves["batch"].extent, self.engine_curves["limit"].extent])
+        for series, log_y in self._engine_series:
+            self._feed(self.engine_curves[series.name], getattr(self.metrics, series.ring), now, sliding, log_y)
+        for spec, plot in self._rows:
+            if spec.y_range is None:
+                self._fit_y(spec, plot, list(self._extents(spec)))
         if sliding:
             self._x_right = right
             for series in self._all_series():
@@ -278,21 +288,31 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         for curves in self.pane_curves.values():
             yield from curves.values()
 
-    def _fit_y(self, plot: pg.PlotItem, extents: list[tuple[float, float] | None]) -> None:
+    def _extents(self, spec: PlotSpec):
+        """(min, max) of y of each item in a plot, None for an empty one."""
+        for series in spec.series:
+            if isinstance(series, PointsSpec):
+                yield self._point_extent.get(series.name)
+            elif spec.per_pane:
+                yield from (curves[series.name].extent for curves in self.pane_curves.values())
+            else:
+                yield self.engine_curves[series.name].extent
+
+    def _fit_y(self, spec: PlotSpec, plot: pg.PlotItem, extents: list[tuple[float, float] | None]) -> None:
         """Set y to a round range around the items' points, only when that range changes."""
         extents = [e for e in extents if e is not None]
         if not extents:
             return
         low, high = min(e[0] for e in extents), max(e[1] for e in extents)
-        if plot is self.latency_plot:  # log10 values: whole decades
+        if spec.log_y:  # log10 values: whole decades
             rng = (math.floor(low), max(math.ceil(high), math.floor(low) + 1))
         else:
             rng = (0.0, _round_up(high))
-        if self._y_range.get(id(plot)) != rng:
-            self._y_range[id(plot)] = rng
+        if self._y_range.get(spec.name) != rng:
+            self._y_range[spec.name] = rng
             plot.setYRange(*rng, padding=0.02)
 
-    def _feed(self, series: LiveSeries, ring: Ring, now: float, sliding: bool, log_y: bool = False) -> None:
+    def _feed(self, series: LiveSeries, ring: Ring, now: float, sliding: bool, log_y: bool) -> None:
         """Give a series its new points: all of the last window when the range slides (or the first
         time), else only the tail pushed since the body was fed."""
         if ring.pushes == series.tail_pushes and not (sliding and series.tail_pushes != series.body_pushes):
@@ -303,13 +323,13 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             t, v = ring.last(ring.pushes - series.body_pushes + 1)
             series.set_tail(*self._xy(t, v, log_y), ring.pushes)
 
-    def _collect(self, name: str, key: str, ring: Ring, now: float, log_y: bool = False) -> bool:
+    def _collect(self, points: PointsSpec, key: str, ring: Ring, now: float, log_y: bool) -> bool:
         """Take a pane's new request points; True if there were any."""
-        if self._fed.get((name, key)) == ring.pushes:
+        if self._fed.get((points.name, key)) == ring.pushes:
             return False
-        self._fed[(name, key)] = ring.pushes
+        self._fed[(points.name, key)] = ring.pushes
         x, y = self._shown(ring, now, log_y)
-        self._points[name][key] = (x, y * 100) if name == "hit" else (x, y)  # hit rate in %, as the readouts
+        self._points[points.name][key] = (x, y * points.scale)
         return True
 
     def _show_points(self, name: str) -> None:

@@ -1,0 +1,83 @@
+"""The live plots as a table: each plot's title, unit, y axis and series, one `PlotSpec` each.
+
+`PlotsPanel` builds its rows, curves, feeds and y ranges from `PLOTS`, top to bottom: a new plot is
+one entry here and its series (and, if its figures are new, a Ring in `app/workspace/metrics.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+
+LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
+
+
+@dataclass(frozen=True)
+class LineSpec:
+    """A line through a Ring's points: in a per-pane plot, one for each pane, in the pane's colour;
+    in an engine plot, one, in `colour` (None: the theme's text colour, readable on any theme)."""
+
+    name: str  # its key in PlotsPanel.pane_curves[pane] or PlotsPanel.engine_curves
+    ring: str  # the Ring's attribute: of PaneMetrics in a per-pane plot, of MetricsStore in an engine plot
+    colour: str | None = None
+    style: Qt.PenStyle = Qt.PenStyle.SolidLine
+
+
+@dataclass(frozen=True)
+class PointsSpec:
+    """A point per request, in its pane's colour; every pane's in one scatter item (one item paints
+    far cheaper than eight), so only in a per-pane plot."""
+
+    name: str  # its key in PlotsPanel.point_sets and PlotsPanel.points
+    ring: str  # the Ring's attribute of PaneMetrics
+    size: int  # in pixels
+    scale: float = 1.0  # drawn as the ring's values times this
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """One plot, a row of the panel (the panel's `<name>_plot`). Each plot's x axis is linked to the
+    last plot's, the one that shows it."""
+
+    name: str
+    title: str
+    unit: str
+    per_pane: bool  # its series are each pane's figures; else the engine's
+    series: tuple[LineSpec | PointsSpec, ...]
+    log_y: bool = False  # a decade axis; the panel feeds log10 of the values
+    # fixed; None fits it to the points shown, in whole decades on a log axis, else from 0 to a round value
+    y_range: tuple[float, float] | None = None
+
+    def __post_init__(self):
+        if not self.per_pane and any(isinstance(s, PointsSpec) for s in self.series):
+            raise ValueError(f"plot {self.name!r}: points are drawn per pane only")
+
+
+PLOTS = (
+    PlotSpec("rate", "Tokens/s per pane", "tok/s", per_pane=True, series=(LineSpec("rate", "tok_rate"),)),
+    PlotSpec(
+        "latency",
+        "Latency per pane: TTFT ● / inter-token —",
+        "s",
+        per_pane=True,
+        series=(LineSpec("itl", "itl"), PointsSpec("ttft", "ttft", size=7)),
+        log_y=True,
+    ),
+    PlotSpec(
+        "hit",
+        "KV cache hit rate per pane",
+        "%",
+        per_pane=True,
+        series=(PointsSpec("hit", "kv_hit", size=6, scale=100),),  # in %, as the readouts say it
+        y_range=(0, 105),
+    ),
+    PlotSpec("engine", "Engine: generated tokens/s", "tok/s", per_pane=False, series=(LineSpec("rate", "engine_rate"),)),
+    PlotSpec(
+        "batch",
+        "Engine: sequences per step — / batch limit - -",
+        "seqs",
+        per_pane=False,
+        series=(LineSpec("batch", "seqs_per_step"), LineSpec("limit", "batch_limit", LIMIT_COLOUR, Qt.PenStyle.DashLine)),
+    ),
+)
