@@ -14,9 +14,9 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
 from app.ui.dialogs import with_filter_suffix
+from app.ui.markdown_render import markdown_document
 from app.ui.settings import AppSettings
 from app.ui.theme import Theme
-from app.ui.transcript import markdown_document
 from app.workspace.chat_store import (
     CORRUPT,
     CUT_BY_EXIT,

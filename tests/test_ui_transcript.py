@@ -4,7 +4,7 @@ copies a message or a code block from its Copy links and its context menu."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import QObject, QPoint, Qt, QUrl, Slot
 from PySide6.QtGui import QContextMenuEvent, QDesktopServices, QFontInfo, QGuiApplication, QPalette, QTextCursor
@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.theme import Theme, contrast, dark_palette
-from app.ui.transcript import Transcript, finished_length
+from app.ui.transcript import Transcript
 
 CODE = 'def grams_to_ounces(g):\n    return g / 28.35  # "<ounces>"'
 REPLY = f"""# Cooking
@@ -325,21 +325,3 @@ def test_any_reply_streamed_in_any_pieces_ends_shown_as_its_rendering(qapp, part
     streamed.show_messages(finished)
     rendered.show_messages(finished)
     assert streamed.toHtml() == rendered.toHtml()
-
-
-def test_finished_blocks_end_after_a_blank_line_or_a_fence():
-    assert finished_length("Para one\nstill one\n\nP") == len("Para one\nstill one\n\n")
-    assert finished_length("- a\n\n  more of a\n\n- b") == len("- a\n\n  more of a\n\n")  # not before "  more"
-    assert finished_length("Look:\n```py\nx = 1\n\ny = 2\n") == len("Look:\n")  # the code block is open
-    assert finished_length("```py\nx = 1\n```\n") == len("```py\nx = 1\n```\n")
-    assert finished_length("```py\nx = 1\n``` no\n") == 0  # not a closing fence
-    assert finished_length("```py print(1)``` inline\n\nNext") == len("```py print(1)``` inline\n\n")
-    assert finished_length("A\n\nB\n\n| a |\n|---|\n") == len("A\n\n")  # B is rendered with its table
-
-
-@example("a\n\n", "```\n")
-@given(st.text(alphabet="ab `~>-\n", max_size=30), st.text(alphabet="ab `~>-\n", max_size=10))
-def test_a_finished_block_stays_finished_whatever_follows(text, more):
-    finished = finished_length(text)
-    assert finished == 0 or text[finished - 1] == "\n"  # blocks end at a line's end
-    assert finished_length(text + more) >= finished

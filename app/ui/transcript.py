@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import html
-import re
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -14,32 +14,22 @@ from PySide6.QtGui import (
     QCursor,
     QDesktopServices,
     QFontDatabase,
-    QFontInfo,
     QGuiApplication,
-    QTextBlock,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
-    QTextDocument,
-    QTextDocumentFragment,
-    QTextFormat,
 )
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.engine.probs import TokenProbs
 from app.workspace.chat_store import NOTICE
+from app.workspace.markdown_stream import MarkdownStream
 
 from . import theme
+from .markdown_render import COPY, PARAGRAPH_MARGIN, code_bar_format, code_from, markdown_fragment
 from .token_view import rivals_html, token_at, tokens_html
 
-# GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
-MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML
 OPENED_SCHEMES = ("http", "https", "mailto")  # links in a reply that open; any other is copied
-COPY = "copy"  # the scheme of the Copy links: copy:message/<turn> and copy:code/<the code, percent-encoded>
-PARAGRAPH_MARGIN = 6  # what Qt's Markdown reader puts above and below a paragraph
-# a heading's size against the text's: in a chat pane an h1 is no page title (Qt's is twice the text)
-HEADING_SCALE = {1: 1.3, 2: 1.15, 3: 1.05}
-_FENCE = re.compile(r"( *)(`{3,}|~{3,})(.*)")
 
 
 def message_html(role: str, text: str, index: int) -> str:
@@ -72,192 +62,27 @@ def _typed_html(text: str) -> str:
     return f'<span style="white-space:pre-wrap;">{html.escape(text)}</span>'
 
 
-def markdown_document(text: str, colours: theme.Theme) -> QTextDocument:
-    """Markdown read by Qt: headings sized for a chat, lists, tables, links in the palette's link colour,
-    quotes, code blocks on a shaded background under a Copy code link."""
-    document = QTextDocument()
-    document.setMarkdown(text, MARKDOWN)
-    _drop_stray_cell_lines(document)
-    code_starts = _style(document, colours)
-    # what each Copy code link copies: the code as written, which Qt's reader gave leading tabs as
-    # spaces; as shown when the two disagree on where the code blocks are (a fence in a quote, say)
-    written = fenced_code(text)
-    for number in reversed(range(len(code_starts))):  # from the end: inserting moves what follows
-        first_line = document.findBlock(code_starts[number])
-        code = written[number] if len(written) == len(code_starts) else _code_from(first_line)
-        _add_copy_bar(first_line, code, colours)
-    return document
-
-
-def _drop_stray_cell_lines(document: QTextDocument) -> None:
-    """Qt's reader starts a table that follows a quote or a code block with an empty line in its first
-    cell, which makes the header row twice as tall, and gives that line the header's bold: taken out,
-    its bold given to the cell's text."""
-    block = document.begin()
-    while block.isValid():
-        table = QTextCursor(block).currentTable()
-        if table is not None and not block.text() and table.cellAt(block.position()).lastPosition() > block.position():
-            text = QTextCursor(block.next())  # the cell's text, after the empty line
-            text.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
-            text.mergeCharFormat(block.charFormat())
-            position = block.position()
-            QTextCursor(block).deleteChar()  # the text's line keeps its own format
-            block = document.findBlock(position)
-        block = block.next()
-
-
-def markdown_fragment(text: str, colours: theme.Theme, under_name: bool) -> QTextDocumentFragment:
-    """`text` rendered, to insert at the end of a block: it begins with an empty block that merges into that
-    one, so its own first block keeps its format (a fragment's first block takes the format of the block
-    it lands in). Not through HTML: Qt's HTML reader gives an <h1> twice the text's size whatever
-    its style says. `under_name`: right under the name, as the reply was while it streamed."""
-    document = markdown_document(text, colours)
-    first = document.begin()
-    cursor = QTextCursor(first)
-    if under_name:
-        margin = QTextBlockFormat()
-        margin.setTopMargin(0)
-        cursor.mergeBlockFormat(margin)
-    cursor.insertBlock(first.blockFormat(), first.charFormat())
-    cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
-    cursor.setBlockFormat(QTextBlockFormat())
-    return QTextDocumentFragment(document)
-
-
-def _style(document: QTextDocument, colours: theme.Theme) -> list[int]:
-    """Code blocks shaded, headings sized, links in the link colour, table cells' margins made even;
-    where each code block begins."""
-    code_starts, spans = [], []
-    text_size = QFontInfo(document.defaultFont()).pointSizeF()
-    block = document.begin()
-    while block.isValid():
-        cursor, fmt = QTextCursor(block), block.blockFormat()
-        if fmt.nonBreakableLines():  # a code block's line
-            fmt.setBackground(colours.code_background)
-            if not block.previous().blockFormat().nonBreakableLines():
-                code_starts.append(block.position())
-        elif fmt.headingLevel():
-            fmt.setTopMargin(PARAGRAPH_MARGIN)  # Qt's reader gives a heading none: it would touch the text above
-        elif cursor.currentTable() is not None:
-            fmt.setTopMargin(0)  # Qt's reader gives the first cell a paragraph's margins, the others none
-            fmt.setBottomMargin(0)
-        cursor.setBlockFormat(fmt)
-        heading_size = round(text_size * HEADING_SCALE.get(fmt.headingLevel(), 1.0), 1)
-        fragments = block.begin()
-        while not fragments.atEnd():
-            fragment = fragments.fragment()
-            chars = fragment.charFormat()
-            if chars.isAnchor():
-                chars.setForeground(colours.link)
-            if fmt.headingLevel():  # Qt's size steps (an h1 twice the text) win over a point size: cleared
-                chars.clearProperty(QTextFormat.Property.FontSizeAdjustment)
-                chars.setFontPointSize(heading_size)
-            spans.append((fragment.position(), fragment.length(), chars))
-            fragments += 1
-        block = block.next()
-    for position, length, chars in spans:
-        cursor = QTextCursor(document)
-        cursor.setPosition(position)
-        cursor.setPosition(position + length, QTextCursor.MoveMode.KeepAnchor)
-        cursor.setCharFormat(chars)
-    return code_starts
-
-
-def _add_copy_bar(first_line: QTextBlock, code: str, colours: theme.Theme) -> None:
-    """A shaded line above a code block with a link that copies `code`."""
-    href = f"{COPY}:code/{bytes(QUrl.toPercentEncoding(code)).decode()}"
-    cursor = QTextCursor(first_line)
-    cursor.insertBlock(first_line.blockFormat(), first_line.charFormat())  # the code moves a line down
-    cursor.movePosition(QTextCursor.MoveOperation.PreviousBlock)
-    cursor.setBlockFormat(_bar_format(colours))
-    link = QTextCharFormat()
-    link.setAnchor(True)
-    link.setAnchorHref(href)
-    link.setForeground(colours.link)
-    cursor.insertText("Copy code", link)
-
-
-def _bar_format(colours: theme.Theme) -> QTextBlockFormat:
-    bar = QTextBlockFormat()
-    bar.setBackground(colours.code_background)  # the link on the left: a long line may take the right out of view
-    bar.setTopMargin(PARAGRAPH_MARGIN)
-    return bar
-
-
-def _code_from(block: QTextBlock) -> str:
-    """The code block's text from its line `block` on (each line is a block of its own)."""
-    lines = []
-    while block.isValid() and block.blockFormat().nonBreakableLines():
-        lines.append(block.text())
-        block = block.next()
-    return "\n".join(lines)
-
-
 def _copied(href: str) -> tuple[str, str]:
     """What a Copy link copies: ("message", its turn's index) or ("code", the code)."""
     kind, _, what = QUrl(href).path(QUrl.ComponentFormattingOption.FullyDecoded).partition("/")
     return kind, what
 
 
-def _opening_fence(line: str) -> str:
-    """The fence (``` or ~~~, or longer) that `line` opens a code block with; "" when it opens none."""
-    found = _FENCE.fullmatch(line)
-    if found is None or (found[2][0] == "`" and "`" in found[3]):  # ```x``` is inline code
-        return ""
-    return found[2]
+@dataclass
+class StreamingReply:
+    """The reply that streams into the transcript: its text so far and where it stands in the document."""
 
+    start: int  # where its heading begins
+    end: QTextCursor  # stays at its end: moving a new cursor there costs a text shaping
+    tail_start: int  # where the tail, its Markdown after the last finished block, begins
+    pieces: list[str] = field(default_factory=list)
+    markdown: MarkdownStream = field(default_factory=MarkdownStream)
+    tail_format: QTextCharFormat = field(default_factory=QTextCharFormat)  # plain, or monospace in a code block
+    width: int = 0  # the width the tail's lines were split at
 
-def finished_length(tail: str) -> int:
-    """How much of `tail`, Markdown from a block's start, is whole blocks that what follows cannot change:
-    up to a blank line that an unindented line follows (an indented one may go on with a list item), up
-    to a fence that opens a code block, and past the fence that closes it. Not before a table: rendered
-    alone, Qt would put an empty line above it that the whole reply has not."""
-    finished, position, fence, top_level, after_blank = 0, 0, "", False, False
-    lines = tail.split("\n")
-    for number, line in enumerate(lines):
-        whole = number < len(lines) - 1
-        if fence:  # in a code block, only its closing fence counts
-            found = _FENCE.fullmatch(line)
-            if whole and found and found[2].startswith(fence) and not found[3].strip():
-                fence = ""
-                if top_level:
-                    finished = position + len(line) + 1
-        elif not line.strip():
-            after_blank = after_blank or whole
-        else:
-            if after_blank and not line[0].isspace() and line[0] != "|":
-                finished = position
-            after_blank = False
-            fence = _opening_fence(line) if whole else ""
-            top_level = not line[0].isspace()
-            if fence and top_level:
-                finished = position
-        position += len(line) + 1
-    return finished
-
-
-def _open_code(tail: str) -> str | None:
-    """The code so far when `tail` starts with a fence that opens a code block; None otherwise."""
-    first, newline, code = tail.partition("\n")
-    return code if newline and not first[:1].isspace() and _opening_fence(first) else None
-
-
-def fenced_code(markdown: str) -> list[str]:
-    """The code of each fenced code block, as written (those in a quote aside)."""
-    blocks, fence, indent, lines = [], "", 0, []
-    for line in markdown.split("\n"):
-        if fence:
-            found = _FENCE.fullmatch(line)
-            if found and found[2].startswith(fence) and not found[3].strip():
-                blocks.append("\n".join(lines))
-                fence = ""
-            else:  # the fence's indentation is not the code's
-                lines.append(line[min(indent, len(line) - len(line.lstrip(" "))) :])
-        elif fence := _opening_fence(line):
-            indent, lines = len(line) - len(line.lstrip(" ")), []
-    if fence:  # one left open runs to the end
-        blocks.append("\n".join(lines))
-    return blocks
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 class Transcript(QTextBrowser):
@@ -281,15 +106,7 @@ class Transcript(QTextBrowser):
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
         self.context_menu: QMenu | None = None  # the last one shown
-        self._reply_start = 0  # where the streaming reply's heading begins
-        # a cursor that stays at the reply's end while one streams: moving a new one there costs a
-        # text shaping
-        self._reply_end: QTextCursor | None = None
-        self._streamed: list[str] = []  # the reply's text so far
-        self._tail = ""  # its Markdown after the last finished block: shown as it came
-        self._tail_start = 0  # where the tail begins in the document
-        self._tail_format = QTextCharFormat()  # the tail's text: plain, or monospace in a code block
-        self._reply_width = 0  # the width the tail's lines were split at
+        self._reply: StreamingReply | None = None  # from begin_reply until the chat with it is shown
         # Qt hands the scroll area its viewport's resizes, also when the scroll bar comes and goes
         # in the middle of an insert: the new layout waits for the event loop
         self._relayout = QTimer(self, interval=0, timeout=self._relayout_reply)
@@ -297,9 +114,9 @@ class Transcript(QTextBrowser):
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
-        if self._reply_end is not None:  # the streamed reply gives way to its rendered form
+        if self._reply is not None:  # the streamed reply gives way to its rendered form
             self._remove_reply()
-            self._reply_end = None
+            self._reply = None
         turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
         if turns[: len(self._shown)] != self._shown:
             self.clear()
@@ -339,89 +156,85 @@ class Transcript(QTextBrowser):
         """Show the chat plus an empty assistant turn that streamed text is appended to."""
         self.show_messages(messages)
         if self.completion:  # the model's text goes on where the text stands, as it comes
-            self._reply_end = self._end()
-            self._reply_start = self._reply_end.position()
-            self._streamed = []
+            end = self._end()
+            self._reply = StreamingReply(start=end.position(), end=end, tail_start=end.position())
             self._scroll_to_end()
             return
         cursor = self._new_block()
-        self._reply_start = cursor.position()
-        self._streamed, self._tail = [], ""
-        self._reply_width = self.viewport().width()
+        start = cursor.position()
         _insert_assistant_heading(cursor, len(self._shown), theme.current())
         cursor.insertBlock(QTextBlockFormat())
-        self._tail_start = cursor.position()
-        self._reply_end = cursor
+        self._reply = StreamingReply(start=start, end=cursor, tail_start=cursor.position())
         self._show_tail()
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
-        self._streamed.append(text)
+        reply = self._reply
+        reply.pieces.append(text)
         if self.completion:
-            self._reply_end.insertText(text, _completion_format("assistant", theme.current()))
-            _split_finished_lines(self._reply_end)
+            reply.end.insertText(text, _completion_format("assistant", theme.current()))
+            _split_finished_lines(reply.end)
             if at_bottom:
                 self._scroll_to_end()
             return
-        line_ended = "\n" in text or self._tail.endswith("\n")  # only then can a block end or a code block begin
-        blank = not self._tail.strip()  # shown without its blank lines, which text now follows
-        self._tail += text
-        finished = finished_length(self._tail) if line_ended else 0
-        if finished:
-            self._render_finished(self._tail[:finished])
-            self._tail = self._tail[finished:]
+        markdown = reply.markdown
+        blank = not markdown.tail.strip()  # shown without its blank lines, which text now follows
+        if finished := markdown.feed(text):
+            self._render_finished(finished)
             self._show_tail()
-        elif blank or (line_ended and not self._tail_format.fontFixedPitch() and _open_code(self._tail) is not None):
+        elif blank or (markdown.line_ended and not reply.tail_format.fontFixedPitch() and markdown.open_code is not None):
             self._show_tail()  # the first text after blank lines, or a code block begun: laid out anew
         else:
-            self._reply_end.insertText(text, self._tail_format)
-            _split_finished_lines(self._reply_end)
+            reply.end.insertText(text, reply.tail_format)
+            _split_finished_lines(reply.end)
         if at_bottom:  # follow the stream unless the user scrolled up to read
             self._scroll_to_end()
 
     def _render_finished(self, markdown: str) -> None:
         """Put the rendered form of the tail's finished blocks in its place, and a new tail after them."""
-        cursor = self._reply_end
-        cursor.setPosition(self._tail_start, QTextCursor.MoveMode.KeepAnchor)
+        reply = self._reply
+        cursor = reply.end
+        cursor.setPosition(reply.tail_start, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         if not markdown.strip():
             return
-        under_name = cursor.block().previous().position() == self._reply_start
+        under_name = cursor.block().previous().position() == reply.start
         cursor.insertFragment(markdown_fragment(markdown, theme.current(), under_name))
         # the emptied tail block took the fragment's empty first one; removing its end joins it to the
         # next, which keeps its own format: a block's format survives the removal of the break before it
-        QTextCursor(self.document().findBlock(self._tail_start)).deleteChar()
+        QTextCursor(self.document().findBlock(reply.tail_start)).deleteChar()
         cursor = self._end()
         cursor.insertBlock(QTextBlockFormat())
-        self._tail_start = cursor.position()
-        self._reply_end = cursor
+        reply.tail_start = cursor.position()
+        reply.end = cursor
 
     def _show_tail(self) -> None:
         """Lay out the tail anew, as it came but for blank lines before it; an open code block already
         shaded and monospace, under the line its Copy code link will take."""
-        self._reply_width = self.viewport().width()
-        cursor = self._reply_end
-        cursor.setPosition(self._tail_start, QTextCursor.MoveMode.KeepAnchor)
+        reply = self._reply
+        reply.width = self.viewport().width()
+        cursor = reply.end
+        cursor.setPosition(reply.tail_start, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         colours = theme.current()
-        code = _open_code(self._tail)
+        code = reply.markdown.open_code
         paragraph = QTextBlockFormat()
-        self._tail_format = QTextCharFormat()
+        reply.tail_format = QTextCharFormat()
         if code is not None:
-            cursor.setBlockFormat(_bar_format(colours))
+            cursor.setBlockFormat(code_bar_format(colours))
             paragraph.setNonBreakableLines(True)
             paragraph.setBackground(colours.code_background)
-            self._tail_format.setFontFamilies([QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()])
-            self._tail_format.setFontFixedPitch(True)
+            reply.tail_format.setFontFamilies([QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()])
+            reply.tail_format.setFontFixedPitch(True)
             cursor.insertBlock(paragraph)
         else:
-            under_name = cursor.block().previous().position() == self._reply_start
+            under_name = cursor.block().previous().position() == reply.start
             paragraph.setTopMargin(0 if under_name else PARAGRAPH_MARGIN)
             paragraph.setBottomMargin(PARAGRAPH_MARGIN)
             cursor.setBlockFormat(paragraph)
-        cursor.insertText(self._tail.lstrip("\n") if code is None else code, self._tail_format)
+        cursor.insertText(reply.markdown.tail.lstrip("\n") if code is None else code, reply.tail_format)
         _split_finished_lines(cursor)
 
     # -- copying -------------------------------------------------------------------------------
@@ -457,7 +270,9 @@ class Transcript(QTextBrowser):
         QToolTip.showText(QCursor.pos(), f"Copied, not opened: a {url.scheme() or 'relative'} link", self.viewport())
 
     def _message(self, index: int) -> str:
-        return self._shown[index][1] if index < len(self._shown) else "".join(self._streamed)
+        if index < len(self._shown):
+            return self._shown[index][1]
+        return self._reply.text if self._reply is not None else ""
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         """The standard menu (Copy of a selection, Select All) with Copy message and, on a code
@@ -488,14 +303,14 @@ class Transcript(QTextBrowser):
         return self._starts[index]
 
     @property
-    def reply_start(self) -> int:
-        """Where the streaming reply's heading begins in the document."""
-        return self._reply_start
+    def reply_start(self) -> int | None:
+        """Where the streaming reply's heading begins in the document; None when no reply streams."""
+        return self._reply.start if self._reply is not None else None
 
     def message_at(self, position: int) -> str | None:
         """The text of the turn shown at a document position, also of the reply streaming."""
-        if self._reply_end is not None and position >= self._reply_start:
-            return "".join(self._streamed)
+        if self._reply is not None and position >= self._reply.start:
+            return self._reply.text
         index = bisect.bisect_right(self._starts, position) - 1
         return self._shown[index][1] if index >= 0 else None
 
@@ -508,21 +323,21 @@ class Transcript(QTextBrowser):
             block = block.previous()
         bar = block.previous().begin()  # the Copy code bar above it, whose link has the code as written
         link = "" if bar.atEnd() else bar.fragment().charFormat().anchorHref()
-        return _copied(link)[1] if link.startswith(f"{COPY}:code/") else _code_from(block)
+        return _copied(link)[1] if link.startswith(f"{COPY}:code/") else code_from(block)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        if self._reply_end is not None:
+        if self._reply is not None:
             self._relayout.start()
 
     def _relayout_reply(self) -> None:
         """The tail's lines were split where the old width wrapped them: lay them out anew."""
-        if self._reply_end is not None and not self.completion and self.viewport().width() != self._reply_width:
+        if self._reply is not None and not self.completion and self.viewport().width() != self._reply.width:
             self._show_tail()
 
     def _remove_reply(self) -> None:
         cursor = self._end()
-        cursor.setPosition(self._reply_start, QTextCursor.MoveMode.KeepAnchor)
+        cursor.setPosition(self._reply.start, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
 
     def _new_block(self) -> QTextCursor:
