@@ -5,37 +5,33 @@ It draws the Workspace (app/workspace: the panes' life, the chats, what is saved
 the user does to it; one 10 Hz timer samples the metrics, moves the plots and refreshes every pane's readout. While the
 window is minimized nothing is drawn (the metrics are still sampled and the text kept): the engine
 gets the CPU, and restoring the window catches up at once.
+
+Its parts beside it: window_menus.py (the toolbar and menus), status_line.py, loaded_models.py,
+engine_recovery.py (the banner's Restart) and window_closing.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import html
 import math
-import os
 import time
 from pathlib import Path
 
 from PySide6.QtCore import QElapsedTimer, QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QMainWindow,
     QMessageBox,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 from qasync import asyncSlot
 
 from app.client import EngineClient
-from app.engine.errors import EngineError
-from app.engine.stats import EngineSnapshot
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
 from app.workspace.chat_store import ChatStore
@@ -51,12 +47,16 @@ from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
+from .engine_recovery import EngineRecovery
 from .fan_out import FanOutDialog, Sweep
+from .loaded_models import LoadedModels
 from .model_library import ModelLibrary
 from .plots import PlotsPanel
-from .readout import Readout
 from .serve_control import ServeControl
 from .settings import AppSettings
+from .status_line import add_status_widgets, engine_status, show_save_state
+from .window_closing import WindowClosing
+from .window_menus import build_menus, build_toolbar, show_about
 from .window_placement import place_window
 
 TICK_MS = 100
@@ -66,14 +66,6 @@ COMPARE_HEIGHT = 200  # px: the compare dock's first height
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
-
-
-def short_name(name: str, chars: int = 16) -> str:
-    """A model's name within `chars`, its start and its end kept (where sizes and quantizations are)."""
-    if len(name) <= chars:
-        return name
-    tail = chars // 2
-    return f"{name[: chars - tail - 1]}…{name[-tail:]}"
 
 
 def grid_columns(n: int) -> int:
@@ -91,11 +83,10 @@ class MainWindow(QMainWindow):
         self.workspace = Workspace(Sources(client, self.metrics.on_events), store, settings, self.metrics, client.config.capacity)
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []  # the workspace's sessions' views, in its order
-        self._closing: asyncio.Task | None = None  # the shutdown, once the window is asked to close
-        self._closed = False
+        self.closing = WindowClosing(self)
         self.close_box: QMessageBox | None = None  # the last "Close pane" question
         self.fan_out_dialog: FanOutDialog | None = None  # the last one opened
-        client.add_failure_listener(self._on_engine_failed)
+        self.models = LoadedModels(self)
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
         # when text arrives, not on a clock of its own: the engine's steps (a token for every pane)
         # are further apart than FLUSH_MS, so text is shown at once and the GUI thread wakes no more
@@ -106,17 +97,17 @@ class MainWindow(QMainWindow):
         self._ticks = 0
         self._build()
         self._observe(self.workspace)
-        self._show_title()
-        self.workspace.completion = self._is_base_model
+        self.models.show_title()
+        self.workspace.completion = self.models.is_base_model
         self.workspace.restore(pane_count)
         place_window(self, self.settings.geometry)
         self.restoreState(self.settings.window_state)  # the docks as they were left (an empty state: the defaults)
-        self._suit_blank_panes_to_model()
+        self.models.suit_blank_panes()
         self.chat_list.show_rows([ChatRow.of(chat, is_open) for chat, is_open in self.workspace.listed_chats()])
         if client.failure:
-            self._on_engine_failed(client.failure)
-        self._timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
-        self._timer.start()
+            self.recovery.on_failed(client.failure)
+        self.tick_timer = QTimer(self, interval=TICK_MS, timeout=self.tick)
+        self.tick_timer.start()
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -125,7 +116,6 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 6)
         self.banner = EngineBanner()
-        self.banner.sigRestart.connect(self.restart_engine)
         layout.addWidget(self.banner)
         layout.addLayout(self._broadcast_bar())
         self.grid = QGridLayout()
@@ -152,25 +142,26 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.plots_dock, self.bench_dock)
         self.plots_dock.raise_()
         self.bench_dock.hide()
-        self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self._model_paths())
-        self.library.sigLoad.connect(self.load_model)
-        self.library.sigUnload.connect(self.unload_model)
+        self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self.models.paths)
+        self.library.sigLoad.connect(self.models.load)
+        self.library.sigUnload.connect(self.models.unload)
         self.library_dock = self._dock("Model library", self.library, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.library_dock.hide()
         self.compare_view = CompareView()
         self.compare_view.sigExported.connect(self._show_exported)
         self.compare_dock = self._dock("Compare", self.compare_view, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.compare_dock.hide()
-        self._build_toolbar()
-        self._build_menus()
-        self.status_label = Readout(muted=False, pixel_size=12)
-        self.status_label.setMinimumWidth(560)
-        self.status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        self.save_warning = QLabel()
-        self.save_warning.setStyleSheet("color: white; background: #b00020; padding: 1px 6px;")
-        self.save_warning.hide()
-        self.statusBar().addPermanentWidget(self.save_warning)
-        self.statusBar().addPermanentWidget(self.status_label)
+        self.status_label, self.save_warning = add_status_widgets(self.statusBar())
+        self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
+        self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
+        self.serve_control.sigServing.connect(self._on_serving)
+        self.add_action = QAction("Add pane", self, triggered=self.add_pane)
+        self.remove_action = QAction("Remove last pane", self, triggered=self._on_remove_last)
+        self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
+        self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
+        self.about_action = QAction("About", self, triggered=lambda: show_about(self, self.client))
+        build_toolbar(self)
+        build_menus(self)
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -193,76 +184,6 @@ class MainWindow(QMainWindow):
         self.addDockWidget(area, dock)
         return dock
 
-    def _build_toolbar(self) -> None:
-        bar = self.addToolBar("Main")
-        bar.setObjectName("main-toolbar")
-        self.add_action = QAction("Add pane", self, triggered=self.add_pane)
-        bar.addAction(self.add_action)
-        self.remove_action = QAction("Remove last pane", self, triggered=self._on_remove_last)
-        bar.addAction(self.remove_action)
-        bar.addSeparator()
-        bar.addAction(self.chats_dock.toggleViewAction())
-        bar.addAction(self.engine_dock.toggleViewAction())
-        bar.addAction(self.plots_dock.toggleViewAction())
-        bar.addAction(self.bench_dock.toggleViewAction())
-        bar.addAction(self.library_dock.toggleViewAction())
-        self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
-        self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
-        bar.addAction(self.fan_out_action)
-        # shown from the toolbar, a dock tabbed behind the plots comes to the front
-        for dock in (self.plots_dock, self.bench_dock):
-            dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
-        bar.addSeparator()
-        self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
-        self.serve_control.sigServing.connect(self._on_serving)
-        bar.addWidget(self.serve_control)
-
-    def _build_menus(self) -> None:
-        """The menu bar, and the shortcuts people expect of a chat app."""
-        menus = self.menuBar()
-        file = menus.addMenu("&File")
-        self.add_action.setShortcut(QKeySequence.StandardKey.New)
-        file.addAction(self.add_action)
-        file.addAction(self.remove_action)
-        file.addSeparator()
-        file.addAction(QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit, triggered=self.close))
-        view = menus.addMenu("&View")
-        docks = (self.chats_dock, self.engine_dock, self.plots_dock, self.bench_dock, self.library_dock)
-        for n, dock in enumerate(docks, 1):
-            dock.toggleViewAction().setShortcut(QKeySequence(f"Ctrl+{n}"))
-            view.addAction(dock.toggleViewAction())
-        view.addSeparator()
-        focus = QAction("Broadcast field", self, shortcut=QKeySequence("Ctrl+L"))
-        focus.triggered.connect(lambda: self.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason))
-        view.addAction(focus)
-        compare = menus.addMenu("&Compare")
-        self.fan_out_action.setShortcut(QKeySequence("Ctrl+Shift+F"))
-        compare.addAction(self.fan_out_action)
-        self.compare_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+6"))
-        compare.addAction(self.compare_dock.toggleViewAction())
-        engine = menus.addMenu("&Engine")
-        engine.addAction(QAction("Stop all replies", self, shortcut=QKeySequence("Ctrl+."), triggered=self.stop_all))
-        engine.addAction(QAction("Restart engine", self, triggered=self.restart_engine))
-        help_menu = menus.addMenu("&Help")
-        self.about_action = QAction("About", self, triggered=self._show_about)
-        help_menu.addAction(self.about_action)
-
-    def _show_about(self) -> None:
-        info = self.client.model_info
-        model = Path(self.client.config.model_path).name
-        box = QMessageBox(QMessageBox.Icon.Information, "About Batch playground", "", parent=self)
-        box.setText(
-            "<b>Batch playground</b><br>Several chat panes on one batching llama.cpp engine, "
-            "with live figures of what batching and KV-cache reuse buy.<br><br>"
-            f"Model: {html.escape(model)}" + (f" ({info.n_params / 1e6:.0f}M parameters)" if info else "") + "<br>"
-            "Keys: Enter sends, Shift+Enter starts a line, Escape stops a reply, Ctrl+N adds a pane, "
-            "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+Shift+F fans out a prompt, "
-            "Ctrl+1 to 6 show the docks."
-        )
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.setWindowModality(Qt.WindowModality.NonModal)  # the panes stream on behind it
-        box.show()
-
     def _on_serving(self, serving: bool) -> None:
         """Requests from outside get their own curves while the server runs."""
         if serving:
@@ -281,7 +202,7 @@ class MainWindow(QMainWindow):
         ws.pane_removed.connect(self._on_pane_removed)
         ws.chat_listed.connect(lambda chat, is_open: self.chat_list.update_row(ChatRow.of(chat, is_open)))
         ws.chat_unlisted.connect(self.chat_list.remove_row)
-        ws.saved.connect(self._show_save_state)
+        ws.saved.connect(lambda: show_save_state(self.statusBar(), self.save_warning, ws.saves, self.store.folder))
         ws.said.connect(lambda text: self.statusBar().showMessage(text, 15000))
         ws.said_in_list.connect(self.chat_list.say)
 
@@ -300,8 +221,8 @@ class MainWindow(QMainWindow):
     def _on_pane_added(self, session: PaneSession, index: int) -> None:
         pane = ChatPane(session)
         session.text_received.connect(self._request_flush)
-        session.params_changed.connect(lambda _params: self._name_in_plots(session))
-        session.chat_changed.connect(lambda _chat: self._name_in_plots(session))
+        session.params_changed.connect(lambda _params: self.models.name_in_plots(session))
+        session.chat_changed.connect(lambda _chat: self.models.name_in_plots(session))
         session.reply_ended.connect(lambda final: self.compare_view.finish(session.key, final, session.reply_logprobs))
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(lambda p: self.workspace.copy_settings(p.session))
@@ -312,7 +233,7 @@ class MainWindow(QMainWindow):
             pane.show_models(list(self.client.models))
         self.panes.insert(index, pane)
         self.plots.add_pane(session.key, session.colour, session.chat.name)
-        self._name_in_plots(session)
+        self.models.name_in_plots(session)
         self._relayout()
 
     def _on_pane_removed(self, session: PaneSession) -> None:
@@ -354,22 +275,6 @@ class MainWindow(QMainWindow):
             self.grid.setColumnStretch(c, 1 if c < cols else 0)
         self.add_action.setEnabled(len(self.panes) < self.capacity)
         self.engine_panel.set_min_capacity(len(self.panes))
-
-    # -- saving --------------------------------------------------------------------------------
-
-    def _show_save_state(self) -> None:
-        """A failing save is told once, in the status bar, until a save works again; a repaired text, in a message."""
-        saves = self.workspace.saves
-        if saves.repaired:
-            names = ", ".join(f"“{chat.name}”" for chat in saves.repaired)
-            self.statusBar().showMessage(f"The text of {names} was repaired to be saved: broken characters became �.", 20000)
-        error = saves.failure
-        if error is None:
-            self.save_warning.hide()
-        elif self.save_warning.isHidden():
-            self.save_warning.setText(f"Chats cannot be saved: {error.strerror or error}. They are kept and saved when possible.")
-            self.save_warning.setToolTip(f"{self.store.folder}\n{error}")
-            self.save_warning.show()
 
     # -- the chat list -------------------------------------------------------------------------
 
@@ -484,143 +389,20 @@ class MainWindow(QMainWindow):
         self.settings.set_engine_config(config)
         self.workspace.set_capacity(self.client.config.capacity)
         self._relayout()
-        self._show_title()
+        self.models.show_title()
         self.show_models()
-        self._suit_blank_panes_to_model()
-
-    @property
-    def _is_base_model(self) -> bool:
-        info = self.client.model_info
-        return info is not None and not info.has_chat_template
-
-    def _suit_blank_panes_to_model(self) -> None:
-        """Blank panes follow the model: completion mode for a base model (⚙ switches a pane)."""
-        completion = self._is_base_model
-        self.workspace.suit_blank_panes(completion)
-        if completion:
-            self.statusBar().showMessage(
-                f"{Path(self.client.config.model_path).name} has no chat template (a base model): new panes continue "
-                "text (completion mode); ⚙ switches a pane to chat.",
-                20000,
-            )
-
-    @asyncSlot(str)
-    async def load_model(self, path: str) -> None:
-        """The library's Load: the model beside those loaded, with the first one's settings; the
-        panes pick it in their header. One that cannot be loaded is said in the library."""
-        try:
-            name = await self.client.load_model(self.client.config.with_(model_path=path))
-        except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
-            self.library.set_loaded(self._model_paths(), str(e))
-            return
-        self.show_models()
-        self.statusBar().showMessage(f"Loaded {name}: pick it in a pane's header.", 10000)
-
-    @asyncSlot(str)
-    async def unload_model(self, path: str) -> None:
-        """The library's Unload: its panes' replies end with a notice, and they go on with the first model."""
-        name = next((n for n, info in self.client.models.items() if os.path.realpath(info.path) == os.path.realpath(path)), None)
-        if name is None:
-            return
-        try:
-            await self.client.unload_model(name)
-        except (EngineError, ValueError) as e:  # the last model: nothing would be left to chat with
-            self.statusBar().showMessage(f"{name} stays loaded: {e}", 10000)
-            return
-        self.show_models()
-        self.statusBar().showMessage(f"Unloaded {name}.", 10000)
-
-    def _name_in_plots(self, session: PaneSession) -> None:
-        """The pane's name in the plots' legend, with its model's when more than one is loaded."""
-        models = self.client.models
-        name = session.chat.name
-        if len(models) >= 2 and session.params.endpoint() is None:
-            name = f"{name} · {short_name(session.model or next(iter(models)))}"
-        self.plots.name_pane(session.key, name)
-
-    def _model_paths(self) -> list[str]:
-        return [info.path for info in self.client.models.values()]
+        self.models.suit_blank_panes()
 
     def show_models(self) -> None:
         """The loaded models everywhere they show (the panes' pickers, the library, the title), and
         kept for the next start."""
-        names = list(self.client.models)
-        if not names:  # the engine thread has stopped: nothing changed
-            return
-        for pane in self.panes:
-            pane.show_models(names)
-            self._name_in_plots(pane.session)
-        self.library.set_loaded(self._model_paths())
-        self.settings.extra_models = self._model_paths()[1:]
-        self._show_title()
-
-    def _show_title(self) -> None:
-        """The window's title names the models the local panes talk to."""
-        names = list(self.client.models) or [Path(self.client.config.model_path).stem]
-        self.setWindowTitle(f"{' + '.join(names)} · Batch playground")
-
-    def _on_engine_failed(self, reason: str) -> None:
-        """The engine thread ended on its own; every stream has already ended with the reason."""
-        self.banner.show_failure(reason)
-
-    @asyncSlot()
-    async def restart_engine(self) -> None:
-        """A fresh engine on the same configuration; the panes keep their chats (their next turn
-        reads the whole chat again, as the old engine's cache is gone)."""
-        self.banner.show_restarting()
-        try:
-            await self.client.restart()
-        except (EngineError, OSError, ValueError) as e:
-            self.banner.show_restart_failed(str(e))
-            return
-        self.banner.hide()
-        self.engine_panel.show_model_facts()
-        self.statusBar().showMessage("The engine was restarted.", 10000)
+        self.models.show()
 
     # -- closing -------------------------------------------------------------------------------
 
-    async def shutdown(self) -> None:
-        """Cancel every reply, save, and close the engine."""
-        self._timer.stop()
-        self.benchmark_panel.cancel()
-        self.settings.geometry = self.saveGeometry()
-        self.settings.window_state = self.saveState()
-        self.settings.sync()
-        await self.serve_control.stop()
-        await self.workspace.shutdown()
-        self.settings.sync()
-        await self.client.close()  # also when the engine has stopped on its own
-
     @property
     def is_closed(self) -> bool:
-        return self._closed
+        return self.closing.is_closed
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        # the first close only starts the async shutdown; its end closes the window for real
-        if self._closed:
-            event.accept()
-            return
-        event.ignore()
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close_async())  # kept: a task without a reference may be collected
-
-    async def _close_async(self) -> None:
-        try:
-            await self.shutdown()
-        finally:
-            self._closed = True
-            self.close()
-            self.sigClosed.emit()
-
-
-def engine_status(mode: str, s: EngineSnapshot) -> str:
-    """The status bar's line: what runs and waits, the pool, and the RAM tier once it was used."""
-    text = (
-        f"{mode} · running {s.running - s.paused}{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
-        f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions}"
-    )
-    if s.recomputed_tokens:  # what a larger pool (or the RAM tier) would not have paid
-        text += f" · recomputed {s.recomputed_tokens} tokens"
-    if s.saves:
-        text += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
-    return f"{text} · steps {s.steps}"
+        self.closing.on_close_event(event)
