@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args) -> int:
     from .bench import BenchSettings, format_table, guide_rows, load_prompts, run_bench
     from .default_model import default_model_path
-    from .engine.backend import check_gguf_file
+    from .engine.model_file import check_gguf_file
 
     model, *others = args.bench_models or [default_model_path()]
     for path in (model, *others):
@@ -271,7 +271,7 @@ def _print_turns(run: dict) -> None:
 
 def _serve(args) -> int:
     from .default_model import default_model_path
-    from .engine.backend import check_gguf_file
+    from .engine.model_file import check_gguf_file
     from .server.run import serve
 
     paths = args.serve_models or [default_model_path()]

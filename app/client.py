@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
-from .engine.backend import ModelInfo
 from .engine.engine_thread import EngineThread, model_name
 from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
+from .engine.model_info import ModelInfo
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
 from .engine.stats import EngineSnapshot, StepStats

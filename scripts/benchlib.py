@@ -107,8 +107,8 @@ def peers_bin() -> str:
 
 def repack_flags() -> list[str]:
     """llama.cpp's AMX weight packing crashes llama_decode on this CPU family (the engine loads
-    without it too, see backend.py): where the build has AMX, a peer runs with --no-repack."""
-    amx = app_says("from app.engine.backend import build_has_amx as b; print(b())")
+    without it too, see app/engine/llama/context.py): where the build has AMX, a peer runs with --no-repack."""
+    amx = app_says("from app.engine.llama.devices import build_has_amx as b; print(b())")
     return ["--no-repack"] if amx == "True" else []
 
 

@@ -25,7 +25,7 @@ def model_path() -> str:
 @pytest.fixture(scope="session")
 def q8_model_path(model_path, tmp_path_factory) -> str:
     """A second model, made offline: the bundled one re-quantized to Q8_0 (about a second on 2 cores)."""
-    from app.engine.backend import quantize
+    from app.engine.llama.quantize import quantize
 
     path = str(tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct.Q8_0.gguf")
     quantize(model_path, path, "q8_0", n_threads=2)

@@ -58,8 +58,8 @@ def divergence_is_a_near_tie(model_path: str, prompt: list[int], a_ids: list[int
     was so: both tokens must be within NEAR_TIE of the best logit there. A sequence that read wrong
     cells would leave a clear winner instead.
     """
-    from app.engine.backend import LlamaBackend
     from app.engine.kv_cache import common_prefix_len
+    from app.engine.llama.context import LlamaBackend
 
     k = common_prefix_len(a_ids, b_ids)
     if k == min(len(a_ids), len(b_ids)):
@@ -69,7 +69,7 @@ def divergence_is_a_near_tie(model_path: str, prompt: list[int], a_ids: list[int
         backend.batch.clear()
         row = backend.batch.add(0, prompt + a_ids[:k], 0, True)
         assert backend.decode() == 0
-        logits = backend.logits(row)
+        logits = backend.samplers.logits(row)
     finally:
         backend.close()
     best = float(logits.max())

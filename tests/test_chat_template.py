@@ -10,12 +10,12 @@ def test_chat_template_that_cannot_be_parsed_falls_back_to_chatml():
 
 
 def test_the_default_models_own_template_renders_its_default_system_prompt(model_path):
-    from app.engine.backend import LlamaBackend
+    from app.engine.llama.context import LlamaBackend
     from app.engine.params import EngineConfig
 
     backend = LlamaBackend(EngineConfig(model_path, n_ctx=512, capacity=1, n_threads=1))
     try:
-        template = ChatTemplate(backend.chat_template, backend.bos_text, backend.eos_text)
+        template = ChatTemplate(backend.chat_template, backend.vocab.bos_text, backend.vocab.eos_text)
     finally:
         backend.close()
     text = template.render([{"role": "user", "content": "hi"}])

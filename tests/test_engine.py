@@ -125,7 +125,7 @@ def test_multibyte_character_split_across_tokens_streams_whole(config):
     async def main():
         async with Started(config) as client:
             pieces = await client.call(
-                lambda engine: [engine.backend.piece(t) for t in engine.backend.tokenize("🌍", add_special=False)]
+                lambda engine: [engine.backend.vocab.piece(t) for t in engine.backend.vocab.tokenize("🌍", add_special=False)]
             )
             events, final = await collect(
                 client.generate(prompt="Earth emoji: 🌍🌍🌍🌍🌍🌍🌍🌍", params=GREEDY.with_(max_tokens=24))
@@ -252,7 +252,7 @@ def test_ignore_eos_bans_end_of_generation_tokens(config):
             sampled = await collect(
                 client.generate(question, SamplingParams(temperature=1.5, seed=7, max_tokens=32, ignore_eos=True))
             )
-            eog = await client.call(lambda e: set(e.backend.eog_tokens))
+            eog = await client.call(lambda e: set(e.backend.vocab.eog_tokens))
             return plain, banned, sampled, eog
 
     (plain_events, plain), (banned_events, banned), (sampled_events, sampled), eog = run(main())

@@ -17,8 +17,9 @@ from spawn import free_port, running, serve_command
 
 from app.bench import BenchSettings, conversations_for, engine_config
 from app.cli import build_parser, engine_overrides, main
-from app.engine.backend import LlamaBackend, build_info
 from app.engine.errors import ModelLoadError
+from app.engine.llama.context import LlamaBackend
+from app.engine.llama.devices import build_info
 from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
 from app.engine.pool import MIN_POOL, KVShape, default_pool, free_memory_bytes, halvings
 
@@ -217,22 +218,22 @@ def test_by_default_a_shared_prefix_gives_the_logits_of_one_computed_in_place(mo
     def first_logits(flash_attn: FlashAttn) -> tuple[float, str]:
         backend = _backend(model_path, flash_attn=flash_attn)
         try:
-            tokens = backend.tokenize("<|im_start|>user\nWrite a word.<|im_end|>\n<|im_start|>assistant\n")
+            tokens = backend.vocab.tokenize("<|im_start|>user\nWrite a word.<|im_end|>\n<|im_start|>assistant\n")
             backend.batch.clear()
             row = backend.batch.add(0, tokens, 0, True)
             assert backend.decode() == 0
-            whole = backend.logits(row)
+            whole = backend.samplers.logits(row)
             token, pos = int(whole.argmax()), len(tokens)
             for _ in range(24):  # slot 0's reply: cells between the prefix and what slot 1 writes next
                 backend.batch.clear()
                 row = backend.batch.add(0, [token], pos, True)
                 assert backend.decode() == 0
-                token, pos = int(backend.logits(row).argmax()), pos + 1
+                token, pos = int(backend.samplers.logits(row).argmax()), pos + 1
             backend.seq_cp(0, 1, 0, len(tokens) - 1)
             backend.batch.clear()
             row = backend.batch.add(1, tokens[-1:], len(tokens) - 1, True)
             assert backend.decode() == 0
-            return float(np.abs(backend.logits(row) - whole).max()), backend.info.flash_attn
+            return float(np.abs(backend.samplers.logits(row) - whole).max()), backend.info.flash_attn
         finally:
             backend.close()
 
@@ -244,7 +245,7 @@ def test_by_default_a_shared_prefix_gives_the_logits_of_one_computed_in_place(mo
 def test_q8_0_cache_takes_about_half_the_memory_of_f16(model_path):
     f16 = _backend(model_path)
     try:
-        tokens = f16.tokenize("The quick brown fox jumps over the lazy dog. " * 12)
+        tokens = f16.vocab.tokenize("The quick brown fox jumps over the lazy dog. " * 12)
         f16_state, f16_info = _state_after_prompt(f16, tokens), f16.info
     finally:
         f16.close()
@@ -270,13 +271,15 @@ def test_flash_attention_on_and_off_agree_up_to_rounding(model_path):
     def greedy(flash_attn: FlashAttn) -> tuple[list[int], np.ndarray, str]:
         backend = _backend(model_path, flash_attn=flash_attn)
         try:
-            prompt = backend.tokenize("<|im_start|>user\nName three colours of the rainbow.<|im_end|>\n<|im_start|>assistant\n")
+            prompt = backend.vocab.tokenize(
+                "<|im_start|>user\nName three colours of the rainbow.<|im_end|>\n<|im_start|>assistant\n"
+            )
             tokens, first_logits, pos = [], None, 0
             for _ in range(8):
                 backend.batch.clear()
                 row = backend.batch.add(0, prompt, pos, logits_last=True)
                 assert backend.decode() == 0
-                logits = backend.logits(row)
+                logits = backend.samplers.logits(row)
                 first_logits = logits if first_logits is None else first_logits
                 pos += len(prompt)
                 prompt = [int(np.argmax(logits))]
@@ -363,7 +366,8 @@ def test_an_impossibly_large_pool_falls_back_with_a_notice(model_path):
 
 LIMITED = """
 import resource, sys
-from app.engine.backend import LlamaBackend, build_info
+from app.engine.llama.context import LlamaBackend
+from app.engine.llama.devices import build_info
 from app.engine.params import EngineConfig
 build_info()
 used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()

@@ -50,7 +50,7 @@ def test_a_later_turn_evaluates_only_its_new_tokens(config):
             turn2 = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Write one about rain."}]
             second = await client.complete(turn2, params, conversation_id="chat")
             glue = await client.call(
-                lambda e: e.backend.tokenize(
+                lambda e: e.backend.vocab.tokenize(
                     "<|im_end|>\n<|im_start|>user\nWrite one about rain.<|im_end|>\n<|im_start|>assistant\n", add_special=False
                 )
             )
@@ -181,7 +181,7 @@ def test_overflow_policy_truncate_drops_oldest_turns_and_keeps_the_system_prompt
             final = await client.complete(messages, GREEDY.with_(max_tokens=16))
             text = await client.call(
                 lambda e: "".join(
-                    e.backend.piece(t).decode("utf-8", "replace")
+                    e.backend.vocab.piece(t).decode("utf-8", "replace")
                     for t in e.prompts.build(Request("x", GREEDY.with_(max_tokens=16), tuple(messages)))[0]
                 )
             )

@@ -7,8 +7,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.backend import LlamaBackend
 from app.engine.chat_template import ChatTemplate
+from app.engine.llama.context import LlamaBackend
 from app.engine.params import GREEDY, EngineConfig, OverflowPolicy
 from app.engine.prompt import PromptBuilder, _first_fitting
 from app.engine.sequence import Request
@@ -33,7 +33,7 @@ def test_first_fitting_finds_the_smallest_fitting_index_from_any_guess(n, data):
 def test_truncation_keeps_the_most_turns_that_fit_with_few_renders(model_path):
     backend = LlamaBackend(EngineConfig(model_path, n_ctx=512, n_batch=64, capacity=1, n_threads=2))
     try:
-        template = ChatTemplate(backend.chat_template, backend.bos_text, backend.eos_text)
+        template = ChatTemplate(backend.chat_template, backend.vocab.bos_text, backend.vocab.eos_text)
         renders: list[int] = []
 
         def counting_render(messages, add_generation_prompt=True, **budget):
@@ -41,7 +41,7 @@ def test_truncation_keeps_the_most_turns_that_fit_with_few_renders(model_path):
             return ChatTemplate.render(template, messages, add_generation_prompt, **budget)
 
         template.render = counting_render
-        builder = PromptBuilder(template, backend.tokenize, 1024, OverflowPolicy.TRUNCATE)
+        builder = PromptBuilder(template, backend.vocab.tokenize, 1024, OverflowPolicy.TRUNCATE)
         rng = random.Random(7)
         chat = [{"role": "system", "content": "You are terse."}]
         for i in range(300):
@@ -65,6 +65,6 @@ def test_truncation_keeps_the_most_turns_that_fit_with_few_renders(model_path):
 def backend_tokens(model_path, template, messages):
     backend = LlamaBackend(EngineConfig(model_path, n_ctx=512, n_batch=64, capacity=1, n_threads=2))
     try:
-        return backend.tokenize(ChatTemplate.render(template, messages))
+        return backend.vocab.tokenize(ChatTemplate.render(template, messages))
     finally:
         backend.close()

@@ -13,12 +13,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from .adaptive import AdaptiveBatch
-from .backend import LlamaBackend
 from .chat_template import ChatTemplate
 from .events import Event, Fault, FinishEvent, FinishReason, TokenEvent
 from .history import TokenHistory
 from .host_cache import HostBudget, HostCache
 from .kv_cache import KVCacheManager
+from .llama.context import LlamaBackend
 from .params import EngineConfig, Policy, ServingMode
 from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
@@ -54,16 +54,17 @@ class Engine:
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
         self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
         self.set_itl_target(config.itl_target_ms)
-        template = ChatTemplate(self.backend.chat_template, self.backend.bos_text, self.backend.eos_text, name or "the model")
+        vocab = self.backend.vocab
+        template = ChatTemplate(self.backend.chat_template, vocab.bos_text, vocab.eos_text, name or "the model")
         self.history = TokenHistory(HISTORIES_KEPT)
         self.prompts = PromptBuilder(
             template,
-            self.backend.tokenize,
+            vocab.tokenize,
             self.n_ctx_seq,
             config.overflow,
-            self.backend.special_texts,
+            vocab.special_texts,
             self.history if config.kv_reuse else None,
-            self.backend.spell,
+            vocab.spell,
         )
         self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
@@ -117,7 +118,7 @@ class Engine:
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""
-        n_vocab = self.backend.n_vocab
+        n_vocab = self.backend.vocab.n_vocab
         if not isinstance(tokens, tuple) or not all(type(t) is int and 0 <= t < n_vocab for t in tokens):
             return f"reply_prefix must be token ids between 0 and {n_vocab - 1}"
         return None
@@ -138,7 +139,7 @@ class Engine:
         seq = Sequence(request, prompt.tokens, stats, self._arrivals, prompt.stop)
         seq.notice = prompt.notice
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
-        seq.sampler = self.backend.new_sampler(request.params, seed, prompt.tokens)
+        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
         seq.draw = self._draw_for(request.params)
         self.scheduler.add(seq)
 
@@ -222,16 +223,16 @@ class Engine:
         """Attach the sequence's sampler to its slot for the decode graph, or (sampling on the host)
         take another's off it: llama.cpp would draw with that one and copy no logits."""
         wanted = seq.sampler if seq.draw is Draw.IN_GRAPH else None
-        if not self.backend.attach_sampler(seq.slot_id, wanted):
+        if not self.backend.samplers.attach(seq.slot_id, wanted):
             seq.draw = self._draw_for(seq.params, in_graph=False)  # one of its samplers cannot run there
 
     def _sample_all(self, seqs: list[Sequence], events: list[Event]) -> None:
         """Draw every sequence's next token; greedy ones from one pass over their rows' logits."""
         greedy = [seq for seq in seqs if seq.draw is Draw.ARGMAX]
-        top = dict(zip(greedy, self.backend.top_tokens([seq.row for seq in greedy]), strict=True))
+        top = dict(zip(greedy, self.backend.samplers.top_tokens([seq.row for seq in greedy]), strict=True))
         for seq in seqs:
             token, probs = top.get(seq), None
-            if token is None or (seq.params.ignore_eos and self.backend.is_eog(token)):
+            if token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq)  # the chain bans end-of-generation tokens when told to
             self._take(seq, token, probs, events)
 
@@ -241,11 +242,11 @@ class Engine:
         seq.stats.on_token(now)
         self._generated += 1
         params = seq.params
-        if self.backend.is_eog(token):  # never drawn with ignore_eos: its sampler bans them
+        if self.backend.vocab.is_eog(token):  # never drawn with ignore_eos: its sampler bans them
             events.append(TokenEvent(seq.request_id, "", 1, now, token))  # not part of the reply
             self._finish(seq, FinishReason.STOP, events)
             return
-        text = seq.stream.feed(self.backend.piece(token))
+        text = seq.stream.feed(self.backend.vocab.piece(token))
         first = seq.num_generated == 1  # the first token tells the prompt's cache figures
         cached, evaluated = (seq.stats.cached_tokens, seq.stats.evaluated_tokens) if first else (-1, -1)
         events.append(TokenEvent(seq.request_id, text, 1, now, token, cached, evaluated, probs))
@@ -260,10 +261,10 @@ class Engine:
     def _draw(self, seq: Sequence) -> tuple[int, TokenProbs | None]:
         params = seq.params
         if seq.draw is Draw.IN_GRAPH:
-            return self.backend.sampled(seq.sampler, seq.row), None
+            return self.backend.samplers.sampled(seq.sampler, seq.row), None
         if seq.draw is Draw.PROBS:
-            return self.backend.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
-        return self.backend.sample(seq.sampler, seq.row), None
+            return self.backend.samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
+        return self.backend.samplers.sample(seq.sampler, seq.row), None
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
         # llama.cpp rolled the batch back; with more room the next step tries again
@@ -283,7 +284,7 @@ class Engine:
                 events.append(TokenEvent(seq.request_id, tail, 0, time.monotonic()))
         self.scheduler.finish(seq)
         if seq.sampler is not None:
-            self.backend.free_sampler(seq.sampler)
+            self.backend.samplers.free(seq.sampler)
             seq.sampler = None
         seq.stats.t_finish = time.monotonic()
         self.conversations.add(seq.stats)

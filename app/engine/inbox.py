@@ -13,8 +13,8 @@ from .errors import EngineError
 from .events import Fault, refused
 
 if TYPE_CHECKING:
-    from .backend import ModelInfo
     from .engine import Engine, Sink
+    from .model_info import ModelInfo
     from .prompt import Prompt
     from .sequence import Request
 

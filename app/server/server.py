@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import hdrs, web
 
 from app.client import EngineClient, new_request_id
-from app.engine.backend import ModelInfo
 from app.engine.errors import EngineError, UnknownModelError
 from app.engine.events import Event
+from app.engine.model_info import ModelInfo
 from app.loopback import host_of, is_loopback, is_loopback_origin
 
 from . import handlers

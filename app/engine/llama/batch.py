@@ -1,0 +1,62 @@
+"""`Batch`: one llama_batch over numpy arrays, filled a sequence's tokens at a time."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp as ll
+import numpy as np
+
+
+class Batch:
+    """A llama_batch whose arrays are numpy-owned, so a prompt chunk is one slice assignment.
+
+    Every token belongs to exactly one sequence: shared prefixes are shared with seq_cp, never by
+    listing one token under several sequences.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq_id = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        int_p = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq_id.ctypes.data
+        self._seq_id_rows = (int_p * capacity)(*(ctypes.cast(base + 4 * i, int_p) for i in range(capacity)))
+        self.struct = ll.llama_batch(
+            n_tokens=0,
+            token=self.token.ctypes.data_as(int_p),
+            embd=None,
+            pos=self.pos.ctypes.data_as(int_p),
+            n_seq_id=self.n_seq_id.ctypes.data_as(int_p),
+            seq_id=self._seq_id_rows,
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+        self.clear()
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+        self.output_rows: list[int] = []  # the rows whose logits the decode keeps, in batch order
+
+    def add(self, seq_id: int, tokens, start_pos: int, logits_last: bool) -> int:
+        """Append tokens of one sequence; return the row whose logits will be read (or -1)."""
+        n = len(tokens)
+        i = self.n_tokens
+        end = i + n
+        if end > self.capacity:
+            raise ValueError(f"batch overflow: {end} > {self.capacity}")
+        if n == 1:  # a generating sequence's next token: plain item writes beat slicing
+            self.token[i], self.pos[i], self.seq_id[i] = tokens[0], start_pos, seq_id
+        else:
+            self.token[i:end] = tokens
+            self.pos[i:end] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+            self.seq_id[i:end] = seq_id
+            self.logits[i : end - 1] = 0
+        self.n_tokens = end
+        self.logits[end - 1] = logits_last
+        if logits_last:
+            self.output_rows.append(end - 1)
+            return end - 1
+        return -1

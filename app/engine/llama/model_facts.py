@@ -1,0 +1,45 @@
+"""A loaded model's facts from llama.cpp: its GGUF metadata values, its description, what one KV cell holds."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp as ll
+
+from ..pool import KVShape
+
+
+def meta_value(model, key: str) -> str | None:
+    """The model's GGUF metadata value under `key` as text, or None when it has none."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = ll.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):  # long chat templates
+        buf = ctypes.create_string_buffer(n + 1)
+        ll.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
+
+
+def description(model) -> str:
+    """llama.cpp's one-line description of the model, e.g. "llama 135M Q4_1"."""
+    buf = ctypes.create_string_buffer(256)
+    ll.llama_model_desc(model, buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
+
+
+def kv_shape(model) -> KVShape:
+    """What one KV cell holds, from the model: layers, and per layer the K and V row widths."""
+    n_head = max(1, ll.llama_model_n_head(model))
+    n_head_kv = ll.llama_model_n_head_kv(model) or n_head
+    arch = meta_value(model, "general.architecture") or ""
+    head_k = _int(meta_value(model, f"{arch}.attention.key_length")) or ll.llama_model_n_embd(model) // n_head
+    head_v = _int(meta_value(model, f"{arch}.attention.value_length")) or head_k
+    return KVShape(ll.llama_model_n_layer(model), head_k * n_head_kv, head_v * n_head_kv)
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        return 0

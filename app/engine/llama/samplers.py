@@ -1,0 +1,138 @@
+"""`Samplers`: a context's sampler chains, built per request, run on the host or inside the decode
+graph, and the logits they draw from."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import llama_cpp as ll
+import numpy as np
+
+from ..params import SamplingParams
+from ..probs import TokenProbs, token_probs
+from .batch import Batch
+from .vocab import Vocab
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+
+
+class Samplers:
+    """The sampler chains of one llama_context and the logits of its last decode (engine thread only)."""
+
+    def __init__(self, ctx, vocab: Vocab, batch: Batch, capacity: int):
+        self.ctx = ctx
+        self._vocab = vocab
+        self._n_vocab = vocab.n_vocab
+        self._batch = batch
+        self._capacity = capacity  # the rows llama.cpp's logits buffer holds at least
+        self._logits_address, self._logits = 0, np.empty((0, 0), dtype=np.float32)
+        self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
+        self._token_ids = np.arange(vocab.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
+
+    def new(self, params: SamplingParams, seed: int, history: list[int]):
+        """A request's sampler chain, its penalties primed with the prompt's `history`."""
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        add = ll.llama_sampler_chain_add
+        if params.ignore_eos:  # as llama.cpp does: an end-of-generation token can never be drawn
+            add(chain, self._ban(self._vocab.eog_tokens))
+        if params.penalizes:
+            penalties = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+            add(chain, ll.llama_sampler_init_penalties(self._n_vocab, params.repeat_last_n, *penalties))
+        if params.temperature <= 0:
+            add(chain, ll.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                add(chain, ll.llama_sampler_init_top_k(params.top_k))
+            add(chain, ll.llama_sampler_init_top_p(params.top_p, 1))
+            add(chain, ll.llama_sampler_init_min_p(params.min_p, 1))
+            add(chain, ll.llama_sampler_init_temp(params.temperature))
+            add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        # the penalties look back into the prompt too, as llama-server's do
+        for token in history[-params.repeat_last_n :] if params.penalizes else ():
+            ll.llama_sampler_accept(chain, token)
+        return chain
+
+    def _ban(self, tokens: tuple[int, ...]):
+        biases = (ll.llama_logit_bias * len(tokens))(*((t, -math.inf) for t in tokens))
+        return ll.llama_sampler_init_logit_bias(self._n_vocab, len(tokens), biases)
+
+    def logits(self, row: int) -> np.ndarray:
+        """A copy of the logits the last decode produced at batch row `row`."""
+        n_vocab = self._n_vocab
+        return np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,)).copy()
+
+    def sample(self, sampler, row: int) -> int:
+        return ll.llama_sampler_sample(sampler, self.ctx, row)
+
+    def top_tokens(self, rows: list[int]) -> list[int]:
+        """The top-logit token of each batch row in `rows` (greedy, as llama.cpp's greedy sampler: the
+        first of equals), from one view of the last decode's logits: no pass over the vocabulary per
+        token in Python, no candidate array per token as a sampler chain builds."""
+        if not rows:
+            return []
+        outputs = self._batch.output_rows  # llama.cpp keeps the outputs in batch order
+        logits = self._logits_view()[: len(outputs)]
+        if rows == outputs:
+            return logits.argmax(axis=1).tolist()
+        index = {row: k for k, row in enumerate(outputs)}
+        return logits[[index[row] for row in rows]].argmax(axis=1).tolist()
+
+    def _logits_view(self) -> np.ndarray:
+        """The last decode's logits, a row per output, as numpy sees them (no copy). llama.cpp's
+        buffer holds a row for each sequence at least; the view is made anew when it moves."""
+        address = ctypes.addressof(ll.llama_get_logits(self.ctx).contents)
+        if address != self._logits_address:
+            rows = self._capacity
+            buffer = (ctypes.c_float * (rows * self._n_vocab)).from_address(address)
+            self._logits = np.frombuffer(buffer, dtype=np.float32).reshape(rows, self._n_vocab)
+            self._logits_address = address
+        return self._logits
+
+    def attach(self, seq_id: int, sampler) -> bool:
+        """Sample `seq_id`'s outputs with `sampler` inside the decode graph (None: on the host, from
+        the logits); False when llama.cpp cannot run one of its samplers there. A change makes the next
+        decode build its graph anew, so a sampler stays attached until another takes its place."""
+        if self._attached.get(seq_id) == sampler:
+            return True
+        if not ll.llama_set_sampler(self.ctx, seq_id, sampler):
+            ll.llama_set_sampler(self.ctx, seq_id, None)
+            self._attached.pop(seq_id, None)
+            return False
+        self._attached[seq_id] = sampler
+        return True
+
+    def sampled(self, sampler, row: int) -> int:
+        """The token the graph drew at batch row `row` with `sampler` attached, which then takes it
+        into its state (penalties, the random draw) as llama_sampler_sample does."""
+        token = ll.llama_get_sampled_token_ith(self.ctx, row)
+        ll.llama_sampler_accept(sampler, token)
+        return token
+
+    def free(self, sampler) -> None:
+        """Free a chain made by `new`, taken off the graph first."""
+        for seq_id in [seq_id for seq_id, attached in self._attached.items() if attached == sampler]:
+            ll.llama_set_sampler(self.ctx, seq_id, None)  # the graph must not keep a freed sampler
+            del self._attached[seq_id]
+        ll.llama_sampler_free(sampler)
+
+    def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool) -> tuple[int, TokenProbs]:
+        """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
+        keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
+        n_vocab = self._n_vocab
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,))
+        candidates = np.empty(n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"] = self._token_ids
+        candidates["logit"] = logits
+        candidates["p"] = 0.0
+        array = ll.llama_token_data_array(candidates.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), n_vocab, -1, False)
+        ll.llama_sampler_apply(sampler, ctypes.byref(array))
+        # a sampler may point `data` at a buffer of its own: read the candidates where it says
+        kept = np.ctypeslib.as_array(
+            ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * _TOKEN_DATA.itemsize,)
+        )
+        kept = kept.view(_TOKEN_DATA)
+        token = int(kept["id"][array.selected])
+        ll.llama_sampler_accept(sampler, token)
+        kept_logits = None if greedy else kept["logit"].copy()
+        return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self._vocab.spell)
