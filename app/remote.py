@@ -25,6 +25,7 @@ from aiohttp.http_exceptions import LineTooLong
 
 from .engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent, refused
 from .engine.params import Priority, SamplingParams
+from .engine.sampling_fields import SAMPLING_FIELDS
 from .engine.sequence import Request
 from .engine.stats import ConversationTotals, RequestStats
 from .loopback import is_loopback
@@ -35,6 +36,7 @@ CONVERSATIONS_KEPT = 1024  # the running KV totals of the most recent conversati
 ERROR_BODY_BYTES = 64 * 1024  # of an HTTP error's body, enough for its message
 
 T = TypeVar("T")
+DEFAULTS = SamplingParams()
 Listener = Callable[[list[Event]], None]
 
 
@@ -224,22 +226,14 @@ class RemoteClient:
         return {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
 
     def _body(self, messages, params: SamplingParams) -> dict:
-        body = {
-            "messages": list(messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            # llama-server's and vLLM's names for the rest of the sliders
-            "top_k": params.top_k,
-            "min_p": params.min_p,
-            "repeat_penalty": params.repeat_penalty,
-            "repetition_penalty": params.repeat_penalty,
-        }
+        body = {"messages": list(messages), "stream": True, "stream_options": {"include_usage": True}}
+        # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
+        for f in SAMPLING_FIELDS:
+            value = getattr(params, f.name)
+            if f.slider is not None or value != getattr(DEFAULTS, f.name):
+                body.update(dict.fromkeys(f.sent_as, value))
         optional = {"model": self.endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
-        optional |= {"frequency_penalty": params.frequency_penalty, "presence_penalty": params.presence_penalty}
-        body.update({k: v for k, v in optional.items() if v not in (None, "", [], False, 0.0)})
+        body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
         return body
 
     # -- the end -------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_lists_and_ranges_are_read(name, text, values):
         ("temperature", "0..1", "say the step"),
         ("temperature", "1..0 step 0.1", "goes up"),
         ("top_k", "2.5", "whole numbers"),
-        ("seed", "1..100", "at most 16 panes"),
+        ("seed", "1..100", f"at most {MAX_PANES} panes"),
     ],
 )
 def test_what_cannot_be_read_is_explained(name, text, said):

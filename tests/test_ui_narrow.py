@@ -9,7 +9,7 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QAbstractButton, QApplication, QStyle, QToolButton
 from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, until
 
-from app.ui.pane_params import SLIDERS
+from app.ui.pane_params_editor import SLIDERS
 from app.ui.readout import Readout
 from app.ui.window_placement import room_for_window
 from app.workspace.chat_store import NOTICE

@@ -148,7 +148,7 @@ class Engine:
             return Draw.PROBS
         if self.config.backend_sampling if in_graph is None else in_graph:
             return Draw.IN_GRAPH
-        return Draw.ARGMAX if params.temperature <= 0 and not params.penalizes else Draw.CHAIN
+        return Draw.ARGMAX if params.temperature <= 0 and not params.greedy_needs_chain else Draw.CHAIN
 
     def cancel(self, request_id: str) -> None:
         seq = self.scheduler.find(request_id)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 
 from .probs import MAX_TOP
+from .sampling_fields import BY_NAME, SAMPLING_FIELDS
 
 
 class ServingMode(str, Enum):
@@ -88,14 +88,13 @@ class Priority(IntEnum):
     HIGH = 1
 
 
-# llama.cpp divides positive logits by the repeat penalty: 0 makes them infinite, and the
-# probabilities NaN; at this much the largest logit is still a few thousand
-MIN_REPEAT_PENALTY = 0.01
-PENALTY_RANGE = (-2.0, 2.0)  # OpenAI's frequency and presence penalties
+PENALTIES = ("repeat_penalty", "frequency_penalty", "presence_penalty")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """How a request samples; its numeric knobs are declared in sampling_fields.py (ranges, sliders, API)."""
+
     temperature: float = 0.7
     top_k: int = 40
     top_p: float = 0.95
@@ -116,29 +115,19 @@ class SamplingParams:
     @property
     def penalizes(self) -> bool:
         """Whether the penalties sampler has anything to do (it looks back at the last tokens)."""
-        return self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        return any(getattr(self, name) != BY_NAME[name].neutral for name in PENALTIES)
+
+    @property
+    def greedy_needs_chain(self) -> bool:
+        """At temperature 0, whether a sampler may still change the likeliest token, so the chain must run."""
+        return any(f.neutral is not None and getattr(self, f.name) != f.neutral for f in SAMPLING_FIELDS)
 
     def problem(self) -> str | None:
         """What is out of range (llama.cpp's samplers would misbehave or abort on it), or None."""
-        numbers = {
-            "temperature": (self.temperature, 0.0, 1e6),
-            "top_p": (self.top_p, 0.0, 1.0),
-            "min_p": (self.min_p, 0.0, 1.0),
-            "repeat_penalty": (self.repeat_penalty, MIN_REPEAT_PENALTY, 1e6),
-            "frequency_penalty": (self.frequency_penalty, *PENALTY_RANGE),
-            "presence_penalty": (self.presence_penalty, *PENALTY_RANGE),
-        }
-        for name, (value, lo, hi) in numbers.items():
-            if not isinstance(value, (int, float)) or not (math.isfinite(value) and lo <= value <= hi):
-                return f"{name} must be a number between {lo:g} and {hi:g}; got {value!r}"
-        integers = {
-            "top_k": (self.top_k, 0, 2**31 - 1),
-            "repeat_last_n": (self.repeat_last_n, 0, 65536),
-            "max_tokens": (self.max_tokens, 1, 2**63 - 1),
-        }
-        for name, (value, lo, hi) in integers.items():
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                return f"{name} must be a whole number between {lo} and {hi}; got {value!r}"
+        for f in SAMPLING_FIELDS:
+            problem = f.problem(getattr(self, f.name))
+            if problem is not None:
+                return problem
         if self.n_probs is not None and (not isinstance(self.n_probs, int) or not 0 <= self.n_probs <= MAX_TOP):
             return f"n_probs must be a whole number between 0 and {MAX_TOP}, or unset; got {self.n_probs!r}"
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):

@@ -10,19 +10,20 @@ import json
 import math
 from dataclasses import dataclass
 
-from app.engine.params import MIN_REPEAT_PENALTY, PENALTY_RANGE, SamplingParams
+from app.engine.params import SamplingParams
 from app.engine.probs import MAX_TOP
+from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256  # a stop string is matched against the tail of the reply at every token
 MAX_MESSAGES = 1024  # rendering the chat template costs time in proportion to the messages
-MAX_INT = 2**31 - 1
 MAX_CHOICES = 16  # n: samples of one prompt in one request
 # a whole (not streamed) reply keeps every token's rivals until it ends: about 150 bytes each, so
 # this many make some 10 MB a request; a stream sends them as they come and keeps none
 MAX_KEPT_PROBS = 65_536
+DEFAULTS = SamplingParams()
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
@@ -120,24 +121,17 @@ def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
 
 
 def sampling(body: dict) -> SamplingParams:
-    base = SamplingParams()
-    max_tokens = _first(body, ("max_completion_tokens", "max_tokens", "n_predict"), base.max_tokens)
-    if max_tokens == -1:  # llama-server's "until the context is full"
-        max_tokens = MAX_INT
-    return SamplingParams(
-        temperature=_number(body, "temperature", base.temperature, 0.0, 2.0),
-        top_p=_number(body, "top_p", base.top_p, 0.0, 1.0),
-        top_k=_integer(body, "top_k", base.top_k, 0, MAX_INT),
-        min_p=_number(body, "min_p", base.min_p, 0.0, 1.0),
-        repeat_penalty=_number(body, "repeat_penalty", base.repeat_penalty, MIN_REPEAT_PENALTY, 10.0),
-        repeat_last_n=_integer(body, "repeat_last_n", base.repeat_last_n, 0, 65536),
-        frequency_penalty=_number(body, "frequency_penalty", base.frequency_penalty, *PENALTY_RANGE),
-        presence_penalty=_number(body, "presence_penalty", base.presence_penalty, *PENALTY_RANGE),
-        seed=_seed(body),
-        max_tokens=_check_range("max_tokens", max_tokens, 1, MAX_INT),
-        stop=_stop(body),
-        ignore_eos=_get(body, "ignore_eos", bool, False),
-    )
+    """The request's sampling: each knob of sampling_fields.py under the first of its API names present."""
+    values = {f.name: _knob(body, f) for f in SAMPLING_FIELDS if f.api}
+    return SamplingParams(seed=_seed(body), stop=_stop(body), ignore_eos=_get(body, "ignore_eos", bool, False), **values)
+
+
+def _knob(body: dict, f: SamplingField):
+    name = next((name for name in f.api if body.get(name) is not None), f.api[0])
+    value = _get(body, name, f.kind, getattr(DEFAULTS, f.name))
+    if f.name == "max_tokens" and value == -1:  # llama-server's "until the context is full"
+        value = f.hi
+    return _check_range(name, value, f.kind(f.lo), f.kind(f.hi))
 
 
 # -- fields ------------------------------------------------------------------------------------
@@ -246,18 +240,6 @@ def _stop(body: dict) -> tuple[str, ...]:
 def _seed(body: dict) -> int | None:
     seed = _get(body, "seed", int, None)
     return None if seed is None or seed == -1 else seed & 0xFFFFFFFF
-
-
-def _first(body: dict, names, default):
-    for name in names:
-        if body.get(name) is not None:
-            return _get(body, name, int, default)
-    return default
-
-
-def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
-    value = _get(body, name, float, default)
-    return _check_range(name, value, lo, hi)
 
 
 def _integer(body: dict, name: str, default: int, lo: int, hi: int) -> int:

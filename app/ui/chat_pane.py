@@ -35,7 +35,7 @@ from app.workspace.session import Branch, PaneSession
 
 from . import theme
 from .dialogs import export_with_dialog
-from .pane_params import PaneParamsEditor
+from .pane_params_editor import PaneParamsEditor
 from .readout import Readout
 from .transcript import Transcript
 

@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
 from app.workspace.pane_params import PaneParams
+from app.workspace.workspace import MAX_PANES
 
 from . import theme
-from .pane_params import SLIDERS
 
 MAX_SEED = 2**31 - 1  # what a pane's seed field takes
 
@@ -41,20 +42,19 @@ class Setting:
     example: str = ""
 
 
-def _numeric(name: str) -> Setting:
-    spec = next(s for s in SLIDERS if s.name == name)
-    kind = int if spec.step >= 1 else float
-    example = {"temperature": "0.2, 0.7, 1.2  or  0..1.5 step 0.5", "top_k": "1, 10, 40, 0"}.get(name, "")
-    return Setting(name, spec.label, kind, spec.lo, spec.hi, example or f"{spec.lo:g}..{spec.hi:g} step {spec.step * 10:g}")
+def _numeric(f: SamplingField) -> Setting:
+    """A slider's setting over the field's whole range; the example spans the slider."""
+    example = {"temperature": "0.2, 0.7, 1.2  or  0..1.5 step 0.5", "top_k": "1, 10, 40, 0"}.get(f.name, "")
+    span = f.slider
+    return Setting(f.name, f.label, f.kind, f.lo, f.hi, example or f"{span.lo:g}..{span.hi:g} step {span.step * 10:g}")
 
 
 SETTINGS = (
-    *(_numeric(name) for name in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty")),
+    *(_numeric(f) for f in SLIDER_FIELDS if f.name != "max_tokens"),  # replies of one length compare best
     Setting("seed", "Seed", int, 0, MAX_SEED, "1, 2, 3, 4  or  1..8"),
     Setting("system_prompt", "System prompt", str, example="one a line; (none) for no system prompt"),
     Setting("model", "Model", str, example="a loaded model's name a line"),
 )
-MAX_PANES = 16
 NO_SYSTEM_PROMPT = "(none)"
 _RANGE = re.compile(r"^\s*(-?[\d.]+)\s*\.\.\s*(-?[\d.]+)\s*(?:step\s+([\d.]+))?\s*$", re.IGNORECASE)
 

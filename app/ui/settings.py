@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import typing
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from app.engine.config_fields import config_from_texts, config_texts
 from app.engine.params import EngineConfig
+from app.engine.sampling_fields import BY_NAME as SAMPLING_BY_NAME
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES
 
@@ -132,6 +134,7 @@ class AppSettings:
             values = {
                 f.name: self._get(f.name, _stored(f.name, getattr(base, f.name)), _kind(f.name)) for f in fields(PaneParams)
             }
+            values = {name: _in_range(name, value, getattr(base, name)) for name, value in values.items()}
         finally:
             self.q.endGroup()
         values["seed"] = None if values["seed"] < 0 else values["seed"]
@@ -205,10 +208,15 @@ def _stored(name: str, value):
 
 
 def _kind(name: str) -> type:
-    """The stored type of a PaneParams field (seed is stored as int, -1 meaning random)."""
-    if name in ("high_priority", "show_probs", "completion", "builtin_template"):
-        return bool
-    return int if name in ("top_k", "max_tokens", "seed") else str if name in _TEXT_FIELDS else float
+    """The stored type of a PaneParams field, from its annotation (seed's `int | None` is stored as int)."""
+    hint = _PANE_HINTS[name]
+    return next(t for t in typing.get_args(hint) if t is not type(None)) if typing.get_args(hint) else hint
 
 
-_TEXT_FIELDS = ("system_prompt", "remote_url", "remote_model", "remote_api_key", "model")
+def _in_range(name: str, value, default):
+    """A sampling knob out of its declared range (a hand-edited file) reads as the default."""
+    knob = SAMPLING_BY_NAME.get(name)
+    return default if knob is not None and knob.problem(value) is not None else value
+
+
+_PANE_HINTS = typing.get_type_hints(PaneParams)

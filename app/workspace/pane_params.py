@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from app.engine.params import Priority, SamplingParams
+from app.engine.sampling_fields import SLIDER_FIELDS
 from app.remote import Endpoint
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
@@ -12,7 +13,8 @@ PROBS_SHOWN = 5  # rivals a token shows on hover
 
 @dataclass(frozen=True)
 class PaneParams:
-    """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL)."""
+    """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL).
+    Its slider fields are sampling_fields.py's fields with a slider, by name."""
 
     temperature: float = SamplingParams.temperature
     top_p: float = SamplingParams.top_p
@@ -42,16 +44,8 @@ class PaneParams:
         return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip())
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            n_probs=PROBS_SHOWN if self.show_probs else None,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
-            repeat_penalty=self.repeat_penalty,
-            seed=self.seed,
-            max_tokens=self.max_tokens,
-        )
+        sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
+        return SamplingParams(n_probs=PROBS_SHOWN if self.show_probs else None, seed=self.seed, **sliders)
 
     def with_(self, **changes) -> PaneParams:
         return replace(self, **changes)

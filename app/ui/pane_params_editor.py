@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
 from app.remote import Endpoint
 from app.workspace.pane_params import PaneParams
 
@@ -26,55 +27,29 @@ from . import theme
 
 @dataclass(frozen=True)
 class SliderSpec:
+    """A pane's slider over one sampling field (sampling_fields.py declares its span, step and help)."""
+
     name: str  # the PaneParams field
     label: str
     lo: float
     hi: float
     step: float
-    what: str = ""  # what it does, for its tooltip
+    tooltip: str
+    whole: bool  # an int field
 
-    @property
-    def tooltip(self) -> str:
-        fmt = "{:g}"
-        return f"{self.what}\nRange {fmt.format(self.lo)} to {fmt.format(self.hi)}, in steps of {fmt.format(self.step)}."
+    @classmethod
+    def of(cls, f: SamplingField) -> SliderSpec:
+        return cls(f.name, f.label, f.slider.lo, f.slider.hi, f.slider.step, f.tooltip, f.kind is int)
 
     def to_int(self, value: float) -> int:
         return round((value - self.lo) / self.step)
 
     def to_value(self, position: int) -> float:
         value = self.lo + position * self.step
-        return int(round(value)) if self.step >= 1 else round(value, 4)
+        return int(round(value)) if self.whole else round(value, 4)
 
 
-SLIDERS = (
-    SliderSpec(
-        "temperature", "Temperature", 0.0, 2.0, 0.05,
-        "How adventurous the choice of each next token is: 0 always takes the likeliest\n"
-        "(the same reply every time), higher spreads the choice over less likely tokens.",
-    ),
-    SliderSpec(
-        "top_p", "Top-p", 0.05, 1.0, 0.01,
-        "Nucleus sampling: choose only among the likeliest tokens that together make up this\n"
-        "share of the probability. 1 keeps them all; lower is more focused.",
-    ),
-    SliderSpec(
-        "top_k", "Top-k", 0, 200, 1,
-        "Choose only among this many likeliest tokens. 0 turns the limit off.",
-    ),
-    SliderSpec(
-        "min_p", "Min-p", 0.0, 0.5, 0.01,
-        "Drop tokens less likely than this fraction of the likeliest one. 0 turns it off;\n"
-        "0.05 cuts the long tail of unlikely words.",
-    ),
-    SliderSpec(
-        "repeat_penalty", "Repeat penalty", 1.0, 2.0, 0.01,
-        "Make tokens used in the recent text less likely, against loops. 1 turns it off.",
-    ),
-    SliderSpec(
-        "max_tokens", "Max tokens", 16, 2048, 16,
-        "The longest reply, in tokens; a reply cut by it says so under it.",
-    ),
-)  # fmt: skip
+SLIDERS = tuple(SliderSpec.of(f) for f in SLIDER_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -223,7 +198,7 @@ class PaneParamsEditor(QWidget):
 
     def _show_value(self, spec: SliderSpec) -> None:
         value = getattr(self._params, spec.name)
-        self._value_labels[spec.name].setText(str(value) if spec.step >= 1 else f"{value:.2f}")
+        self._value_labels[spec.name].setText(str(value) if spec.whole else f"{value:.2f}")
 
     def _update(self, **changes) -> None:
         self._params = self._params.with_(**changes)

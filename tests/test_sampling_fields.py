@@ -1,0 +1,100 @@
+"""Each sampling knob is declared once (app/engine/sampling_fields.py), and every surface reads it: the
+engine's checks and greedy path, the pane's sliders and settings file, the API, the remote body."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from app.engine.params import GREEDY, SamplingParams
+from app.engine.sampling_fields import SAMPLING_FIELDS, SLIDER_FIELDS, SamplingField
+from app.remote import Endpoint, RemoteClient
+from app.server.protocol import BadRequest, sampling
+from app.workspace.pane_params import PaneParams
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_field_is_a_sampling_param_of_its_kind_with_a_default_in_its_range():
+    params = {f.name: f for f in dataclasses.fields(SamplingParams)}
+    for f in SAMPLING_FIELDS:
+        assert f.name in params, f"{f.name} is declared but SamplingParams has no such field"
+        default = getattr(SamplingParams(), f.name)
+        assert type(default) is f.kind and f.problem(default) is None, f.name
+        if f.slider is not None:
+            assert f.lo <= f.slider.lo < f.slider.hi <= f.hi, f.name  # the slider spans part of the one range
+            assert f.slider.lo <= getattr(PaneParams(), f.name) <= f.slider.hi
+
+
+def test_every_slider_field_is_a_pane_param_with_the_engine_s_default():
+    for f in SLIDER_FIELDS:
+        assert getattr(PaneParams(), f.name) == getattr(SamplingParams(), f.name), f.name
+    pane = PaneParams(temperature=0.3, top_k=7, top_p=0.5, min_p=0.2, repeat_penalty=1.4, max_tokens=99, seed=5)
+    assert pane.sampling() == SamplingParams(
+        temperature=0.3, top_k=7, top_p=0.5, min_p=0.2, repeat_penalty=1.4, max_tokens=99, seed=5
+    )
+
+
+def test_a_sampler_that_can_move_the_likeliest_token_keeps_the_chain_at_temperature_0():
+    assert not GREEDY.greedy_needs_chain
+    for f in SAMPLING_FIELDS:
+        if f.neutral is not None:  # a penalty: moved off its neutral value, greedy must run the chain
+            moved = f.neutral + (0.5 if f.neutral + 0.5 <= f.hi else -0.5)
+            assert GREEDY.with_(**{f.name: moved}).greedy_needs_chain, f.name
+        else:  # a cut (top-k/p, min-p) never changes which token is likeliest
+            assert not GREEDY.with_(**{f.name: getattr(SamplingParams(), f.name)}).greedy_needs_chain, f.name
+
+
+@pytest.mark.parametrize("f", SAMPLING_FIELDS, ids=lambda f: f.name)
+def test_the_engine_and_the_api_refuse_the_same_values(f: SamplingField):
+    for value in (f.lo, f.hi, f.kind(f.lo + (f.hi - f.lo) / 2)):
+        assert SamplingParams(**{f.name: value}).problem() is None
+        assert getattr(sampling({f.api[0]: value}), f.name) == value
+    for value in (f.lo - 1, f.hi + 1):
+        assert f.name in SamplingParams(**{f.name: value}).problem()
+        with pytest.raises(BadRequest, match=f"'{f.api[0]}' must be between"):
+            sampling({f.api[0]: value})
+
+
+def test_an_api_alias_sets_the_field_and_a_remote_endpoint_gets_every_slider():
+    assert sampling({"repetition_penalty": 1.3}).repeat_penalty == 1.3  # vLLM's name
+    assert sampling({"n_predict": 7}).max_tokens == 7 and sampling({"max_tokens": -1}).max_tokens == 2**31 - 1
+    body = RemoteClient(Endpoint("http://127.0.0.1:1/v1"))._body([], GREEDY.with_(presence_penalty=0.5))
+    for f in SLIDER_FIELDS:
+        assert all(body[name] == getattr(GREEDY, f.name) for name in f.sent_as), f.name
+    assert body["repeat_penalty"] == body["repetition_penalty"] == 1.0 and body["presence_penalty"] == 0.5
+    assert "frequency_penalty" not in body and "repeat_last_n" not in body  # ours by default: the endpoint's own stand
+
+
+@settings(max_examples=60, deadline=None)
+@given(field=st.sampled_from(SAMPLING_FIELDS), value=st.one_of(st.floats(allow_nan=True), st.integers(-(2**40), 2**40)))
+def test_for_any_value_the_engine_accepts_exactly_what_the_api_accepts(field, value):
+    assume(not (field.name == "max_tokens" and value == -1))  # the API's "until the context is full"
+    if field.kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON's 3.0 is an integer to the API
+    try:
+        sampling({field.api[0]: value})
+        api_ok = True
+    except BadRequest:
+        api_ok = False
+    assert (SamplingParams(**{field.name: value}).problem() is None) == api_ok
+
+
+def test_a_settings_file_s_knob_out_of_its_range_reads_as_the_default(tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app.ui.settings import AppSettings
+
+    stored = AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    stored.set_pane_params("c1", PaneParams(temperature=0.4, top_k=12, repeat_penalty=1.5, max_tokens=64, builtin_template=True))
+    assert stored.pane_params("c1") == PaneParams(
+        temperature=0.4, top_k=12, repeat_penalty=1.5, max_tokens=64, builtin_template=True
+    )
+    for key, value in (("temperature", 99.0), ("top_k", -3), ("repeat_penalty", 0.0), ("max_tokens", 0)):
+        stored.q.setValue(f"pane-c1/{key}", value)
+    loaded = stored.pane_params("c1")
+    assert (loaded.temperature, loaded.top_k, loaded.repeat_penalty, loaded.max_tokens) == (0.7, 40, 1.1, 256)
+    assert loaded.builtin_template  # the rest as stored
