@@ -46,16 +46,16 @@ READOUT_LEGEND = "tok/s: the tokens this pane got in the last second\nTTFT: time
 class MessageEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line, Escape stops the reply."""
 
-    submitted = Signal()
-    stopRequested = Signal()
+    sigSubmitted = Signal()
+    sigStopRequested = Signal()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() == Qt.Key.Key_Escape:
-            self.stopRequested.emit()
+            self.sigStopRequested.emit()
             return
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-            self.submitted.emit()
+            self.sigSubmitted.emit()
             return
         super().keyPressEvent(event)
 
@@ -95,8 +95,8 @@ class ChatPane(QFrame):
         layout.setSpacing(3)
         layout.addLayout(self._header())
         self.params_editor = PaneParamsEditor(params)
-        self.params_editor.paramsChanged.connect(self.session.set_params)
-        self.params_editor.copyToAllRequested.connect(lambda: self.sigCopySettings.emit(self))
+        self.params_editor.sigParamsChanged.connect(self.session.set_params)
+        self.params_editor.sigCopyToAll.connect(lambda: self.sigCopySettings.emit(self))
         self._show_name(params)
         # in a pane too small for them the settings scroll, rather than push the window past the screen
         self.params_area = QScrollArea()
@@ -117,8 +117,8 @@ class ChatPane(QFrame):
         self.input = MessageEdit()
         self._show_mode(params)
         self.input.setFixedHeight(44)
-        self.input.submitted.connect(self._on_send)
-        self.input.stopRequested.connect(self.session.stop)
+        self.input.sigSubmitted.connect(self._on_send)
+        self.input.sigStopRequested.connect(self.session.stop)
         layout.addWidget(self.input)
         layout.addLayout(self._buttons())
 

@@ -91,10 +91,10 @@ class SeedValidator(QIntValidator):
 
 
 class PaneParamsEditor(QWidget):
-    """Sliders + seed + system prompt bound to one PaneParams; emits `paramsChanged` on every edit."""
+    """Sliders + seed + system prompt bound to one PaneParams; emits `sigParamsChanged` on every edit."""
 
-    paramsChanged = Signal(object)  # PaneParams
-    copyToAllRequested = Signal()
+    sigParamsChanged = Signal(object)  # PaneParams
+    sigCopyToAll = Signal()
 
     def __init__(self, params: PaneParams, parent=None):
         super().__init__(parent)
@@ -125,7 +125,7 @@ class PaneParamsEditor(QWidget):
         self.high_priority, self.show_probs, self.completion, self.builtin_template = self.switches.values()
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
-        self.copy_button.clicked.connect(self.copyToAllRequested)  # signal to signal: Qt drops `checked`
+        self.copy_button.clicked.connect(self.sigCopyToAll)  # signal to signal: Qt drops `checked`
         form.addRow("", self.copy_button)
         self.set_params(params)
 
@@ -152,7 +152,7 @@ class PaneParamsEditor(QWidget):
             box.blockSignals(False)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
-        self.paramsChanged.emit(params)
+        self.sigParamsChanged.emit(params)
 
     def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
         edits = {
@@ -202,7 +202,7 @@ class PaneParamsEditor(QWidget):
 
     def _update(self, **changes) -> None:
         self._params = self._params.with_(**changes)
-        self.paramsChanged.emit(self._params)
+        self.sigParamsChanged.emit(self._params)
 
     def _on_slider(self, spec: SliderSpec, position: int) -> None:
         self._update(**{spec.name: spec.to_value(position)})
