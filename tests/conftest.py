@@ -61,18 +61,24 @@ def tiny_config(tiny_model_path) -> EngineConfig:
     return EngineConfig(model_path=tiny_model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
 
 
-GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window"}
+# what a test needs, lightest first: each test file says it (`pytestmark`, or a mark on each test
+# where its tests differ), so `scripts/test -m "unit or tiny"` picks the quick ones by name
+KINDS = ("unit", "tiny", "model", "gui")
+GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window", "run_tiny_window"}
 MODEL_FIXTURES = {"model_path", "q8_model_path", "tiny_model_path", "config", "tiny_config", "shared_engine", "served"}
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Each test is `gui` (a window), `model` (the real model, no Qt) or `unit` (neither): `-m unit` runs in seconds."""
+    """Refuse a test that says no kind, two, or less than its fixtures need (a window is `gui`; any model
+    at least `tiny`): a mark that lies would put a slow test in the quick set."""
     for item in items:
-        if any(item.get_closest_marker(kind) for kind in ("unit", "model", "gui")):
-            continue  # marked by hand: a test that runs the app in a process of its own
+        kinds = [mark.name for mark in item.iter_markers() if mark.name in KINDS]
         used = set(getattr(item, "fixturenames", ()))
-        kind = "gui" if used & GUI_FIXTURES else "model" if used & MODEL_FIXTURES else "unit"
-        item.add_marker(kind)
+        needed = "gui" if used & GUI_FIXTURES else "tiny" if used & MODEL_FIXTURES else "unit"
+        if len(kinds) != 1:
+            raise pytest.UsageError(f"{item.nodeid}: mark it with one of {', '.join(KINDS)} (found {kinds or 'none'})")
+        if KINDS.index(kinds[0]) < KINDS.index(needed):
+            raise pytest.UsageError(f"{item.nodeid} is marked {kinds[0]} but its fixtures need {needed}")
 
 
 pytest_plugins = ["ui_fixtures"]  # the window's fixtures (a qasync loop on pytest-qt's app, a data folder)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from helpers import Started, collect, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -58,6 +59,7 @@ def step(scheduler: Scheduler) -> list[Sequence]:
     return done
 
 
+@pytest.mark.unit
 def test_a_cached_turn_goes_before_a_new_chat_that_would_evict_it():
     kv = KVCacheManager(CellBook(), n_slots=4, n_cells=1000)
     scheduler = Scheduler(kv, n_batch=512, max_running=4)
@@ -78,6 +80,7 @@ def test_a_cached_turn_goes_before_a_new_chat_that_would_evict_it():
     assert new_chat.status is SequenceStatus.FINISHED and kv.evictions >= 1
 
 
+@pytest.mark.unit
 def test_a_request_passed_by_cached_ones_too_often_is_passed_no_more():
     kv = KVCacheManager(CellBook(), n_slots=4, n_cells=1000)
     scheduler = Scheduler(kv, n_batch=512, max_running=4)
@@ -94,6 +97,7 @@ def test_a_request_passed_by_cached_ones_too_often_is_passed_no_more():
     assert new_chat.status is SequenceStatus.RUNNING and returning.status is SequenceStatus.WAITING
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(
     n_cells=st.integers(300, 2000),
@@ -141,6 +145,7 @@ def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bo
     assert all(s.bypassed <= MAX_BYPASSES for s in seen)
 
 
+@pytest.mark.unit
 def test_a_request_kept_waiting_takes_the_turn_of_the_reply_that_ran_longest():
     """Two long replies hold both slots; a third request gets in after SLICE_STEPS steps, in the
     place of the one that had run longer, whose cells go to RAM; all three finish whole."""
@@ -167,6 +172,7 @@ def test_a_request_kept_waiting_takes_the_turn_of_the_reply_that_ran_longest():
     assert second.stats.preemptions <= 200 // SLICE_TOKENS
 
 
+@pytest.mark.unit
 def test_sequential_serving_and_a_pool_without_a_ram_tier_keep_each_reply_whole():
     for host, max_running in ((HostCache(1 << 30), 1), (None, 2)):
         kv = KVCacheManager(CellBook(), n_slots=2, n_cells=1000, host=host)
@@ -179,6 +185,7 @@ def test_sequential_serving_and_a_pool_without_a_ram_tier_keep_each_reply_whole(
         assert all(s.num_generated == 100 and s.stats.preemptions == 0 for s in replies)
 
 
+@pytest.mark.tiny
 def test_the_real_engine_under_pressure_finishes_every_turn(tiny_config):
     """Four chats of three turns in a pool that holds about two of them: cached turns are let
     through first, and every turn of every chat still ends with its reply (on the tiny model)."""
@@ -206,6 +213,7 @@ def test_the_real_engine_under_pressure_finishes_every_turn(tiny_config):
     assert bypasses <= 4 * 3 * MAX_BYPASSES
 
 
+@pytest.mark.unit
 def test_a_request_is_not_admitted_into_the_cells_running_replies_are_about_to_write():
     kv = KVCacheManager(CellBook(), n_slots=4, n_cells=1000)
     scheduler = Scheduler(kv, n_batch=512, max_running=4)

@@ -23,6 +23,7 @@ def broken_files(tmp_path):
     return {"missing": tmp_path / "nope.gguf", "not gguf": text, "truncated": truncated, "folder": tmp_path}
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("kind", ["missing", "not gguf", "truncated", "folder"])
 def test_broken_model_file_raises_with_the_reason(tmp_path, config, kind):
     path = broken_files(tmp_path)[kind]
@@ -36,6 +37,7 @@ def test_broken_model_file_raises_with_the_reason(tmp_path, config, kind):
     assert "\n" not in message and str(path.name) in message
 
 
+@pytest.mark.unit
 def test_broken_model_file_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     bad = broken_files(tmp_path)["not gguf"]
     result = subprocess.run(
@@ -49,6 +51,7 @@ def test_broken_model_file_on_the_command_line_is_one_line_and_exit_2(tmp_path):
     assert result.stderr.startswith("error: ") and "GGUF" in result.stderr
 
 
+@pytest.mark.model
 def test_prompt_longer_than_the_context_fails_alone(config):
     config = config.with_(n_ctx=512, capacity=2)
     too_long = "word " * 2000
@@ -66,6 +69,7 @@ def test_prompt_longer_than_the_context_fails_alone(config):
     assert good.reason in (FinishReason.STOP, FinishReason.LENGTH) and good.text
 
 
+@pytest.mark.model
 def test_more_requests_than_capacity_queue_and_all_complete(config):
     config = config.with_(capacity=2)
 
@@ -82,6 +86,7 @@ def test_more_requests_than_capacity_queue_and_all_complete(config):
     assert sum(1 for f in finals if f.stats.queued_s > 0.05) >= 3
 
 
+@pytest.mark.model
 def test_cancel_at_any_moment_leaks_no_cells(config):
     config = config.with_(capacity=2, n_batch=64)
     long_prompt = "Please summarise: " + "the cat sat on the mat. " * 60

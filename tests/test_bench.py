@@ -8,6 +8,7 @@ from helpers import run
 from app.bench import BenchSettings, Conversation, conversations_for, cycled_note, run_bench
 
 
+@pytest.mark.unit
 def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
     prompts = [Conversation("be brief", ["a", "b"]), Conversation(None, ["c"])]
     settings = BenchSettings("model.gguf", parallel=5, turns=3, prompts=prompts)
@@ -22,6 +23,7 @@ def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
     assert [c.turns for c in conversations_for(enough)] == [["a", "b"], ["c"]] and cycled_note(enough) is None
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("unified", [None, False], ids=["automatic layout", "a stream per sequence"])
 def test_later_turns_find_their_whole_history_cached(tiny_model_path, unified):
     """With room for every conversation, each later turn evaluates only its new part: the hit rate by

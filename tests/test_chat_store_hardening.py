@@ -17,6 +17,7 @@ NESTED_FILE = "[" * DEPTH + "]" * DEPTH
 NESTED_CONTENT = '{"chat_id": "deep", "messages": [{"role": "user", "content": ' + NESTED_FILE + "}]}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", [NESTED_FILE, NESTED_CONTENT], ids=["file", "content"])
 def test_a_deeply_nested_chat_file_is_listed_as_unreadable_and_kept_aside(tmp_path, text):
     store = ChatStore(tmp_path)
@@ -31,6 +32,7 @@ def test_a_deeply_nested_chat_file_is_listed_as_unreadable_and_kept_aside(tmp_pa
     assert not store.path("deep").exists()
 
 
+@pytest.mark.gui
 def test_the_window_opens_over_deeply_nested_chat_files_and_says_so(run_window, home):
     store = ChatStore(home)
     store.folder.mkdir(parents=True)
@@ -54,6 +56,7 @@ def test_the_window_opens_over_deeply_nested_chat_files_and_says_so(run_window, 
     run_window(scenario, panes=1)
 
 
+@pytest.mark.unit
 def test_lone_surrogates_are_saved_as_replacement_characters_and_later_saves_go_on(tmp_path):
     store = ChatStore(tmp_path)
     saves = PendingSaves(store)
@@ -73,6 +76,7 @@ def test_lone_surrogates_are_saved_as_replacement_characters_and_later_saves_go_
     assert store.load("fine").messages == fine.messages
 
 
+@pytest.mark.gui
 def test_the_window_says_a_chat_text_was_repaired_and_saving_goes_on(run_window, home, qtbot):
     """A chat file written by another tool may hold a lone surrogate as a JSON escape (ASCII, valid)."""
     store = ChatStore(home)

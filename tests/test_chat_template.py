@@ -1,14 +1,18 @@
 """Rendering a conversation with the model's chat template."""
 
+import pytest
+
 from app.engine.chat_template import CHATML, ChatTemplate
 
 
+@pytest.mark.unit
 def test_chat_template_that_cannot_be_parsed_falls_back_to_chatml():
     template = ChatTemplate("{% for m in messages %}{{ m.content ")  # unterminated
     assert template.render([{"role": "user", "content": "hi"}]) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert template.source == CHATML and template.stop_strings == ("<|im_end|>", "<|im_start|>")
 
 
+@pytest.mark.model
 def test_the_default_models_own_template_renders_its_default_system_prompt(model_path):
     from app.engine.llama.context import LlamaBackend
     from app.engine.params import EngineConfig
@@ -23,6 +27,7 @@ def test_the_default_models_own_template_renders_its_default_system_prompt(model
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
+@pytest.mark.unit
 def test_the_chatml_fallback_ends_a_reply_at_its_markers_written_as_text():
     from app.engine.params import OverflowPolicy, SamplingParams
     from app.engine.prompt import PromptBuilder

@@ -51,6 +51,7 @@ CHANGED = EngineConfig(
 )
 
 
+@pytest.mark.unit
 def test_every_engine_config_field_is_described_once():
     names = [field.name for field in CONFIG_FIELDS]
     assert sorted(names) == sorted(f.name for f in fields(EngineConfig)) and len(set(names)) == len(names)
@@ -59,6 +60,7 @@ def test_every_engine_config_field_is_described_once():
     assert len(set(flags)) == len(flags)
 
 
+@pytest.mark.unit
 def test_the_changed_config_changes_every_field():
     assert [f.name for f in fields(EngineConfig) if getattr(CHANGED, f.name) == getattr(DEFAULT, f.name)] == []
     assert CHANGED.problem() is None
@@ -71,6 +73,7 @@ def _settings(tmp_path) -> AppSettings:
     return AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
 
 
+@pytest.mark.model
 @pytest.mark.parametrize(
     "config",
     [
@@ -88,6 +91,7 @@ def test_a_config_comes_back_from_the_settings_file_as_it_went(tmp_path, config)
     assert _settings(tmp_path).engine_config("default.gguf") == config
 
 
+@pytest.mark.unit
 def test_nothing_saved_gives_the_defaults(tmp_path):
     assert _settings(tmp_path).engine_config("default.gguf") == DEFAULT
 
@@ -106,6 +110,7 @@ OLDER = {  # as the settings file was written before the table: typed values, 0 
 }
 
 
+@pytest.mark.unit
 def test_an_older_settings_file_still_reads(tmp_path):
     q = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     q.beginGroup("engine")
@@ -129,6 +134,7 @@ def test_an_older_settings_file_still_reads(tmp_path):
     assert _settings(tmp_path).engine_config("default.gguf").itl_target_ms == 150.0
 
 
+@pytest.mark.unit
 def test_an_unreadable_value_keeps_its_default_and_the_rest_still_read(tmp_path):
     q = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     bad = {"n_ctx": "lots", "gpu_layers": "-3", "flash_attn": "maybe", "mode": "parallel", "main_gpu": "-1", "model_path": ""}
@@ -153,6 +159,7 @@ def _argument(field) -> list[str]:
     return words[:1]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", [[], ["serve"], ["bench"]], ids=["window", "serve", "bench"])
 @pytest.mark.parametrize(("field", "flag"), [pytest.param(f, flag, id=flag) for f in FLAGGED for flag in f.flags])
 def test_each_flag_parses_to_its_field(command, field, flag):
@@ -160,6 +167,7 @@ def test_each_flag_parses_to_its_field(command, field, flag):
     assert engine_overrides(args) == {field.name: getattr(CHANGED, field.name)}
 
 
+@pytest.mark.unit
 def test_every_flag_and_its_help_are_in_every_commands_help(capsys):
     for command in ([], ["serve"], ["bench"]):
         with pytest.raises(SystemExit):
@@ -170,11 +178,13 @@ def test_every_flag_and_its_help_are_in_every_commands_help(capsys):
             assert " ".join(field.help.split()) in shown or field.name == "n_ctx"  # bench says what its default is
 
 
+@pytest.mark.unit
 def test_unset_words_on_the_command_line():
     args = build_parser().parse_args(["-tb", "auto", "-ngl", "auto"])
     assert engine_overrides(args) == {"n_threads_batch": None, "gpu_layers": None}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -193,6 +203,7 @@ class Captured(Exception):
     pass
 
 
+@pytest.mark.unit
 def test_bench_takes_kv_reuse_threads_and_ctx_from_the_engine_flags(monkeypatch):
     """bench's --no-kv-reuse, -t and -c are the engine flags, and reach its own settings (the label, the
     pool sized for the conversations unless -c says otherwise)."""

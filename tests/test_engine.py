@@ -36,6 +36,7 @@ def leaked_cells(engine) -> list[str]:
     return problems
 
 
+@pytest.mark.model
 def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_path):
     """Batched greedy decoding gives each request the reply it gets alone, up to near-ties.
 
@@ -59,6 +60,7 @@ def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_pat
         assert divergence_is_a_near_tie(model_path, prompt, token_ids(a_events), token_ids(b_events)) is None, (a.text, b.text)
 
 
+@pytest.mark.tiny
 def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(tiny_config):
     async def main():
         async with Started(tiny_config) as client:
@@ -83,6 +85,7 @@ def test_cancel_mid_stream_frees_the_sequence_and_the_rest_goes_on(tiny_config):
     assert snapshot.running == 0 and snapshot.waiting == 0
 
 
+@pytest.mark.tiny
 def test_a_consumer_that_goes_away_cancels_its_request(tiny_config):
     async def main():
         async with Started(tiny_config) as client:
@@ -104,6 +107,7 @@ def test_a_consumer_that_goes_away_cancels_its_request(tiny_config):
     assert leaks == []
 
 
+@pytest.mark.model
 def test_stop_string_ends_the_reply_before_it(config):
     async def main():
         async with Started(config) as client:
@@ -119,6 +123,7 @@ def test_stop_string_ends_the_reply_before_it(config):
     assert cut.text == free.text[: free.text.index(stop)]
 
 
+@pytest.mark.model
 def test_multibyte_character_split_across_tokens_streams_whole(config):
     """The tokenizer splits this emoji into byte tokens; the stream must never show half of one."""
 
@@ -141,6 +146,7 @@ def test_multibyte_character_split_across_tokens_streams_whole(config):
     assert "".join(e.text for e in events) == final.text
 
 
+@pytest.mark.tiny
 def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(tiny_config):
     config = tiny_config.with_(n_batch=128)
     long_prompt = " ".join(f"Item {i}: the quick brown fox jumps over the lazy dog." for i in range(90))
@@ -174,6 +180,7 @@ def test_long_prompt_is_read_in_chunks_while_four_streams_keep_going(tiny_config
         assert len(during) >= len(chunks) - 1, f"stream {i} stalled while the long prompt was read"
 
 
+@pytest.mark.tiny
 def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(tiny_config):
     params = GREEDY.with_(max_tokens=24)
 
@@ -189,6 +196,7 @@ def test_sequential_mode_serves_one_request_at_a_time_with_the_same_output(tiny_
     assert queued[-1] > queued[0], "later requests waited for the earlier ones"
 
 
+@pytest.mark.tiny
 def test_request_statistics_are_filled_in(tiny_config):
     async def main():
         async with Started(tiny_config) as client:
@@ -203,6 +211,7 @@ def test_request_statistics_are_filled_in(tiny_config):
     assert st.gen_tok_s > 0
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_same_seed_same_reply(config, temperature):
     params = GREEDY.with_(temperature=temperature, seed=1234, max_tokens=24, top_k=40, top_p=0.95, min_p=0.05)
@@ -217,6 +226,7 @@ def test_same_seed_same_reply(config, temperature):
     assert a == b and a
 
 
+@pytest.mark.model
 def test_default_sampling_with_repeat_penalty_streams_a_reply(config):
     async def main():
         async with Started(config) as client:
@@ -226,6 +236,7 @@ def test_default_sampling_with_repeat_penalty_streams_a_reply(config):
     assert final.reason in (FinishReason.STOP, FinishReason.LENGTH) and final.text.strip()
 
 
+@pytest.mark.tiny
 def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(tiny_config):
     """The step's figures say what the plan decided: that token is prompt, not generation."""
 
@@ -240,6 +251,7 @@ def test_a_fully_cached_prompt_reads_its_last_token_as_prefill_not_as_a_decode(t
     assert (step.n_tokens, step.n_decode, step.n_prefill_tokens) == (1, 0, 1)
 
 
+@pytest.mark.model
 def test_ignore_eos_bans_end_of_generation_tokens(config):
     """With ignore_eos no end-of-turn token is ever drawn (llama.cpp's -inf bias), so a reply runs to
     max_tokens with only visible tokens and the next turn's cached prefix does not break on a hidden one."""

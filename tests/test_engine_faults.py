@@ -35,6 +35,7 @@ async def _stream_tokens(stream, log: list[float]) -> FinishEvent:
     raise AssertionError("no final event")
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("where", ["content", "prompt"])
 def test_text_utf8_cannot_encode_fails_only_its_own_request(tiny_config, where):
     async def main():
@@ -56,6 +57,7 @@ def test_text_utf8_cannot_encode_fails_only_its_own_request(tiny_config, where):
     assert after.ok and alive
 
 
+@pytest.mark.tiny
 def test_a_failing_call_or_reload_settles_its_future_and_the_engine_goes_on(tiny_config):
     async def main():
         async with Started(tiny_config) as client:
@@ -69,6 +71,7 @@ def test_a_failing_call_or_reload_settles_its_future_and_the_engine_goes_on(tiny
     assert final.ok and alive
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize(
     "params",
     [
@@ -91,6 +94,7 @@ def test_sampling_values_out_of_range_are_refused_with_the_reason(tiny_config, p
     assert fine.ok
 
 
+@pytest.mark.tiny
 def test_a_dead_engine_ends_every_stream_at_once_and_says_why_then_restarts(tiny_config):
     reasons: list[str] = []
 
@@ -126,6 +130,7 @@ def test_a_dead_engine_ends_every_stream_at_once_and_says_why_then_restarts(tiny
     assert after.ok
 
 
+@pytest.mark.tiny
 def test_a_huge_chat_is_read_without_stalling_the_running_streams(tiny_config):
     """8,000 messages take seconds to render and tokenize: a stream already running goes on meanwhile."""
     huge = [{"role": "user" if i % 2 == 0 else "assistant", "content": ""} for i in range(8_000)]
@@ -157,6 +162,7 @@ def test_a_huge_chat_is_read_without_stalling_the_running_streams(tiny_config):
     assert len(during) >= 5 and max(gaps) < (t1 - t0) / 2
 
 
+@pytest.mark.tiny
 def test_per_conversation_totals_are_bounded(tiny_config, monkeypatch):
     monkeypatch.setattr(engine_module, "CONVERSATIONS_KEPT", 3)
 
@@ -209,6 +215,7 @@ def shared_engine(tiny_model_path, request):
     loop.close()
 
 
+@pytest.mark.tiny
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(_request, min_size=1, max_size=4))
 def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shared_engine, requests):
@@ -235,6 +242,7 @@ def test_any_requests_each_end_with_one_final_event_and_the_engine_survives(shar
     assert all(fault is Fault.REQUEST for fault, _ in faults), faults
 
 
+@pytest.mark.tiny
 def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(tiny_config):
     """llama.cpp's tokenizer takes time in the square of their count: 40,000 took 15 s. Counted per
     request: 1,024 messages of 200 each (under a per-message cap) are as many again."""
@@ -258,6 +266,7 @@ def test_text_full_of_chat_format_markers_is_refused_before_tokenizing(tiny_conf
     assert took < 5 and few.ok
 
 
+@pytest.mark.tiny
 def test_closing_the_engine_gives_every_request_in_flight_its_final_event(tiny_config):
     async def main():
         async with Started(tiny_config) as client:
@@ -272,6 +281,7 @@ def test_closing_the_engine_gives_every_request_in_flight_its_final_event(tiny_c
     assert len(finals) == 6 and all(not f.ok and "the engine was closed" in (f.error or f.notice) for f in finals)
 
 
+@pytest.mark.tiny
 def test_a_request_cancelled_before_its_prompt_is_built_is_never_built(tiny_config, monkeypatch):
     """Its client left while another prompt was being read: the prompt thread drops it unread."""
     release = threading.Event()
@@ -308,6 +318,7 @@ def test_a_request_cancelled_before_its_prompt_is_built_is_never_built(tiny_conf
     assert [f.reason for f in finals if f.request_id == "left"] == [FinishReason.CANCELLED]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("action", ["unload", "reload"])
 def test_unload_and_reload_do_not_wait_behind_a_prompt_being_built(tiny_config, q8_model_path, monkeypatch, action):
     release = threading.Event()

@@ -30,6 +30,7 @@ F16_CELL = 30 * 2 * 192 * 2  # 23,040 bytes: K and V rows of 192 halves in 30 la
 # -- the pool's size: unit tests on given inputs ---------------------------------------------------
 
 
+@pytest.mark.unit
 def test_bytes_per_cell_follow_the_layers_the_widths_and_the_cache_types():
     assert SMOLLM2.bytes_per_cell(CacheType.F16, CacheType.F16) == F16_CELL
     assert SMOLLM2.bytes_per_cell(CacheType.Q8_0, CacheType.Q8_0) == 30 * 2 * 192 * 34 // 32  # 34 bytes a 32-block
@@ -37,12 +38,14 @@ def test_bytes_per_cell_follow_the_layers_the_widths_and_the_cache_types():
     assert KVShape(32, 1024, 1024).bytes_per_cell(CacheType.F16, CacheType.F16) == 131072  # a 7B with 8 KV heads
 
 
+@pytest.mark.unit
 def test_default_pool_gives_every_pane_the_training_context_when_memory_allows():
     choice = default_pool(F16_CELL, n_ctx_train=8192, panes=8, free_bytes=24 << 30)
     assert choice.n_ctx == 65536
     assert choice.reason == "8 × the training context 8192"
 
 
+@pytest.mark.unit
 def test_default_pool_takes_a_quarter_of_the_free_memory_at_most():
     choice = default_pool(F16_CELL, n_ctx_train=8192, panes=8, free_bytes=1 << 30)
     assert choice.n_ctx == 11520  # (1 GiB / 4) / 23,040 bytes = 11,650 cells, down to a multiple of 256
@@ -53,6 +56,7 @@ def test_default_pool_takes_a_quarter_of_the_free_memory_at_most():
     assert q8.n_ctx == 21760
 
 
+@pytest.mark.unit
 def test_default_pool_on_a_starved_or_unknown_machine():
     assert default_pool(F16_CELL, 8192, 8, free_bytes=1 << 20).n_ctx == MIN_POOL  # never below one chat's worth
     unknown = default_pool(F16_CELL, 8192, 8, free_bytes=None)
@@ -61,12 +65,14 @@ def test_default_pool_on_a_starved_or_unknown_machine():
     assert default_pool(F16_CELL, n_ctx_train=1000, panes=3, free_bytes=24 << 30).n_ctx == 2816  # 3000, to 256s
 
 
+@pytest.mark.unit
 def test_halvings_skip_the_pools_that_cannot_fit_and_stop_at_the_minimum():
     assert list(halvings(4096)) == [2048, 1024, 512, 256]
     assert list(halvings(65536, lambda n: n <= 10000)) == [8192, 4096, 2048, 1024, 512, 256]
     assert list(halvings(MIN_POOL)) == []
 
 
+@pytest.mark.unit
 def test_free_memory_is_read_from_the_machine():
     free = free_memory_bytes()
     assert free is not None and 0 < free <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -75,6 +81,7 @@ def test_free_memory_is_read_from_the_machine():
 # -- settings refused before llama.cpp sees them --------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
@@ -93,6 +100,7 @@ def test_settings_no_build_can_honour_are_refused_with_one_line(changes, reason)
     assert problem is not None and problem.startswith(reason) and "\n" not in problem
 
 
+@pytest.mark.unit
 def test_a_quantized_k_cache_or_flash_attention_alone_is_fine():
     assert EngineConfig("m.gguf", cache_type_k=CacheType.Q8_0, flash_attn=FlashAttn.OFF).problem() is None
     assert EngineConfig("m.gguf", cache_type_v=CacheType.Q8_0, flash_attn=FlashAttn.AUTO).problem() is None
@@ -120,6 +128,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", [[], ["serve"], ["bench"]])
 def test_llama_cpp_flags_parse_into_engine_config_fields(command):
     args = build_parser().parse_args(command + LLAMA_FLAGS)
@@ -129,6 +138,7 @@ def test_llama_cpp_flags_parse_into_engine_config_fields(command):
     assert config.threads_batch == 1 and config.problem() is None
 
 
+@pytest.mark.unit
 def test_long_flag_names_and_layer_counts():
     args = build_parser().parse_args(
         ["serve", "--gpu-layers", "12", "--main-gpu", "1", "--flash-attn", "auto", "--cache-type-k", "q4_0"]
@@ -148,12 +158,14 @@ def test_long_flag_names_and_layer_counts():
     assert engine_overrides(build_parser().parse_args(["serve", "--n-gpu-layers", "0"])) == {"gpu_layers": 0}
 
 
+@pytest.mark.unit
 def test_flags_not_given_leave_the_defaults_and_a_flag_before_the_subcommand_stays():
     assert engine_overrides(build_parser().parse_args([])) == {}
     assert engine_overrides(build_parser().parse_args(["serve"])) == {}
     assert engine_overrides(build_parser().parse_args(["-ctk", "q8_0", "serve"])) == {"cache_type_k": CacheType.Q8_0}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -169,6 +181,7 @@ def test_bad_flag_values_are_refused_by_the_parser(flags, message, capsys):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["serve", "bench"])
 def test_a_quantized_v_cache_without_flash_attention_is_refused_on_the_command_line(command, capsys):
     assert main([command, "-fa", "off", "-ctv", "q8_0"]) == 2
@@ -178,6 +191,7 @@ def test_a_quantized_v_cache_without_flash_attention_is_refused_on_the_command_l
     )
 
 
+@pytest.mark.unit
 def test_bench_flags_reach_the_engine_config_of_every_run():
     args = build_parser().parse_args(["bench", "--parallel", "2", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-tb", "1"])
     overrides = engine_overrides(args)
@@ -201,6 +215,7 @@ def _state_after_prompt(backend: LlamaBackend, tokens: list[int]) -> int:
     return backend.seq_state_size(0)
 
 
+@pytest.mark.unit
 def test_build_info_says_cpu_only_with_the_cpu_features():
     build = build_info()
     assert build.gpu_offload is False and build.gpus == ()
@@ -210,6 +225,7 @@ def test_build_info_says_cpu_only_with_the_cpu_features():
     assert cpus and cpus[0].total_bytes > 0  # the ggml device API, reached through llama-cpp-python's library
 
 
+@pytest.mark.model
 def test_by_default_a_shared_prefix_gives_the_logits_of_one_computed_in_place(model_path):
     """Why flash attention stays on by default: with it, the same tokens give the same logits whether
     their prefix was computed in this slot or shared from another slot (seq_cp) past that slot's
@@ -242,6 +258,7 @@ def test_by_default_a_shared_prefix_gives_the_logits_of_one_computed_in_place(mo
     assert first_logits(FlashAttn.OFF)[0] > 0.01  # what the default avoids
 
 
+@pytest.mark.model
 def test_q8_0_cache_takes_about_half_the_memory_of_f16(model_path):
     f16 = _backend(model_path)
     try:
@@ -262,6 +279,7 @@ def test_q8_0_cache_takes_about_half_the_memory_of_f16(model_path):
     assert "K q8_0, V q8_0, flash attention on" in q8_info.placement()
 
 
+@pytest.mark.model
 def test_flash_attention_on_and_off_agree_up_to_rounding(model_path):
     """Both are applied (llama.cpp says which it ran) and give the same distribution up to rounding; not
     always the same greedy text: llama.cpp's CPU flash attention accumulates V in f16, which moves the
@@ -296,6 +314,7 @@ def test_flash_attention_on_and_off_agree_up_to_rounding(model_path):
     assert on[:3] == off[:3]  # the reply starts alike
 
 
+@pytest.mark.model
 def test_gpu_settings_on_a_cpu_only_build_fall_back_with_a_notice(model_path):
     backend = _backend(model_path, gpu_layers=GPU_LAYERS_ALL, main_gpu=1)
     try:
@@ -314,6 +333,7 @@ def test_gpu_settings_on_a_cpu_only_build_fall_back_with_a_notice(model_path):
         backend.close()
 
 
+@pytest.mark.tiny
 def test_default_gpu_layers_and_threads_need_no_notice(tiny_model_path):
     backend = _backend(tiny_model_path, n_threads_batch=1, use_mlock=False, use_mmap=False)
     try:
@@ -328,11 +348,13 @@ def test_default_gpu_layers_and_threads_need_no_notice(tiny_model_path):
         backend.close()
 
 
+@pytest.mark.model
 def test_the_backend_refuses_a_quantized_v_cache_without_flash_attention(model_path):
     with pytest.raises(ModelLoadError, match=r"^a quantized V cache \(q8_0\) needs flash attention"):
         _backend(model_path, cache_type_v=CacheType.Q8_0, flash_attn=FlashAttn.OFF)
 
 
+@pytest.mark.model
 def test_the_automatic_pool_is_sized_from_the_model_and_the_panes(model_path):
     backend = LlamaBackend(EngineConfig(model_path=model_path, capacity=2, n_threads=2))
     try:
@@ -345,6 +367,7 @@ def test_the_automatic_pool_is_sized_from_the_model_and_the_panes(model_path):
         backend.close()
 
 
+@pytest.mark.tiny
 def test_an_explicit_pool_wins(tiny_model_path):
     backend = LlamaBackend(EngineConfig(model_path=tiny_model_path, n_ctx=768, capacity=2, n_threads=2))
     try:
@@ -353,6 +376,7 @@ def test_an_explicit_pool_wins(tiny_model_path):
         backend.close()
 
 
+@pytest.mark.model
 def test_an_impossibly_large_pool_falls_back_with_a_notice(model_path):
     backend = LlamaBackend(EngineConfig(model_path=model_path, n_ctx=2**31, capacity=1, n_threads=2))
     try:
@@ -378,6 +402,7 @@ print(backend.info.notices[0])
 """
 
 
+@pytest.mark.model
 def test_a_pool_llama_cpp_cannot_allocate_is_halved_until_it_can(model_path):
     """llama_init_from_model returns NULL (here: an address-space limit of 700 MiB more than the
     process holds, so 1.4 GiB and 720 MiB pools fail): the pool is halved, with a notice."""
@@ -391,6 +416,7 @@ def test_a_pool_llama_cpp_cannot_allocate_is_halved_until_it_can(model_path):
     )
 
 
+@pytest.mark.model
 def test_models_endpoint_says_where_the_model_went_and_what_the_build_runs_on(model_path):
     port = free_port()
     flags = ["--model", model_path, "--parallel", "2", "-c", "2048", "-t", "2", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
@@ -406,6 +432,7 @@ def test_models_endpoint_says_where_the_model_went_and_what_the_build_runs_on(mo
     assert "KV pool: 2048 cells" in meta["placement"]
 
 
+@pytest.mark.model
 def test_a_kv_stream_per_sequence_decodes_the_same(model_path):
     """llama.cpp's non-unified layout: each sequence has n_ctx / capacity cells, and greedy text is unchanged."""
     from helpers import Started, collect, run, user
@@ -424,6 +451,7 @@ def test_a_kv_stream_per_sequence_decodes_the_same(model_path):
     assert [e.token for e in stream_tokens] == [e.token for e in unified_tokens] and stream_final.ok
 
 
+@pytest.mark.tiny
 def test_a_kv_stream_per_sequence_ends_a_reply_that_fills_it_at_its_stream(tiny_model_path):
     """A reply that fills its stream's n_ctx / capacity cells ends with the context-full notice (not a decode failure)."""
     from helpers import Started, run, user

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from app.ui.compare_view import Compared, export_text
 from app.ui.fan_out import MAX_PANES, SETTINGS, parse_values
 
+pytestmark = pytest.mark.unit
+
 BY_NAME = {s.name: s for s in SETTINGS}
 
 

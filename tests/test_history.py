@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from app.engine.history import TokenHistory, kept_prefix
+
+pytestmark = pytest.mark.unit
 
 # a toy vocabulary: several tokens may spell the same text, as in BPE ("ab" or "a" + "b")
 # 8 is a stray byte, no text on its own (a random or hot-sampled reply can hold one)

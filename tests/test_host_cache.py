@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,6 +44,7 @@ def replies_at_once(config, prompts: list[str], max_tokens: int):
     return run(main())
 
 
+@pytest.mark.model
 def test_an_evicted_conversation_is_restored_from_ram_and_answers_as_if_recomputed(config, model_path):
     small = config.with_(n_ctx=512, capacity=2)  # room for one such chat at a time
     params = GREEDY.with_(max_tokens=16)
@@ -75,6 +77,7 @@ def test_an_evicted_conversation_is_restored_from_ram_and_answers_as_if_recomput
     assert divergence_is_a_near_tie(model_path, prompt, token_ids(fresh_events), token_ids(second_events)) is None
 
 
+@pytest.mark.tiny
 def test_a_preempted_reply_resumes_from_ram(tiny_config):
     """Four long replies in a pool too small for them all: some are preempted mid-reply; they come
     back with their cells restored (waiting for room for the cells they bring back), and every one
@@ -87,6 +90,7 @@ def test_a_preempted_reply_resumes_from_ram(tiny_config):
     assert preempted and all(f.stats.restored_tokens > 0 for f in preempted)
 
 
+@pytest.mark.tiny
 def test_preempted_replies_sharing_their_prompt_save_and_restore_only_their_own_cells(tiny_config):
     """Four replies to one story share its cells; those preempted for room save only the cells
     past it and share it again when they come back."""
@@ -101,6 +105,7 @@ def test_preempted_replies_sharing_their_prompt_save_and_restore_only_their_own_
     assert snapshot.saved_entries == 0 or snapshot.saved_bytes < snapshot.saved_entries * story_cells
 
 
+@pytest.mark.tiny
 def test_metrics_show_the_ram_tier_and_cache_ram_0_turns_it_off(tiny_config):
     small = tiny_config.with_(n_ctx=1024, capacity=2)
 
@@ -124,6 +129,7 @@ def test_metrics_show_the_ram_tier_and_cache_ram_0_turns_it_off(tiny_config):
     assert off == dict.fromkeys(on, 0.0)
 
 
+@pytest.mark.model
 def test_a_chat_larger_than_the_ram_budget_is_never_copied_out_of_the_pool(config):
     """A 1 MiB budget holds 45 of SmolLM2-135M's cells: the evicted chat's state is measured, not copied."""
     small = config.with_(n_ctx=512, capacity=2, kv_unified=True, cache_ram_mib=1)
@@ -150,6 +156,7 @@ def test_a_chat_larger_than_the_ram_budget_is_never_copied_out_of_the_pool(confi
     assert copies == [] and snapshot.saves == snapshot.saved_entries == snapshot.saved_bytes == 0
 
 
+@pytest.mark.model
 def test_two_models_keep_their_evicted_chats_within_one_budget_and_an_unload_gives_its_bytes_back(config, q8_model_path):
     """Each model's pool holds one chat; each evicts chats of 7 MB to a 16 MiB budget they share:
     together they never hold more than two, the idle model gives way to the other, and each
@@ -209,6 +216,7 @@ def history(owner: str, n: int = 40) -> list[int]:
     return [ord(owner[0])] + list(range(n - 1))
 
 
+@pytest.mark.unit
 def test_the_ram_tier_keeps_within_its_budget_dropping_the_least_recent():
     host = HostCache(250)
     memory = FakeMemory()
@@ -223,6 +231,7 @@ def test_the_ram_tier_keeps_within_its_budget_dropping_the_least_recent():
     assert host.restore(memory, 3, SavedCells([1], object(), 100)) and memory.restored == [3]
 
 
+@pytest.mark.unit
 def test_a_later_state_of_a_history_replaces_its_earlier_one_and_two_histories_opening_alike_are_both_kept():
     """Two chats may open alike (the server names them alike) and go on differently: each is kept;
     a history saved again, longer, holds all its earlier state held."""
@@ -237,6 +246,7 @@ def test_a_later_state_of_a_history_replaces_its_earlier_one_and_two_histories_o
     assert host.best(opening + [2] * 12) == ("twin", 50) and host.best(opening + [1] * 30) == ("first again", 60)
 
 
+@pytest.mark.unit
 def test_a_state_larger_than_the_budget_is_never_copied_and_pushes_nothing_out():
     host = HostCache(250)
     host.save(FakeMemory(100), 0, "a", history("a"))
@@ -246,6 +256,7 @@ def test_a_state_larger_than_the_budget_is_never_copied_and_pushes_nothing_out()
     assert host.get("a") is not None and host.bytes_used == 100 and host.dropped == 0
 
 
+@pytest.mark.unit
 def test_models_on_one_budget_hold_no_more_than_it_together_and_the_largest_gives_way():
     budget = HostBudget()
     told = []
@@ -264,6 +275,7 @@ def test_models_on_one_budget_hold_no_more_than_it_together_and_the_largest_give
     assert budget.bytes_used == 300
 
 
+@pytest.mark.unit
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 400), st.integers(0, 5)), max_size=40))
 def test_any_saves_on_any_models_keep_within_the_largest_limit_and_each_models_own(saves):
@@ -277,6 +289,7 @@ def test_any_saves_on_any_models_keep_within_the_largest_limit_and_each_models_o
         assert all(c.bytes_used <= limit for c, limit in zip(caches, limits))
 
 
+@pytest.mark.unit
 def test_a_model_dropped_gives_its_bytes_and_its_share_of_the_limit_back():
     budget = HostBudget()
     kept, dropped = HostCache(100, budget), HostCache(300, budget)

@@ -50,6 +50,7 @@ def _config(path: str) -> EngineConfig:
     return EngineConfig(model_path=path, n_ctx=2048, n_batch=256, capacity=4, n_threads=1)
 
 
+@pytest.mark.tiny
 def test_a_looping_template_is_a_400_naming_it_while_completions_and_other_chats_are_served(looping_model_path):
     async def main():
         async with Serving(_config(looping_model_path)) as (_client, _server, url):
@@ -72,6 +73,7 @@ def test_a_looping_template_is_a_400_naming_it_while_completions_and_other_chats
     assert chat.usage.completion_tokens == 4 and chat.choices[0].finish_reason == "length"  # a fresh sandbox renders it
 
 
+@pytest.mark.tiny
 def test_a_request_cancelled_while_its_template_loops_ends_at_once_as_cancelled(looping_model_path):
     async def main():
         async with Started(_config(looping_model_path)) as client:
@@ -90,6 +92,7 @@ def test_a_request_cancelled_while_its_template_loops_ends_at_once_as_cancelled(
     assert after.reason is FinishReason.LENGTH
 
 
+@pytest.mark.tiny
 def test_serve_stops_on_sigterm_at_once_while_a_template_loops(looping_model_path):
     port = free_port()
     command = serve_command(port, "--model", looping_model_path, "--parallel", "2", "--ctx", "2048", "--threads", "1")
@@ -135,6 +138,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.unit
 def test_a_fifo_as_the_model_is_refused_at_once_everywhere(tmp_path):
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
@@ -153,6 +157,7 @@ def test_a_fifo_as_the_model_is_refused_at_once_everywhere(tmp_path):
     assert result.returncode == 2 and "FIFO" in result.stderr and time.monotonic() - started < 30
 
 
+@pytest.mark.model
 def test_a_split_model_whose_other_part_is_a_fifo_is_refused(tmp_path, model_path):
     first = tmp_path / "big-00001-of-00002.gguf"
     os.symlink(model_path, first)
@@ -161,6 +166,7 @@ def test_a_split_model_whose_other_part_is_a_fifo_is_refused(tmp_path, model_pat
         check_gguf_file(str(first))
 
 
+@pytest.mark.gui
 def test_the_pane_says_the_template_failed_and_its_offer_chats_with_the_built_in_one(loop, home, looping_model_path, qtbot):
     async def main():
         window = await open_window(looping_model_path, home, panes=1)
@@ -185,6 +191,7 @@ def test_the_pane_says_the_template_failed_and_its_offer_chats_with_the_built_in
     loop.run_until_complete(main())
 
 
+@pytest.mark.gui
 def test_the_window_closes_at_once_while_a_template_loops(loop, home, looping_model_path, qtbot):
     async def main():
         window = await open_window(looping_model_path, home, panes=1)
@@ -199,6 +206,7 @@ def test_the_window_closes_at_once_while_a_template_loops(loop, home, looping_mo
     assert loop.run_until_complete(main()) < RENDER_SECONDS
 
 
+@pytest.mark.gui
 def test_the_app_closes_its_window_on_sigterm_and_saves_before_it_exits(tmp_path, tiny_model_path):
     env = dict(os.environ, BATCH_PLAYGROUND_HOME=str(tmp_path), QT_QPA_PLATFORM="offscreen")
     command = [sys.executable, "-m", "app", "--model", tiny_model_path, "--panes", "1", "--threads", "1"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 from app.engine.events import FinishReason
@@ -40,6 +41,7 @@ async def prompt_tokens(client, messages, params=GREEDY):
     return await client.call(lambda e: e.prompts.build(Request("probe", params, tuple(messages)))[0])
 
 
+@pytest.mark.model
 def test_a_later_turn_evaluates_only_its_new_tokens(config):
     params = GREEDY.with_(max_tokens=200)
 
@@ -71,6 +73,7 @@ def test_a_later_turn_evaluates_only_its_new_tokens(config):
     assert first.stats.kv_hit_rate < second.stats.conversation_hit_rate < second.stats.kv_hit_rate
 
 
+@pytest.mark.tiny
 def test_a_new_conversation_with_the_same_system_prompt_reuses_it(tiny_config):
     params = GREEDY.with_(max_tokens=16)
 
@@ -89,6 +92,7 @@ def test_a_new_conversation_with_the_same_system_prompt_reuses_it(tiny_config):
     assert b.stats.evaluated_tokens == len(pb) - shared
 
 
+@pytest.mark.tiny
 def test_conversations_arriving_together_compute_their_shared_prefix_once(tiny_config):
     questions = ["Can I renew a book?", "Is the wifi free?", "What happens on Wednesdays?", "Are you open Sunday?"]
     params = GREEDY.with_(max_tokens=8)
@@ -110,6 +114,7 @@ def test_conversations_arriving_together_compute_their_shared_prefix_once(tiny_c
     assert all(f.text for f in finals)
 
 
+@pytest.mark.model
 def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(config, model_path):
     questions = [f"Tell me one fact about the number {i}." for i in range(8)]
     params = GREEDY.with_(max_tokens=16)
@@ -133,6 +138,7 @@ def test_a_small_pool_evicts_idle_conversations_and_every_request_completes(conf
         assert problem is None, problem
 
 
+@pytest.mark.model
 def test_preemption_resumes_a_sequence_with_the_same_output(config, model_path):
     questions = ["Describe a forest.", "Describe a city.", "Describe the sea.", "Describe a desert."]
     params = GREEDY.with_(max_tokens=80, ignore_eos=True)
@@ -163,6 +169,7 @@ def long_chat(turns: int) -> list[dict[str, str]]:
     return messages
 
 
+@pytest.mark.tiny
 def test_overflow_policy_stop_refuses_with_a_clear_message(tiny_config):
     async def main():
         async with Started(tiny_config.with_(n_ctx=512, overflow=OverflowPolicy.STOP)) as client:
@@ -173,6 +180,7 @@ def test_overflow_policy_stop_refuses_with_a_clear_message(tiny_config):
     assert "context holds 512" in final.error
 
 
+@pytest.mark.tiny
 def test_overflow_policy_truncate_drops_oldest_turns_and_keeps_the_system_prompt(tiny_config):
     messages = long_chat(8)
 

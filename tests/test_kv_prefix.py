@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 from helpers import Started, collect, run, user
 
 from app.engine.kv_cache import common_prefix_len
@@ -16,6 +17,7 @@ def naive(a, b):
     return n
 
 
+@pytest.mark.unit
 def test_common_prefix_len_matches_a_plain_scan():
     rng = random.Random(7)
     for _ in range(500):
@@ -25,6 +27,7 @@ def test_common_prefix_len_matches_a_plain_scan():
         assert common_prefix_len(b, a) == naive(a, b)
 
 
+@pytest.mark.tiny
 def test_a_reply_that_re_tokenizes_differently_is_still_reused_whole(tiny_config):
     """Hot sampling draws token splits the tokenizer would not make ("secre"+"ted" where it reads
     "secret"+"ed"): the next turn must still find every cell of the reply in the cache."""

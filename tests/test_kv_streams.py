@@ -25,6 +25,7 @@ def tiny_streams(tiny_config) -> EngineConfig:
     return tiny_config.with_(n_ctx=4096, capacity=4, kv_unified=False)
 
 
+@pytest.mark.model
 def test_a_system_prompt_is_copied_across_streams_and_a_later_turn_reuses_its_stream(streams, model_path):
     params = GREEDY.with_(max_tokens=16)
     second_turn = system_chat("How much is printing?")
@@ -52,6 +53,7 @@ def test_a_system_prompt_is_copied_across_streams_and_a_later_turn_reuses_its_st
     assert divergence_is_a_near_tie(model_path, pb, token_ids(fresh_events), token_ids(b_events)) is None
 
 
+@pytest.mark.tiny
 def test_with_streams_an_evicted_chat_comes_back_from_ram(tiny_streams):
     two = tiny_streams.with_(n_ctx=2048, capacity=2)  # two streams: a third chat takes a's
 
@@ -70,6 +72,7 @@ def test_with_streams_an_evicted_chat_comes_back_from_ram(tiny_streams):
     assert second.stats.restored_tokens == second.stats.cached_tokens == history and second.ok
 
 
+@pytest.mark.unit
 def test_the_engine_picks_streams_only_where_each_holds_a_long_chat():
     assert not choose_layout(8 * 8192, 8, 8192, None).unified  # the default pool of 8 panes
     assert choose_layout(4096, 16, 8192, None).unified  # 256 cells a chat: one pool
@@ -80,6 +83,7 @@ def test_the_engine_picks_streams_only_where_each_holds_a_long_chat():
     assert choose_layout(4096, 16, 8192, False).reason == "as set" and not choose_layout(4096, 16, 8192, False).unified
 
 
+@pytest.mark.tiny
 def test_an_automatic_engine_reports_the_layout_it_chose(tiny_config):
     async def main(n_ctx):
         async with Started(tiny_config.with_(n_ctx=n_ctx, capacity=2, kv_unified=None)) as client:

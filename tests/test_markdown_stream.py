@@ -11,6 +11,7 @@ from app.workspace.markdown_stream import MarkdownStream, fenced_code, finished_
 
 pytestmark = pytest.mark.unit
 
+
 MARKDOWN_PIECES = [
     "# Title\n",
     "text ",

@@ -18,6 +18,8 @@ from app.default_model import default_model_path
 from app.models.gguf_meta import format_params, read_gguf
 from app.models.library import HUGGING_FACE, LLAMA_CPP, LM_STUDIO, ModelFinder, ModelFolder, tool_folders
 
+pytestmark = pytest.mark.unit
+
 SMOLLM_PARAMS = 134_515_008  # counted from its 272 tensors' shapes
 HEADER_BYTES = 1_785_664  # where the bundled model's weights start
 

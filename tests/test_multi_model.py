@@ -14,6 +14,8 @@ from app.engine.errors import ModelLoadError, UnknownModelError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY
 
+pytestmark = pytest.mark.model
+
 Q4, Q8 = "SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Instruct.Q8_0"
 EXACT = GREEDY.with_(max_tokens=24, ignore_eos=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from app.engine.prompt import PromptBuilder, _first_fitting
 from app.engine.sequence import Request
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(1, 200), data=st.data())
 def test_first_fitting_finds_the_smallest_fitting_index_from_any_guess(n, data):
@@ -30,6 +32,7 @@ def test_first_fitting_finds_the_smallest_fitting_index_from_any_guess(n, data):
     assert len(calls) <= 2 * n.bit_length() + 2  # logarithmic, however far off the guess
 
 
+@pytest.mark.model
 def test_truncation_keeps_the_most_turns_that_fit_with_few_renders(model_path):
     backend = LlamaBackend(EngineConfig(model_path, n_ctx=512, n_batch=64, capacity=1, n_threads=2))
     try:

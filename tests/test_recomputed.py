@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import Started, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from app.engine.computed import BLOCK, ComputedPrefixes
 from app.engine.params import GREEDY
 
 
+@pytest.mark.unit
 @settings(max_examples=100, deadline=None)
 @given(
     computed=st.lists(st.integers(0, 5), min_size=0, max_size=80),
@@ -25,6 +27,7 @@ def test_known_is_the_whole_blocks_of_the_common_prefix(computed, asked):
     assert ledger.known(asked) == common // BLOCK * BLOCK
 
 
+@pytest.mark.unit
 def test_the_ledger_forgets_the_least_recently_seen_beyond_its_capacity():
     ledger = ComputedPrefixes(capacity=2)
     a, b = [1] * BLOCK, [2] * BLOCK
@@ -35,6 +38,7 @@ def test_the_ledger_forgets_the_least_recently_seen_beyond_its_capacity():
     assert ledger.known(a) == BLOCK and ledger.known(b) == 0
 
 
+@pytest.mark.tiny
 def test_a_chat_evicted_without_the_ram_tier_recomputes_its_history_and_says_so(tiny_config):
     """One slot, no RAM tier: another chat takes the slot, so the first one's next turn computes
     its history again; a chat never seen before recomputes nothing."""
@@ -57,6 +61,7 @@ def test_a_chat_evicted_without_the_ram_tier_recomputes_its_history_and_says_so(
     assert snapshot.recomputed_tokens == again.stats.recomputed_tokens
 
 
+@pytest.mark.model
 def test_two_chats_opening_alike_keep_their_own_histories_through_ram(config):
     """The server names a chat by its opening, so two people asking the same first question share a
     name but not their later turns: each history is saved and restored as its own, never computed again.

@@ -24,6 +24,7 @@ from app.engine.stats import RequestStats
 from app.remote import CONVERSATIONS_KEPT, Endpoint, RemoteClient, RemoteError, _read_line, _Reply
 
 
+@pytest.mark.model
 def test_remote_chat_streams_with_stats_and_kv_hits(config):
     async def main():
         async with Serving(config, api_key="k") as (client, _server, url):
@@ -45,6 +46,7 @@ def test_remote_chat_streams_with_stats_and_kv_hits(config):
     assert 0 < final2.stats.conversation_hit_rate < final2.stats.kv_hit_rate
 
 
+@pytest.mark.model
 def test_remote_stop_cancels_the_request_on_the_server(config):
     async def main():
         async with Serving(config) as (client, _server, url):
@@ -115,16 +117,19 @@ def remote_error(handler, timeout_s: float = 30.0) -> FinishEvent:
     return run(main())
 
 
+@pytest.mark.unit
 def test_an_endpoint_that_is_down_says_so():
     final = remote_error(None)
     assert final.reason is FinishReason.ERROR and final.error.startswith("cannot reach http://127.0.0.1:")
 
 
+@pytest.mark.unit
 def test_a_slow_endpoint_times_out():
     final = remote_error(_never_answers, timeout_s=0.5)
     assert final.reason is FinishReason.ERROR and "no answer from" in final.error and "within 0.5 s" in final.error
 
 
+@pytest.mark.unit
 def test_stop_before_the_server_answers_ends_the_reply_at_once():
     async def main():
         runner, url = await _faulty_server(_never_answers)
@@ -146,6 +151,7 @@ def test_stop_before_the_server_answers_ends_the_reply_at_once():
     assert took < 1.0 and not still_open
 
 
+@pytest.mark.unit
 def test_garbage_is_named():
     assert "not an OpenAI stream: '<html>" in remote_error(_html).error
     broken = remote_error(_broken_chunk)
@@ -153,6 +159,7 @@ def test_garbage_is_named():
     assert remote_error(_cut_short).error == "the stream ended without a final chunk"
 
 
+@pytest.mark.model
 def test_an_http_error_carries_the_server_message(config):
     async def main():
         async with Serving(config, api_key="right") as (_client, _server, url):
@@ -240,6 +247,7 @@ def failed(handler, params=GREEDY, **limits) -> tuple[FinishEvent, float]:
     return final, took_s
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "chunk, fault",
     [
@@ -261,17 +269,20 @@ def test_a_chunk_of_the_wrong_shape_is_named(chunk, fault):
     assert fault in bad.error and bad.text == "Hel"
 
 
+@pytest.mark.unit
 def test_a_line_over_the_limit_is_named():
     bad, _ = failed(_streaming(_delta("x" * 5000)), max_line_bytes=1000)
     assert bad.error == "the endpoint sent a line longer than 1,000 bytes"
 
 
+@pytest.mark.unit
 def test_bytes_dripping_without_a_line_end_stall():
     bad, took_s = failed(_streaming(b"d", repeat=True, pause_s=0.1), timeout_s=0.5)
     assert "no complete line from http://127.0.0.1:" in bad.error and bad.error.endswith("within 0.5 s")
     assert took_s < 5
 
 
+@pytest.mark.unit
 def test_a_stream_that_never_ends_meets_the_deadline():
     # a line every 0.1 s keeps a per-line timeout happy forever: only the total deadline stops it
     bad, took_s = failed(_streaming(b"\n", repeat=True, pause_s=0.1), timeout_s=1, deadline_s=2)
@@ -279,11 +290,13 @@ def test_a_stream_that_never_ends_meets_the_deadline():
     assert 2 <= took_s < 6
 
 
+@pytest.mark.unit
 def test_a_slow_whole_reply_meets_the_deadline():
     bad, took_s = failed(_streaming(b" ", repeat=True, pause_s=0.1, content_type="application/json"), timeout_s=1, deadline_s=2)
     assert bad.error.endswith("took longer than the reply deadline of 2 s") and took_s < 6
 
 
+@pytest.mark.unit
 def test_gigabytes_meet_the_byte_cap():
     big = _delta("x" * 60_000)
     streamed, _ = failed(_streaming(big, repeat=True), max_bytes=2**20)
@@ -292,6 +305,7 @@ def test_gigabytes_meet_the_byte_cap():
     assert whole.error == "the reply passed its cap of 1 MiB"
 
 
+@pytest.mark.unit
 def test_a_huge_error_page_is_cut_to_its_start():
     async def huge_error(request):
         return web.Response(status=502, text="Bad gateway " + "x" * 10_000_000)
@@ -300,12 +314,14 @@ def test_a_huge_error_page_is_cut_to_its_start():
     assert "answered 502: Bad gateway xxx" in bad.error and len(bad.error) < 300
 
 
+@pytest.mark.unit
 def test_endless_pieces_meet_the_piece_cap():
     bad, _ = failed(_streaming(_delta("ab"), repeat=True), GREEDY.with_(max_tokens=8))
     assert bad.error == "the endpoint sent more than 48 pieces of text for a reply of at most 8 tokens"
     assert bad.text == "ab" * 48
 
 
+@pytest.mark.unit
 def test_usage_counts_that_are_not_counts_are_ignored():
     usage = {"prompt_tokens": -3, "completion_tokens": "7", "prompt_tokens_details": {"cached_tokens": True}}
     end = _chunk(
@@ -317,6 +333,7 @@ def test_usage_counts_that_are_not_counts_are_ignored():
     assert st.prompt_tokens == 0 and st.gen_tokens == 2 and math.isnan(st.kv_hit_rate)
 
 
+@pytest.mark.unit
 def test_lone_surrogates_become_replacement_characters():
     end = _chunk({"choices": [{"delta": {"content": "b\udfff"}, "finish_reason": "stop"}]})
     final, _ = answer(_streaming(_delta("\ud800a"), end, b"data: [DONE]\n\n"))
@@ -378,6 +395,7 @@ chunks = st.one_of(
 )
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(chunks, min_size=1, max_size=4))
 def test_any_chunk_ends_in_a_final_event_through_the_parser(stream):
@@ -399,12 +417,14 @@ def test_any_chunk_ends_in_a_final_event_through_the_parser(stream):
     final.text.encode("utf-8")  # the chat can be saved
 
 
+@pytest.mark.unit
 @settings(max_examples=8, deadline=None, database=None)
 @given(st.lists(chunks, max_size=3))
 def test_any_chunk_ends_in_a_final_event_over_http(stream):
     answer(_streaming(*map(_chunk, stream), b"data: [DONE]\n\n"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("url", ["http://[", "host:8080", "ftp://example.test/v1", ""])
 def test_an_endpoint_that_is_not_a_url_says_so(url):
     async def main():
@@ -418,6 +438,7 @@ def test_an_endpoint_that_is_not_a_url_says_so(url):
     assert final.reason is FinishReason.ERROR and final.error.startswith("the endpoint is not a valid http(s) URL: ")
 
 
+@pytest.mark.unit
 def test_the_client_keeps_the_totals_of_recent_conversations_only():
     remote = RemoteClient(Endpoint("http://127.0.0.1:1/v1"))
     for i in range(CONVERSATIONS_KEPT + 50):
@@ -427,6 +448,7 @@ def test_the_client_keeps_the_totals_of_recent_conversations_only():
     assert "first" in remote.conversations and "c1" not in remote.conversations  # used lately, kept
 
 
+@pytest.mark.unit
 def test_the_remote_client_does_not_load_the_local_engine():
     code = "import sys, app.remote; print('llama_cpp' in sys.modules or 'app.client' in sys.modules)"
     root = Path(__file__).parents[1]

@@ -24,6 +24,7 @@ async def replies(client, params_of) -> list[tuple[list[int], object]]:
     return [(token_ids(tokens), final) for tokens, final in await asyncio.gather(*streams)]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("in_graph", [False, True], ids=["top logit on the host", "in the decode graph"])
 def test_a_greedy_reply_is_the_one_the_sampler_chain_draws(model_path, in_graph):
     """The same batches in two fresh engines, drawn once by the chain on the host (asking for token probabilities keeps
@@ -49,6 +50,7 @@ def test_a_greedy_reply_is_the_one_the_sampler_chain_draws(model_path, in_graph)
     assert any(final.reason.value == "stop" for _, final in fast[0::2])  # the others may end by themselves
 
 
+@pytest.mark.tiny
 def test_sampling_in_the_graph_repeats_a_seed_and_shares_slots_with_host_sampling(tiny_model_path):
     """Seeded sampling with penalties in the graph gives the same reply twice; requests asking for
     token probabilities (sampled on the host) then take the same slots, beside in-graph ones, and
@@ -70,6 +72,7 @@ def test_sampling_in_the_graph_repeats_a_seed_and_shares_slots_with_host_samplin
     assert all(final.error is None and ids for ids, final in after)
 
 
+@pytest.mark.tiny
 def test_token_probabilities_come_from_the_host_chain_beside_in_graph_sampling(tiny_model_path):
     """A request with token probabilities running beside in-graph ones gets them for every token."""
 

@@ -63,35 +63,42 @@ def planned(scheduler: Scheduler) -> list[tuple[str, int]]:
     return [(seq.request_id, n) for seq, n in scheduler.schedule()]
 
 
+@pytest.mark.unit
 def test_the_crafted_state_is_what_the_orders_assume():
     scheduler, seqs = crafted(Policy.DECODE_FIRST)
     assert seqs["G"].is_decoding and seqs["L"].num_pending == 200
     assert [s.request_id for s in scheduler.waiting] == ["S", "M", "H"]
 
 
+@pytest.mark.unit
 def test_fcfs_serves_by_arrival_so_a_long_prompt_holds_up_the_stream_behind_it():
     assert planned(crafted(Policy.FCFS)[0]) == [("L", 64)]
 
 
+@pytest.mark.unit
 def test_decode_first_gives_every_stream_its_token_before_any_prompt_chunk():
     assert planned(crafted(Policy.DECODE_FIRST)[0]) == [("G", 1), ("L", 63)]
 
 
+@pytest.mark.unit
 def test_shortest_first_puts_the_least_work_left_first():
     # work left: S 12+16, H 20+16, M 150+16 (no slot left for it), G 1+195, L 200+64
     assert planned(crafted(Policy.SHORTEST_FIRST)[0]) == [("S", 12), ("H", 20), ("G", 1), ("L", 31)]
 
 
+@pytest.mark.unit
 def test_length_group_admits_prompts_like_the_oldest_waiting_one():
     # with room for two more, decode-first admits in queue order; length-group skips M (150 vs 12)
     assert planned(crafted(Policy.DECODE_FIRST, n_batch=512)[0]) == [("G", 1), ("L", 200), ("S", 12), ("M", 150)]
     assert planned(crafted(Policy.LENGTH_GROUP, n_batch=512)[0]) == [("G", 1), ("L", 200), ("S", 12), ("H", 20)]
 
 
+@pytest.mark.unit
 def test_priority_serves_the_high_request_first():
     assert planned(crafted(Policy.PRIORITY)[0]) == [("H", 20), ("G", 1), ("L", 43)]
 
 
+@pytest.mark.unit
 def test_priority_takes_the_slot_of_the_latest_normal_request_when_all_are_busy():
     scheduler, seqs = crafted(Policy.PRIORITY, capacity=2)
     plan = planned(scheduler)
@@ -100,6 +107,7 @@ def test_priority_takes_the_slot_of_the_latest_normal_request_when_all_are_busy(
     assert seqs["L"].status is SequenceStatus.RUNNING
 
 
+@pytest.mark.unit
 def test_without_priority_a_full_house_makes_the_high_request_wait():
     scheduler, seqs = crafted(Policy.DECODE_FIRST, capacity=2)
     assert planned(scheduler) == [("G", 1), ("L", 63)]
@@ -128,6 +136,7 @@ def feed(controller: AdaptiveBatch, clock: FakeClock, make_step, seconds: float 
         controller.observe(make_step())
 
 
+@pytest.mark.unit
 def test_adaptive_lowers_the_running_count_while_decode_steps_are_slow_and_raises_it_when_fast():
     clock = FakeClock()
     controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
@@ -142,6 +151,7 @@ def test_adaptive_lowers_the_running_count_while_decode_steps_are_slow_and_raise
     assert controller.max_running == 8
 
 
+@pytest.mark.unit
 def test_adaptive_shrinks_the_prompt_chunk_when_mixed_steps_are_slow_and_grows_it_when_fast():
     clock = FakeClock()
     controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
@@ -155,6 +165,7 @@ def test_adaptive_shrinks_the_prompt_chunk_when_mixed_steps_are_slow_and_grows_i
     assert controller.prefill_budget > 2 * low
 
 
+@pytest.mark.unit
 def test_adaptive_tolerates_a_few_slow_steps_because_the_target_is_a_p95():
     clock = FakeClock()
     controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
@@ -167,6 +178,7 @@ def test_adaptive_tolerates_a_few_slow_steps_because_the_target_is_a_p95():
     assert controller.prefill_budget < 512
 
 
+@pytest.mark.unit
 def test_adaptive_waits_for_its_update_interval():
     clock = FakeClock()
     controller = AdaptiveBatch(0.100, capacity=8, n_batch=512, clock=clock)
@@ -198,6 +210,7 @@ async def first_tokens(client, policy: Policy) -> dict[str, float]:
     return {"long": await long, "short": short}
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("policy, short_first", [(Policy.FCFS, False), (Policy.SHORTEST_FIRST, True)])
 def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(tiny_config, policy, short_first):
     async def main():
@@ -209,6 +222,7 @@ def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_short
     assert (firsts["short"] < firsts["long"]) is short_first
 
 
+@pytest.mark.model
 def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_request(config):
     async def main():
         async with Started(config.with_(itl_target_ms=1)) as client:  # no step can be that fast
@@ -223,6 +237,7 @@ def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_requ
     assert max(s.n_seqs for s in steps[-20:]) == 1  # and the last requests ran alone
 
 
+@pytest.mark.tiny
 def test_bench_prompts_can_mark_conversations_high_priority(tiny_model_path, tmp_path):
     from app.bench import BenchSettings, load_prompts, run_bench
 
@@ -241,6 +256,7 @@ def test_bench_prompts_can_mark_conversations_high_priority(tiny_model_path, tmp
         load_prompts(str(path))
 
 
+@pytest.mark.model
 def test_switching_to_sequential_pauses_the_streams_already_running_and_each_resumes_in_turn(config):
     """The live switch is the demo of what batching buys: it must show at once, not at the next admission."""
     from app.engine.events import FinishEvent, TokenEvent

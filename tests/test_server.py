@@ -10,6 +10,8 @@ import pytest
 from helpers import run
 from serving import Serving, chat
 
+pytestmark = pytest.mark.model
+
 
 def openai_client(url: str, api_key: str = "none") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=120)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import aiohttp
+import pytest
 from helpers import run
 from serving import Serving
 from test_server import openai_client
@@ -13,6 +14,7 @@ QUESTION = [{"role": "user", "content": "Write one sentence about the sea and th
 GREEDY = {"temperature": 0, "max_tokens": 12, "extra_body": {"repeat_penalty": 1.0}}  # the likeliest token, always
 
 
+@pytest.mark.model
 def test_openai_client_reads_logprobs_streamed_and_whole(config):
     async def main():
         async with Serving(config) as (_client, _server, url):
@@ -44,6 +46,7 @@ def test_openai_client_reads_logprobs_streamed_and_whole(config):
         assert sum(math.exp(a.logprob) for a in t.top_logprobs) <= 1 + 1e-6
 
 
+@pytest.mark.tiny
 def test_four_choices_read_the_prompt_once_and_sample_four_ways(tiny_config):
     async def main():
         async with Serving(tiny_config) as (client, _server, url), aiohttp.ClientSession() as http:
@@ -75,6 +78,7 @@ def test_four_choices_read_the_prompt_once_and_sample_four_ways(tiny_config):
     assert all(len(top) <= 2 for lp in logprobs for top in lp["top_logprobs"])
 
 
+@pytest.mark.model
 def test_a_stream_of_two_choices_ends_each_and_counts_both(config):
     async def main():
         async with Serving(config) as (_client, _server, url):

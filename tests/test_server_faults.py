@@ -13,6 +13,8 @@ from serving import Serving, chat, engine_is_idle
 from app.engine.events import FinishEvent, FinishReason
 from app.server.protocol import MAX_MESSAGES, MAX_STOP_CHARS
 
+pytestmark = pytest.mark.model
+
 BAD_BODIES = {
     "malformed JSON": (b'{"messages": [', "not valid JSON"),
     "not an object": (b"[1, 2]", "JSON object"),

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from serving import Serving, chat
 
+pytestmark = pytest.mark.model
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "80"))
 ANSWER_WITHIN_S = 30.0
 LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict")  # only small values: a reply is bounded

@@ -27,6 +27,7 @@ def _story(**fields) -> dict:
     return chat("Tell me a long story.", **{"max_tokens": 64, "ignore_eos": True, **fields})
 
 
+@pytest.mark.tiny
 @pytest.mark.parametrize("layout", [True, False], ids=["one pool", "a stream per sequence"])
 def test_an_empty_prompt_is_a_400_and_the_replies_beside_it_go_on(tiny_config, layout):
     """With a model that adds no BOS, "" is no token at all: it used to end every reply on the model."""
@@ -51,6 +52,7 @@ def test_an_empty_prompt_is_a_400_and_the_replies_beside_it_go_on(tiny_config, l
     assert idle
 
 
+@pytest.mark.model
 def test_engine_faults_are_5xx_never_4xx(config, monkeypatch):
     """A request in flight when the engine dies: 503 (retry later); an internal error: 500."""
 
@@ -74,6 +76,7 @@ def test_engine_faults_are_5xx_never_4xx(config, monkeypatch):
     assert "a bug in the prompt builder" in internal["error"]["message"]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize(
     "field, value",
     [("repeat_penalty", 0), ("repeat_penalty", 0.001), ("frequency_penalty", 2.5), ("presence_penalty", -3)],
@@ -87,6 +90,7 @@ def test_penalties_that_would_make_nan_are_refused_naming_the_field(config, fiel
     assert status == 400 and body["error"]["param"] == field
 
 
+@pytest.mark.model
 def test_frequency_and_presence_penalties_are_honoured(config):
     """OpenAI's penalties reach llama.cpp's penalties sampler: a greedy reply, the same each time
     without them, changes with them."""
@@ -108,6 +112,7 @@ def test_frequency_and_presence_penalties_are_honoured(config):
     assert plain == again and frequency != plain, (plain, frequency)
 
 
+@pytest.mark.unit
 def test_replies_are_standard_json_whatever_the_values():
     body = {"logprob": float("nan"), "top": [float("-inf"), 1.5], "ok": "x"}
     text = handlers.dumps(body)
@@ -115,6 +120,7 @@ def test_replies_are_standard_json_whatever_the_values():
     assert "NaN" not in text and "Infinity" not in text
 
 
+@pytest.mark.model
 def test_a_lone_surrogate_in_model_is_a_400_naming_the_field_with_one_model_loaded(config):
     async def main():
         async with Serving(config) as (_client, _server, url), aiohttp.ClientSession() as http:
@@ -127,6 +133,7 @@ def test_a_lone_surrogate_in_model_is_a_400_naming_the_field_with_one_model_load
     assert status == 400 and body["error"]["param"] == "model"
 
 
+@pytest.mark.tiny
 def test_max_tokens_minus_one_runs_to_the_context_and_ends_length(tiny_config):
     async def main():
         async with Serving(tiny_config.with_(n_ctx=256, capacity=1)) as (_client, _server, url), aiohttp.ClientSession() as http:
@@ -137,6 +144,7 @@ def test_max_tokens_minus_one_runs_to_the_context_and_ends_length(tiny_config):
     assert body["usage"]["total_tokens"] == 256
 
 
+@pytest.mark.model
 def test_kept_token_probabilities_are_bounded_unless_streamed(config):
     many = chat("Hi", max_tokens=-1, logprobs=True, top_logprobs=20)
 
@@ -154,6 +162,7 @@ def test_kept_token_probabilities_are_bounded_unless_streamed(config):
     assert streamed_status == 200 and b"top_logprobs" in streamed
 
 
+@pytest.mark.model
 def test_with_a_stream_per_sequence_a_request_is_measured_against_its_stream_not_the_pool(config):
     """4 streams of 1,024 cells in a pool of 4,096: the checks of a request's size and of the token
     probabilities it keeps count 1,024 (the pool's 4,096 let a text through to the tokenizer that
@@ -181,6 +190,7 @@ def test_with_a_stream_per_sequence_a_request_is_measured_against_its_stream_not
     assert probs_status == 200 and probs["choices"][0]["logprobs"]["content"]  # 1,024 × 21 kept at most: within the bound
 
 
+@pytest.mark.model
 def test_a_reader_that_stalls_is_cut_and_its_sequence_freed(config, monkeypatch):
     """Its events would pile up for as long as it reads nothing: after the deadline it is dropped."""
     monkeypatch.setattr(handlers, "SEND_DEADLINE_S", 1.0)
@@ -206,6 +216,7 @@ def test_a_reader_that_stalls_is_cut_and_its_sequence_freed(config, monkeypatch)
     assert idle and generated < 3000, "the stalled reader kept its sequence to the end of its reply"
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("lines_read", [0, 2])
 def test_choices_streamed_and_dropped_free_their_sequences_at_once_and_log_no_error(config, caplog, lines_read):
     """n > 1 left before the first token or mid-stream: no `aclose(): ... already running` in the handler."""

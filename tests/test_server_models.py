@@ -16,6 +16,8 @@ from test_server import openai_client, stream_chat
 
 from app.cli import main
 
+pytestmark = pytest.mark.model
+
 Q4 = "SmolLM2-135M-Instruct.Q4_1"
 
 

@@ -18,6 +18,8 @@ from app.cli import build_parser
 from app.server import handlers
 from app.server.connections import MAX_CONNECTIONS
 
+pytestmark = pytest.mark.model
+
 CHAT = "/v1/chat/completions"
 
 

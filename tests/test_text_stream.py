@@ -1,6 +1,10 @@
 """TextStream: whole UTF-8 characters only, stop strings cut exactly, nothing lost at the end."""
 
+import pytest
+
 from app.engine.text_stream import TextStream
+
+pytestmark = pytest.mark.unit
 
 
 def feed_all(stream: TextStream, pieces: list[bytes]) -> list[str]:

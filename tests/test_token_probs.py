@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from helpers import Started, collect, run, token_ids, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ def _piece(token: int) -> bytes:
     return str(token).encode()
 
 
+@pytest.mark.unit
 @settings(max_examples=60, deadline=None)
 @given(
     logits=st.lists(st.floats(-30, 30, width=32), min_size=2, max_size=64),
@@ -42,6 +44,7 @@ def test_probabilities_add_up_whatever_the_logits(logits, n_top, data):
     assert probs.chosen.piece == _piece(chosen)
 
 
+@pytest.mark.unit
 def test_greedy_draws_its_token_for_certain():
     logits = np.array([1.0, 3.0, 2.0], dtype=np.float32)
     probs = token_probs(logits, np.arange(3, dtype=np.int32), None, 1, 3, _piece)
@@ -50,6 +53,7 @@ def test_greedy_draws_its_token_for_certain():
     assert [c.sampled_p for c in probs.top] == [1.0, 0.0, 0.0]
 
 
+@pytest.mark.tiny
 def test_every_token_tells_its_probability_and_the_same_seed_draws_the_same_reply(tiny_config):
     """Asking for probabilities changes nothing of the draw: same seed, same tokens, with or without."""
 
@@ -74,6 +78,7 @@ def test_every_token_tells_its_probability_and_the_same_seed_draws_the_same_repl
     assert final.ok and final.text == "".join(e.text for e in told)
 
 
+@pytest.mark.tiny
 def test_greedy_reply_takes_the_likeliest_token_after_the_repeat_penalty(tiny_config):
     async def go():
         async with Started(tiny_config) as client:
@@ -88,6 +93,7 @@ def test_greedy_reply_takes_the_likeliest_token_after_the_repeat_penalty(tiny_co
     assert final.ok
 
 
+@pytest.mark.model
 def test_a_branch_from_a_rival_token_starts_from_the_cached_reply_and_goes_on_from_that_token(config):
     """The reply's cells up to the branch point are shared with the new sequence: only the rival is read."""
     greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=20, n_probs=3)

@@ -17,6 +17,7 @@ def probs(piece: bytes, p: float, token: int = 1, rivals=()) -> TokenProbs:
     return TokenProbs(chosen, (chosen, *rivals))
 
 
+@pytest.mark.gui
 def test_a_character_split_across_tokens_shows_whole_with_its_last_piece(qapp):
     euro = "€".encode()  # three bytes
     reply = [probs(b"A ", 0.9), probs(euro[:1], 0.5), probs(euro[1:], 0.5), probs(b"!\n", 0.2)]
@@ -26,6 +27,7 @@ def test_a_character_split_across_tokens_shows_whole_with_its_last_piece(qapp):
     assert "!<br>" in drawn
 
 
+@pytest.mark.gui
 @pytest.mark.parametrize("dark", [False, True])
 def test_every_tint_keeps_the_text_readable_and_doubt_shows_stronger(qapp, dark):
     colours = Theme.of(dark_palette() if dark else QPalette())
@@ -35,11 +37,13 @@ def test_every_tint_keeps_the_text_readable_and_doubt_shows_stronger(qapp, dark)
     assert distance == sorted(distance, reverse=True) and distance[0] > distance[-1]
 
 
+@pytest.mark.unit
 def test_token_links_are_told_from_other_links():
     assert token_at("tok:4:17") == (4, 17)
     assert token_at("https://example.com") is None and token_at("tok:x:1") is None and token_at("copy:2") is None
 
 
+@pytest.mark.unit
 def test_rivals_show_both_probabilities_and_mark_the_drawn_token():
     rival = TokenChoice(2, b" sea", math.log(0.3), 0.0)
     drawn = probs(b" wind", 0.6, rivals=(rival,))

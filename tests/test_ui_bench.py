@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import threading
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
@@ -14,6 +15,8 @@ from ui_fixtures import until
 
 from app.engine.params import Policy
 from app.ui.benchmark_dock import BenchmarkPanel
+
+pytestmark = pytest.mark.gui
 
 
 def tiny(view: BenchmarkPanel) -> None:

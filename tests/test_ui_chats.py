@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
@@ -15,6 +16,8 @@ from app.ui.chat_list import when
 from app.ui.main_window import SAVE_RETRY_TICKS
 from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import CORRUPT, NOTICE, Chat, ChatStore
+
+pytestmark = pytest.mark.gui
 
 
 def saved_chats(home, names: list[str], shown: list[str]) -> list[Chat]:

@@ -3,12 +3,15 @@ list). On the tiny model; which chat a close keeps is test_workspace's, the ques
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.ui.chat_list import ChatRow
 from app.workspace.chat_store import Chat
+
+pytestmark = pytest.mark.gui
 
 
 async def send(qtbot, pane, text: str) -> None:

@@ -11,6 +11,8 @@ from ui_fixtures import QUICK, TINY_QUICK, close_window, open_window, set_params
 
 from app.workspace.chat_store import NOTICE
 
+pytestmark = pytest.mark.gui
+
 TEMPLATE_KEY = b"tokenizer.chat_template"
 
 

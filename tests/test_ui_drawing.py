@@ -11,6 +11,8 @@ from app.ui.plots import WINDOW_S, PlotsPanel
 from app.ui.transcript import Transcript
 from app.workspace.metrics import MetricsStore
 
+pytestmark = pytest.mark.gui
+
 REPLY = (
     "The printing press was invented by Johannes Gutenberg around 1440, and it changed how knowledge "
     "spread across Europe. Books became cheaper, literacy rose, and ideas moved faster than ever.\n\n"

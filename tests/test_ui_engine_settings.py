@@ -17,6 +17,8 @@ from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
 from app.ui.engine_panel import EnginePanel
 from app.ui.settings import AppSettings
 
+pytestmark = pytest.mark.gui
+
 
 @pytest.fixture
 def panel(loop, qtbot, model_path):

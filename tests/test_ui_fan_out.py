@@ -7,11 +7,14 @@ from __future__ import annotations
 import csv
 import math
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 from ui_fixtures import QUICK, TINY_QUICK, set_params, until
 
 from app.ui.compare_view import COLUMNS
+
+pytestmark = pytest.mark.gui
 
 
 def _click_action(qtbot, window, action) -> None:

@@ -17,6 +17,8 @@ from ui_fixtures import QUICK, set_params, until
 from app.ui.model_library import ARCH, CONTEXT, PARAMS, QUANT, SIZE, SOURCE, TEMPLATE
 from app.ui.settings import AppSettings, open_qsettings
 
+pytestmark = pytest.mark.gui
+
 BUNDLED = "SmolLM2-135M-Instruct.Q4_1"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import QAbstractButton, QApplication, QStyle, QToolButton
 from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, until
@@ -13,6 +14,8 @@ from app.ui.pane_params_editor import SLIDERS
 from app.ui.readout import Readout
 from app.ui.window_placement import room_for_window
 from app.workspace.chat_store import NOTICE
+
+pytestmark = pytest.mark.gui
 
 LAPTOP = QRect(0, 0, 1366, 768)
 

@@ -15,6 +15,8 @@ from ui_fixtures import TINY_QUICK, close_window, open_window, until
 
 from app.ui.settings import AppSettings, open_qsettings
 
+pytestmark = pytest.mark.gui
+
 
 def test_settings_and_chats_round_trip_through_a_restart(loop, home, tiny_model_path):
     async def first_run():
@@ -42,7 +44,6 @@ def test_settings_and_chats_round_trip_through_a_restart(loop, home, tiny_model_
     assert size == saved_size == (780, 560)
 
 
-@pytest.mark.gui
 def test_screenshot_command_writes_a_png(tmp_path, tiny_model_path):
     png = tmp_path / "x.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", BATCH_PLAYGROUND_HOME=str(tmp_path / "home"))

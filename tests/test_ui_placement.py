@@ -48,6 +48,7 @@ def test_a_saved_window_larger_than_the_screen_opens_on_it(tmp_path):
     assert _on_screen(_probe(tmp_path, (1366, 768)))
 
 
+@pytest.mark.unit
 def test_a_window_keeps_the_default_size_where_the_screen_has_room():
     second_monitor = QRect(1920, 0, 1920, 1080)
     room = room_for_window(second_monitor, 24)

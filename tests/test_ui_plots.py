@@ -20,6 +20,7 @@ STEPS = PlotSpec(
 )
 
 
+@pytest.mark.gui
 def test_the_panel_draws_the_table_in_order(qtbot):
     panel = PlotsPanel(MetricsStore())
     qtbot.addWidget(panel)
@@ -30,6 +31,7 @@ def test_the_panel_draws_the_table_in_order(qtbot):
     assert panel.ci.getItem(len(PLOTS), 0) is panel.legend
 
 
+@pytest.mark.gui
 def test_a_new_plot_is_one_entry_with_its_series(qtbot):
     metrics = MetricsStore()
     pane = metrics.add_pane("p")
@@ -71,11 +73,13 @@ def test_a_new_plot_is_one_entry_with_its_series(qtbot):
     assert not any(item in drafts.items for item in drafted.items) and panel.points("p", "first")[0].size == 0
 
 
+@pytest.mark.unit
 def test_points_are_per_pane_only():
     with pytest.raises(ValueError, match="per pane"):
         PlotSpec("engine_points", "Engine", "", per_pane=False, series=(PointsSpec("x", "engine_rate", size=5),))
 
 
+@pytest.mark.unit
 def test_series_names_are_unique_among_the_panes_and_among_the_engine():
     for per_pane in (True, False):
         names = [series.name for spec in PLOTS if spec.per_pane is per_pane for series in spec.series]

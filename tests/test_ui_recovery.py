@@ -22,6 +22,8 @@ from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import CUT_BY_EXIT, NOTICE, ChatStore
 from app.workspace.session import CHECKPOINT_S
 
+pytestmark = pytest.mark.gui
+
 CHAT_ID = "story"
 PROMPT = "Write a long story about a dragon and a knight."  # greedy, it goes on past 3000 tokens
 
@@ -95,7 +97,6 @@ def test_a_kill_during_a_stream_loses_at_most_the_last_seconds(loop, home, tiny_
     loop.run_until_complete(reopen())
 
 
-@pytest.mark.gui
 def test_a_second_window_on_the_same_data_folder_is_refused(home):
     lock = QLockFile(str(home / LOCK_FILE))
     assert lock.tryLock(0)  # this process plays the first window

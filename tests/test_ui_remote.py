@@ -17,6 +17,8 @@ from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import NOTICE
 from app.workspace.pane_params import PaneParams
 
+pytestmark = pytest.mark.gui
+
 
 @pytest.fixture(scope="module")
 def second_serve(tiny_model_path):

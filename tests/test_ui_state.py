@@ -32,6 +32,7 @@ from app.workspace.metrics import MetricsStore, Ring
 from app.workspace.pane_params import PaneParams
 
 
+@pytest.mark.unit
 def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():
     chat = Chat.new("Pane 1")
     chat.add("user", "hi")
@@ -45,6 +46,7 @@ def test_chat_for_model_puts_the_system_prompt_first_and_skips_notices():
     assert chat.for_model("  ")[0]["role"] == "user"
 
 
+@pytest.mark.unit
 def test_drop_last_reply_keeps_the_last_user_turn():
     chat = Chat.new("x")
     for role, text in (("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"), (NOTICE, "n")):
@@ -53,6 +55,7 @@ def test_drop_last_reply_keeps_the_last_user_turn():
     assert [m["content"] for m in chat.messages] == ["a", "b", "c"]
 
 
+@pytest.mark.unit
 def test_chat_store_round_trip(tmp_path):
     store = ChatStore(tmp_path)
     chat = Chat.new("Pane 2")
@@ -65,6 +68,7 @@ def test_chat_store_round_trip(tmp_path):
     assert [p.name for p in store.folder.iterdir()] == [f"{chat.chat_id}.json"]  # no temp file left
 
 
+@pytest.mark.unit
 def test_unreadable_chat_files_are_kept_aside_never_overwritten(tmp_path):
     store = ChatStore(tmp_path)
     store.folder.mkdir(parents=True)
@@ -81,6 +85,7 @@ def test_unreadable_chat_files_are_kept_aside_never_overwritten(tmp_path):
     assert store.chats() == ([], [])  # files set aside are not listed again
 
 
+@pytest.mark.unit
 def test_older_chat_files_load_with_defaults(tmp_path):
     store = ChatStore(tmp_path)
     store.folder.mkdir(parents=True)
@@ -90,6 +95,7 @@ def test_older_chat_files_load_with_defaults(tmp_path):
     assert chat.updated == store.path("old").stat().st_mtime  # the file's date stands in
 
 
+@pytest.mark.unit
 def test_a_reply_saved_while_streaming_comes_back_cut_with_a_notice(tmp_path):
     store = ChatStore(tmp_path)
     chat = Chat.new("Pane 1")
@@ -107,6 +113,7 @@ def test_a_reply_saved_while_streaming_comes_back_cut_with_a_notice(tmp_path):
     assert again.for_model("")[-1] == {"role": "assistant", "content": "Once upon"}
 
 
+@pytest.mark.unit
 def test_pending_saves_wait_while_the_folder_cannot_be_written(tmp_path):
     store = ChatStore(tmp_path)
     saves = PendingSaves(store)
@@ -119,6 +126,7 @@ def test_pending_saves_wait_while_the_folder_cannot_be_written(tmp_path):
     assert saves.failure is None and not saves.is_waiting and store.load(chat.chat_id) == chat
 
 
+@pytest.mark.unit
 def test_export_markdown_and_json(tmp_path):
     chat = Chat("id1", "Pane 1", [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
     export_chat(chat, str(tmp_path / "c.md"))
@@ -127,6 +135,7 @@ def test_export_markdown_and_json(tmp_path):
     assert json.loads((tmp_path / "c.json").read_text())["messages"][1]["content"] == "a"
 
 
+@pytest.mark.unit
 def test_an_export_name_gets_the_chosen_filters_extension_unless_it_has_a_formats():
     assert with_filter_suffix("/tmp/notes.v2", "JSON (*.json)") == "/tmp/notes.v2.json"
     assert with_filter_suffix("/tmp/c.JSON", "Markdown (*.md)") == "/tmp/c.JSON"  # typed: it decides
@@ -139,6 +148,7 @@ def code_lines(markdown: str) -> list[str]:
     return [b.text() for b in blocks if b.blockFormat().nonBreakableLines()]
 
 
+@pytest.mark.gui
 def test_code_blocks_are_monospace_and_text_is_kept(qapp):  # Qt's Markdown reader wants the app's fonts
     document = markdown_document("See:\n```python\nif a < b:\n    pass\n```\ndone", Theme.of(qapp.palette()))
     code = document.find("if a < b:")
@@ -146,6 +156,7 @@ def test_code_blocks_are_monospace_and_text_is_kept(qapp):  # Qt's Markdown read
     assert code_lines("See:\n```python\nif a < b:\n    pass\n```\ndone") == ["if a < b:", "    pass"]
 
 
+@pytest.mark.gui
 def test_a_fence_is_three_backticks_at_the_start_of_a_line(qapp):
     assert code_lines("use ``` to fence code") == []
     assert code_lines("```python print(1)``` inline") == []
@@ -153,6 +164,7 @@ def test_a_fence_is_three_backticks_at_the_start_of_a_line(qapp):
     assert QFontInfo(document.find("print(1)").charFormat().font()).fixedPitch()  # inline code
 
 
+@pytest.mark.unit
 def test_ring_keeps_the_newest_points_in_order():
     ring = Ring(4)
     for i in range(6):
@@ -164,6 +176,7 @@ def test_ring_keeps_the_newest_points_in_order():
     assert list(ring.last(9)[0]) == [2, 3, 4, 5] and len(ring.last(0)[0]) == 0
 
 
+@pytest.mark.unit
 def test_metrics_from_events():
     store = MetricsStore()
     store.track("r1", "pane", t_submit=10.0)
@@ -189,6 +202,7 @@ def test_metrics_from_events():
     assert m.gen_tokens == 2
 
 
+@pytest.mark.unit
 def test_pane_params_round_trip_through_qsettings(tmp_path):
     settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert settings.pane_params("p") == PaneParams()
@@ -200,6 +214,7 @@ def test_pane_params_round_trip_through_qsettings(tmp_path):
     assert params.sampling().top_k == 12 and params.sampling().seed == 7
 
 
+@pytest.mark.unit
 def test_engine_settings_round_trip_including_the_overflow_policy(tmp_path):
     ini = str(tmp_path / "settings.ini")
     chosen = EngineConfig(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.engine.stats import EngineSnapshot
 from app.ui.main_window import engine_status
+
+pytestmark = pytest.mark.unit
 
 
 def snapshot(**tier) -> EngineSnapshot:

@@ -10,6 +10,8 @@ from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.ui.theme import Theme, contrast, dark_palette
 
+pytestmark = pytest.mark.gui
+
 READABLE = 4.5  # WCAG's contrast ratio for body text
 
 

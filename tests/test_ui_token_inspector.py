@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtTest import QTest
@@ -9,6 +10,8 @@ from PySide6.QtWidgets import QToolTip
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.token_view import token_at
+
+pytestmark = pytest.mark.gui
 
 
 def token_spots(transcript) -> dict[tuple[int, int], QPoint]:

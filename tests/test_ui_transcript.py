@@ -14,6 +14,8 @@ from ui_fixtures import QUICK, set_params, until
 from app.ui.theme import Theme, contrast, dark_palette
 from app.ui.transcript import Transcript
 
+pytestmark = pytest.mark.gui
+
 CODE = 'def grams_to_ounces(g):\n    return g / 28.35  # "<ounces>"'
 REPLY = f"""# Cooking
 

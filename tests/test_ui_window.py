@@ -7,6 +7,7 @@ import asyncio
 import re
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox, QPushButton
@@ -16,6 +17,8 @@ from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
 from app.ui.pane_params_editor import SLIDERS
 from app.workspace.chat_store import NOTICE
+
+pytestmark = pytest.mark.gui
 
 
 def _spec(name):

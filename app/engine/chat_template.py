@@ -39,8 +39,16 @@ def _raise(message: str):
 
 
 class ChatTemplate:
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "", model: str = "the model"):
-        """`model`: the model's name, which a failure names."""
+    def __init__(
+        self,
+        source: str | None,
+        bos_token: str = "",
+        eos_token: str = "",
+        model: str = "the model",
+        seconds: float = RENDER_SECONDS,
+    ):
+        """`model`: the model's name, which a failure names; `seconds`: a render's time budget."""
+        self.seconds = seconds
         self.source = source or CHATML
         self.model = model
         self._bos = bos_token
@@ -62,7 +70,7 @@ class ChatTemplate:
         return CHATML_STOPS if self.is_fallback else ()
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24) -> str:
-        """The prompt text; ChatTemplateError if the template raises, runs over RENDER_SECONDS or
+        """The prompt text; ChatTemplateError if the template raises, runs over its seconds or
         writes more than `max_chars`."""
         variables = {
             "messages": list(messages),
@@ -72,7 +80,7 @@ class ChatTemplate:
         }
         if self._sandbox is not None:
             job = {"source": self.source, "variables": variables, "max_chars": max_chars}
-            answer = self._run(job, RENDER_SECONDS)
+            answer = self._run(job, self.seconds)
             if "text" in answer:
                 return answer["text"]
             self._fall_back()
