@@ -24,7 +24,7 @@ from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence
-from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepStats
+from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
 
@@ -191,7 +191,8 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan:
             return False
-        n_decode = sum(1 for seq, _ in plan if seq.is_decoding)  # as the plan decided, before sampling
+        # what the plan decided, before sampling moves the sequences on
+        parts = tuple(StepPart(seq.request_id, seq.request.conversation_id, n, seq.is_decoding) for seq, n in plan)
         self._fill_batch(plan)
         t1 = time.perf_counter()
         rc = self.backend.decode()
@@ -203,7 +204,7 @@ class Engine:
             self._sample_all([seq for seq, _ in plan if seq.row >= 0], events)
         else:
             self._on_decode_failure(rc, plan, events)
-        self._record_step(plan, n_decode, t0, t1, t2)
+        self._record_step(parts, t0, t1, t2)
         self._emit(events)
         return True
 
@@ -305,18 +306,20 @@ class Engine:
         if events:
             self._sink(events)
 
-    def _record_step(self, plan: Plan, n_decode: int, t0: float, t1: float, t2: float) -> None:
-        n_tokens = sum(n for _, n in plan)
+    def _record_step(self, parts: tuple[StepPart, ...], t0: float, t1: float, t2: float) -> None:
+        n_tokens = sum(p.n_tokens for p in parts)
+        n_decode = sum(p.is_decode for p in parts)
         scheduler = self.scheduler
         step = StepStats(
             t_end=time.monotonic(),
             n_tokens=n_tokens,
-            n_seqs=len(plan),
+            n_seqs=len(parts),
             n_decode=n_decode,
             n_prefill_tokens=n_tokens - n_decode,
             step_s=time.perf_counter() - t0,
             decode_s=t2 - t1,
             batch_limit=scheduler.batch_limit,
+            parts=parts,
         )
         self.steps.append(step)
         self._step_s += step.step_s

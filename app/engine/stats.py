@@ -84,6 +84,16 @@ class RequestStats:
         self.gen_tokens += 1
 
 
+@dataclass(frozen=True, slots=True)
+class StepPart:
+    """One sequence's share of a step's batch."""
+
+    request_id: str
+    conversation_id: str | None  # a pane's chat (its key), or None
+    n_tokens: int
+    is_decode: bool  # its next token; else a chunk of its prompt
+
+
 @dataclass(frozen=True)
 class StepStats:
     t_end: float  # monotonic time the step finished
@@ -94,6 +104,11 @@ class StepStats:
     step_s: float  # schedule + decode + sample
     decode_s: float  # llama_decode alone
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
+    parts: tuple[StepPart, ...] = ()  # the batch's composition, in batch order
+
+    @property
+    def t_start(self) -> float:
+        return self.t_end - self.step_s
 
 
 class ConversationTotals:
