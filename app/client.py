@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
+from .engine.cell_map import CellMap
 from .engine.engine_thread import EngineThread, model_name
 from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
@@ -151,6 +152,11 @@ class EngineClient:
     def snapshot_of(self, model: str | None) -> EngineSnapshot | None:
         engine = self._engine_of(model)
         return engine.snapshot if engine else None
+
+    def cell_map_of(self, model: str | None = None) -> CellMap | None:
+        """A model's KV cells by slot, and its RAM tier (rebuilt at most ten times a second); None before the start."""
+        engine = self._engine_of(model)
+        return engine.cell_map if engine else None
 
     def recent_steps(self, seconds: float | None = None, model: str | None = None) -> tuple[StepStats, ...]:
         """A model's steps of the last `seconds` (all those kept when None), oldest first."""

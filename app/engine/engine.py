@@ -5,6 +5,7 @@ thread; everything else on the engine thread."""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -13,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from .adaptive import AdaptiveBatch
+from .cell_map import CellMap, build_cell_map
 from .chat_template import ChatTemplate
 from .events import Event, Fault, FinishEvent, FinishReason, TokenEvent
 from .history import TokenHistory
@@ -32,6 +34,7 @@ STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
 EARLY_CANCELS_KEPT = 256
 CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
 HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes a token)
+CELL_MAP_EVERY_S = 0.1  # the KV cell map is rebuilt at most this often while busy, and whenever the engine idles
 CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
@@ -74,6 +77,8 @@ class Engine:
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
         self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
         self.snapshot = self._snapshot()
+        self._cell_map_at = -math.inf
+        self.cell_map: CellMap = build_cell_map(self.kv, self.scheduler, 0)
 
     @property
     def info(self):
@@ -303,8 +308,17 @@ class Engine:
     def _emit(self, events: list[Event]) -> None:
         """Publish a fresh snapshot (once a step) and hand the events to the client."""
         self.snapshot = self._snapshot()
+        self._publish_cell_map()
         if events:
             self._sink(events)
+
+    def _publish_cell_map(self) -> None:
+        """Replace the KV cell map whole (readers on other threads take no lock): at most ten times a
+        second while there is work, and on going idle, so that the last state is always shown."""
+        now = time.monotonic()
+        if now - self._cell_map_at >= CELL_MAP_EVERY_S or not self.scheduler.has_work():
+            self._cell_map_at = now
+            self.cell_map = build_cell_map(self.kv, self.scheduler, self._n_steps)
 
     def _record_step(self, parts: tuple[StepPart, ...], t0: float, t1: float, t2: float) -> None:
         n_tokens = sum(p.n_tokens for p in parts)

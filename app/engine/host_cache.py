@@ -34,6 +34,7 @@ class SavedCells:
     state: object  # llama.cpp's sequence state (an opaque buffer) of the cells from `start` on
     size: int  # its bytes
     start: int = 0  # cells before it were shared with another sequence: the pool gives them back
+    conversation_id: str | None = None  # the chat whose history it is (shown in the KV cell map)
 
     @property
     def n_cells(self) -> int:
@@ -111,7 +112,9 @@ class HostCache:
     def worth_saving(self, n_tokens: int) -> bool:
         return n_tokens >= MIN_SAVED_TOKENS and self.limit_bytes > 0
 
-    def save(self, memory: StateMemory, seq_id: int, owner: str, tokens: list[int], start: int = 0) -> None:
+    def save(
+        self, memory: StateMemory, seq_id: int, owner: str, tokens: list[int], start: int = 0, conversation_id: str | None = None
+    ) -> None:
         """Copy a sequence's cells (those it holds from position `start` on) to RAM under `owner` (a
         key of this history's own), replacing what it saved before and any earlier state of the same
         history. Its size is asked first: a state that could never fit is not copied at all, and
@@ -127,7 +130,7 @@ class HostCache:
         self.budget.make_room(self, size)
         state = memory.seq_save(seq_id, size)
         if state is not None:
-            self._entries[owner] = SavedCells(list(tokens), state, size, start)
+            self._entries[owner] = SavedCells(list(tokens), state, size, start, conversation_id)
             self.bytes_used += size
             self.saves += 1
 
@@ -152,6 +155,10 @@ class HostCache:
             if n > best_n:
                 best, best_n = owner, n
         return best, best_n
+
+    def entries(self) -> tuple[SavedCells, ...]:
+        """The saved cells, the least recently saved first."""
+        return tuple(self._entries.values())
 
     def get(self, owner: str) -> SavedCells | None:
         return self._entries.get(owner)

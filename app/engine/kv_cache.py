@@ -343,7 +343,7 @@ class KVCacheManager:
         if start < MIN_SHARED_PREFIX or not self._mem.seq_rm(slot.seq_id, 0, start):
             holder, start = None, 0
         if self.host.worth_saving(len(slot.tokens) - start):
-            self.host.save(self._mem, slot.seq_id, f"history {self._tick()}", slot.tokens, start)
+            self.host.save(self._mem, slot.seq_id, f"history {self._tick()}", slot.tokens, start, slot.owner)
         if holder is not None:
             self._mem.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
 

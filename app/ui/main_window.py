@@ -49,6 +49,7 @@ from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
 from .fan_out import FanOutDialog, Sweep
+from .kv_map import KVMapPanel
 from .loaded_models import LoadedModels
 from .model_library import ModelLibrary
 from .plots import PlotsPanel
@@ -151,6 +152,9 @@ class MainWindow(QMainWindow):
         self.compare_view.sigExported.connect(self._show_exported)
         self.compare_dock = self._dock("Compare", self.compare_view, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.compare_dock.hide()
+        self.kv_map = KVMapPanel(self.client, self._pane_labels)
+        self.kv_map_dock = self._dock("KV cells", self.kv_map, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.kv_map_dock.hide()
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
@@ -183,6 +187,14 @@ class MainWindow(QMainWindow):
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         return dock
+
+    def _pane_labels(self) -> dict[str, tuple[str, str]]:
+        """Each pane's chat key -> (its colour, "pane 2 “chat name”"): the KV cell map's legend."""
+
+        def label(i: int, name: str) -> str:
+            return f"pane {i}" if name.lower() == f"pane {i}" else f"pane {i} “{name}”"
+
+        return {p.session.key: (p.session.colour, label(i, p.chat.name)) for i, p in enumerate(self.panes, 1)}
 
     def _on_serving(self, serving: bool) -> None:
         """Requests from outside get their own curves while the server runs."""
@@ -367,6 +379,8 @@ class MainWindow(QMainWindow):
             return
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
+        if self.kv_map_dock.isVisible():
+            self.kv_map.refresh()
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
             self.refresh_readouts()
 

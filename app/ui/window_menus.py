@@ -28,6 +28,7 @@ def build_toolbar(window: MainWindow) -> None:
     bar.addAction(window.plots_dock.toggleViewAction())
     bar.addAction(window.bench_dock.toggleViewAction())
     bar.addAction(window.library_dock.toggleViewAction())
+    bar.addAction(window.kv_map_dock.toggleViewAction())
     bar.addAction(window.fan_out_action)
     # shown from the toolbar, a dock tabbed behind the plots comes to the front
     for dock in (window.plots_dock, window.bench_dock):
@@ -49,6 +50,8 @@ def build_menus(window: MainWindow) -> None:
     for n, dock in enumerate(docks, 1):
         dock.toggleViewAction().setShortcut(QKeySequence(f"Ctrl+{n}"))
         view.addAction(dock.toggleViewAction())
+    window.kv_map_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+Shift+K"))
+    view.addAction(window.kv_map_dock.toggleViewAction())
     view.addSeparator()
     focus = QAction("Broadcast field", window, shortcut=QKeySequence("Ctrl+L"))
     focus.triggered.connect(lambda: window.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason))
