@@ -37,7 +37,7 @@ def test_each_slot_holds_what_the_kv_manager_counts_and_a_shared_prefix_shows_as
     assert [s.cells for s in m.slots] == cells and m.cells_used == used == snapshot.cells_used
     a, b = (next(s for s in m.slots if s.conversation_id == c) for c in "ab")
     assert a.state is b.state is SlotState.KEPT
-    assert a.shared == b.shared > 200 and a.shared_with == (b.slot,) and b.shared_with == (a.slot,)
+    assert a.shared == b.shared > 200 and a.shared_with == (b.slot,) and b.shared_counts == (a.shared,)
     assert a.own + b.own == used and b.own == b.cells - b.shared  # the prefix counted once, in slot a's run
 
 

@@ -55,14 +55,14 @@ def test_the_dock_opened_by_mouse_draws_each_panes_cells_as_the_engine_counts_th
     first = next(s for s in held if s.own)
     rows, cols = np.nonzero(drawn.slot_index == m.slots.index(first))
     text = panel.describe_at(QPointF(cols[0] + 0.5, rows[0] + 0.5))
-    assert f"slot {first.slot}" in text and "shared with" in text and "pane" in text
+    assert f"slot {first.slot}" in text and "shared: " in text and "pane" in text
     assert "RAM tier" in panel.ram_label.text()
 
 
 def test_a_stream_per_sequence_is_drawn_as_a_band_each():
     from app.engine.cell_map import CellMap, SlotCells
 
-    slots = tuple(SlotCells(i, f"c{i}", None, 100 * i, 0, (), 100 * i, SlotState.KEPT) for i in range(4))
+    slots = tuple(SlotCells(i, f"c{i}", None, 100 * i, 0, (), (), 100 * i, SlotState.KEPT) for i in range(4))
     drawn = lay_out(CellMap(n_cells=4 * 512, streams=True, slots=slots), cols=64)
     assert list(drawn.cell_counts(4)) == [0, 100, 200, 300]
     assert drawn.slot_index.shape == (4 * 8 + 3, 64)  # 8 rows a stream, a blank row between two

@@ -34,6 +34,7 @@ class SlotCells:
     cells: int  # cells its tokens hold, shared ones included
     shared: int  # of those, leading cells that other slots hold too (a copied prefix, one pool only)
     shared_with: tuple[int, ...]  # the slots sharing some of its leading cells
+    shared_counts: tuple[int, ...]  # how many with each of them
     own: int  # cells no lower slot holds: the pool's count of cells is the sum of these
     state: SlotState
 
@@ -103,6 +104,7 @@ def build_cell_map(kv: KVCacheManager, scheduler: Scheduler, steps: int) -> Cell
                 cells=n,
                 shared=max(common, default=0),
                 shared_with=tuple(o.seq_id for o, c in zip(slots, common) if c),
+                shared_counts=tuple(c for c in common if c),
                 own=n - max(common[:i], default=0),
                 state=_state(slot, stepping),
             )

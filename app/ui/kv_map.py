@@ -184,16 +184,14 @@ class KVMapPanel(QWidget):
         for name in ("evictions", "preemptions", "saves", "restores", "dropped"):
             if getattr(new, name) > getattr(old, name):
                 self._changed[name] = now
-        if new.saves > old.saves:
-            for c in after - before or after:
-                self.events.append((now, f"saved to RAM: {self.name_of(c)}"))
-                break
+        if new.saves > old.saves and new.saved:  # the RAM tier's entries, the latest saved last
+            self.events.append((now, f"saved to RAM: {self.name_of(new.saved[-1].conversation_id)}"))
         if new.restores > old.restores:
             for c in before - after or {None}:
                 self.events.append((now, f"restored from RAM: {self.name_of(c) if c else 'a chat'}"))
         if new.preemptions > old.preemptions:
             who = ", ".join(self.name_of(p.conversation_id) for p in new.preempted) or "a reply"
-            self.events.append((now, f"preempted (its cells to RAM, it waits): {who}"))
+            self.events.append((now, f"preempted, waits for its turn: {who}"))
         if new.evictions > old.evictions and new.saves == old.saves:
             self.events.append((now, "evicted: a short history, dropped (cheaper to compute again)"))
 
@@ -227,9 +225,11 @@ class KVMapPanel(QWidget):
     def _describe(self, s: SlotCells) -> str:
         text = f"slot {s.slot}: {self.name_of(s.conversation_id)}, {s.cells:,} cells"
         if s.shared:
-            text += (
-                f" ({s.shared:,} shared with slot{'s' if len(s.shared_with) > 1 else ''} {', '.join(map(str, s.shared_with))})"
-            )
+            by_count: dict[int, list[str]] = {}
+            for slot, n in zip(s.shared_with, s.shared_counts):
+                by_count.setdefault(n, []).append(str(slot))
+            groups = [f"{n:,} with slot{'s' if len(o) > 1 else ''} {', '.join(o)}" for n, o in sorted(by_count.items())]
+            text += f" (shared: {'; '.join(groups)})"
         return f"{text}, {s.state.value}"
 
     def _ram(self, m: CellMap) -> str:
