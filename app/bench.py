@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from .client import EngineClient
 from .engine.events import FinishEvent
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
-from .engine.stats import hit_rate, percentile
+from .engine.stats import RequestStats, hit_rate, percentile
+from .engine.trace import STEP_TRACK, trace_events
 
 SHORT_PROMPT_TOKENS = 256  # the split of the mixed-load figures: short questions vs long documents
 
@@ -182,8 +183,9 @@ def engine_config(s: BenchSettings, conversations: list[Conversation]) -> Engine
     return config.with_(n_threads=s.n_threads) if s.n_threads else config
 
 
-async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = None) -> dict:
-    """Run one configuration to the end and return its figures (one object of the JSON `runs`)."""
+async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = None, trace: list[dict] | None = None) -> dict:
+    """Run one configuration to the end and return its figures (one object of the JSON `runs`);
+    with `trace`, add the run's steps and requests to it as a process of trace events."""
     conversations = conversations_for(s)
     config = engine_config(s, conversations)
     params = SamplingParams(
@@ -202,6 +204,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
             await warm_up(client, model)
         lanes = [(model, k, conversations[k :: s.parallel]) for model in models for k in range(s.parallel)]
         before = [client.snapshot_of(model) for model in models]
+        finished = _collect_finished(client) if trace is not None else []
         cpu0, t0 = os.times(), time.perf_counter()
         results = await asyncio.gather(
             *(_run_lane(client, k, lane, s.parallel, params, progress, model, t0) for model, k, lane in lanes)
@@ -210,6 +213,8 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         cpu1 = os.times()
         snapshots = [client.snapshot_of(model) for model in models]
         steps = [st for model in models for st in client.recent_steps(wall, model)]
+        if trace is not None:
+            trace += _run_trace(s, {model: client.recent_steps(wall, model) for model in models}, finished, trace)
         infos = list(client.models.values())
     finally:
         await client.close()
@@ -226,6 +231,20 @@ async def warm_up(client: EngineClient, model: str | None = None) -> None:
     """One tiny request pages the weights in; then the KV cells are emptied so nothing is reused."""
     await client.complete([{"role": "user", "content": "Hi"}], SamplingParams(temperature=0, max_tokens=4), model=model)
     await client.call(lambda engine: engine.kv.clear(), model)
+
+
+def _collect_finished(client: EngineClient) -> list[RequestStats]:
+    """The stats of every request that ends from now on (for the trace)."""
+    finished: list[RequestStats] = []
+    client.add_listener(lambda events: finished.extend(ev.stats for ev in events if isinstance(ev, FinishEvent)))
+    return finished
+
+
+def _run_trace(s: BenchSettings, steps: dict, finished: list[RequestStats], trace: list[dict]) -> list[dict]:
+    """A run as a process of trace events: a track of steps per model, one per conversation."""
+    pid = 1 + sum(1 for ev in trace if ev["ph"] == "M" and ev["name"] == "process_name")
+    tracks = {STEP_TRACK if len(steps) == 1 else f"{STEP_TRACK} ({model})": st for model, st in steps.items()}
+    return trace_events(tracks, finished, process_name=f"{s.label}, {s.parallel} parallel", pid=pid)
 
 
 async def _run_lane(client, lane_index, conversations, parallel, params, progress, model, t0) -> list[dict]:

@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--probs", type=_not_negative, metavar="N", help="every token tells its probability and N rivals'")
     bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    bench.add_argument("--trace", metavar="FILE.json", help="write every run's steps and requests as a Chrome trace (Perfetto)")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
     _add_serve_parser(sub)
     return parser
@@ -192,6 +193,7 @@ def _bench(args) -> int:
     from .bench import BenchSettings, format_table, guide_rows, load_prompts, run_bench
     from .default_model import default_model_path
     from .engine.model_file import check_gguf_file
+    from .engine.trace import write_trace
 
     model, *others = args.bench_models or [default_model_path()]
     for path in (model, *others):
@@ -226,9 +228,10 @@ def _bench(args) -> int:
     else:
         rows = [replace(base, parallel=p) for p in args.sweep or [args.parallel or 1]]
     runs = []
+    trace: list[dict] | None = [] if args.trace else None
     for settings in rows:
         print(f"# {settings.label}, {settings.parallel} parallel ...", file=sys.stderr, flush=True)
-        run = asyncio.run(run_bench(settings))
+        run = asyncio.run(run_bench(settings, trace=trace))
         if args.verbose:
             _print_perf_lines(run)
         runs.append(run)
@@ -241,6 +244,8 @@ def _bench(args) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"runs": _without_nan(runs)}, f, indent=1)
+    if args.trace:
+        write_trace(args.trace, trace)
     return 0
 
 

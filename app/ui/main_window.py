@@ -56,6 +56,8 @@ from .plots import PlotsPanel
 from .serve_control import ServeControl
 from .settings import AppSettings
 from .status_line import add_status_widgets, engine_status, show_save_state
+from .step_timeline import StepTimeline
+from .trace_file import save_trace
 from .window_closing import WindowClosing
 from .window_menus import build_menus, build_toolbar, show_about
 from .window_placement import place_window
@@ -155,6 +157,9 @@ class MainWindow(QMainWindow):
         self.kv_map = KVMapPanel(self.client, self._pane_labels)
         self.kv_map_dock = self._dock("KV cells", self.kv_map, Qt.DockWidgetArea.RightDockWidgetArea)
         self.kv_map_dock.hide()
+        self.timeline = StepTimeline(self.client.recent_steps, self.pane_names)
+        self.timeline_dock = self._dock("Step timeline", self.timeline, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.timeline_dock.hide()
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
@@ -164,6 +169,8 @@ class MainWindow(QMainWindow):
         self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
         self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
         self.about_action = QAction("About", self, triggered=lambda: show_about(self, self.client))
+        self.save_trace_action = QAction("Save trace…", self, triggered=lambda: save_trace(self))
+        self.save_trace_action.setToolTip("The recent engine steps and requests as a Chrome trace (Perfetto, chrome://tracing)")
         build_toolbar(self)
         build_menus(self)
 
@@ -180,6 +187,10 @@ class MainWindow(QMainWindow):
 
     def _keep_broadcast_draft(self, text: str) -> None:
         self.settings.broadcast_draft = text  # as typed: a crash keeps it too
+
+    def pane_names(self) -> dict[str, tuple[str, str]]:
+        """Each pane's chat key -> (its chat's name, its colour): the step timeline's and the trace's."""
+        return {s.key: (s.chat.name, s.colour) for s in self.workspace.sessions}
 
     def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -379,6 +390,8 @@ class MainWindow(QMainWindow):
             return
         if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
             self.plots.refresh(now)
+        if self.timeline_dock.isVisible():
+            self.timeline.refresh(now)
         if self.kv_map_dock.isVisible():
             self.kv_map.refresh()
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read

@@ -29,6 +29,7 @@ def build_toolbar(window: MainWindow) -> None:
     bar.addAction(window.bench_dock.toggleViewAction())
     bar.addAction(window.library_dock.toggleViewAction())
     bar.addAction(window.kv_map_dock.toggleViewAction())
+    bar.addAction(window.timeline_dock.toggleViewAction())
     bar.addAction(window.fan_out_action)
     # shown from the toolbar, a dock tabbed behind the plots comes to the front
     for dock in (window.plots_dock, window.bench_dock):
@@ -44,6 +45,8 @@ def build_menus(window: MainWindow) -> None:
     file.addAction(window.add_action)
     file.addAction(window.remove_action)
     file.addSeparator()
+    file.addAction(window.save_trace_action)
+    file.addSeparator()
     file.addAction(QAction("Quit", window, shortcut=QKeySequence.StandardKey.Quit, triggered=window.close))
     view = menus.addMenu("&View")
     docks = (window.chats_dock, window.engine_dock, window.plots_dock, window.bench_dock, window.library_dock)
@@ -52,6 +55,8 @@ def build_menus(window: MainWindow) -> None:
         view.addAction(dock.toggleViewAction())
     window.kv_map_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+Shift+K"))
     view.addAction(window.kv_map_dock.toggleViewAction())
+    window.timeline_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+Shift+T"))
+    view.addAction(window.timeline_dock.toggleViewAction())
     view.addSeparator()
     focus = QAction("Broadcast field", window, shortcut=QKeySequence("Ctrl+L"))
     focus.triggered.connect(lambda: window.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason))

@@ -83,6 +83,7 @@ class _Tracked:
 
 
 TRACKED_KEPT = 4096  # far more requests than can be in flight at once
+FINISHED_KEPT = 1024  # finished requests' stats kept for a trace (File > Save trace)
 
 
 class MetricsStore:
@@ -95,6 +96,7 @@ class MetricsStore:
         self.batch_limit = Ring()  # sequences allowed to run: the capacity, or the adaptive batch's choice
         self._requests: dict[str, _Tracked] = {}
         self._last_step_t = 0.0
+        self.finished: deque = deque(maxlen=FINISHED_KEPT)  # (pane, RequestStats) of the latest requests that ended
 
     def add_pane(self, key: str) -> PaneMetrics:
         return self.panes.setdefault(key, PaneMetrics())
@@ -123,6 +125,7 @@ class MetricsStore:
                 self._on_token(ev, tracked, metrics)
             elif isinstance(ev, FinishEvent):
                 self._on_finish(ev, metrics)
+                self.finished.append((tracked.pane, ev.stats))
                 del self._requests[ev.request_id]
 
     def _on_token(self, ev: TokenEvent, tracked: _Tracked, m: PaneMetrics) -> None:

@@ -1,0 +1,270 @@
+"""The step timeline dock: each engine step a column as wide as its time, as tall as its batch's
+tokens, stacked by pane in the pane's colour (solid: decode tokens; pale: prompt-chunk tokens),
+under the batch limit (dashed) and each step's sequences (dotted): the gap between them is idle slots.
+
+It scrolls as the live plots do (x in seconds ago, the same minute, moved once a second) and is fed
+from the window's 10 Hz tick. A pane's rectangles of one kind are one item (one drawRects), not
+an item per step: the body (redrawn as the plot slides, once a second) and the tail since (fed at each tick).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QCursor, QPainterPath, QPalette
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy, QToolTip
+
+from app.engine.stats import StepStats
+from app.workspace.step_columns import StepColumns, step_summary
+
+from .plot_specs import LIMIT_COLOUR
+from .plots import RIGHT_MARGIN_S, SLIDE_MARGIN_S, WINDOW_S, line_pen
+
+OTHER_COLOUR = "#888888"  # steps' parts of no pane (the API, a closed pane)
+PROMPT_ALPHA = 90  # of 255: a prompt chunk's fill, paler than its pane's decode tokens
+TALL_CAP = (
+    4  # the y axis goes up to this many times the batch limit: a long prompt's chunk is cut, not the decode columns flattened
+)
+MIN_TOP = 10  # tokens: one sequence's column is drawn small, beside a batch of eight
+KEY_LINES = (
+    "solid: decode tokens · pale: prompt chunks, in the pane's colour",
+    "dashed: batch limit (sequences) · dotted: sequences in the step; between them, idle slots",
+)
+
+Panes = Callable[[], dict[str, tuple[str, str]]]  # pane key -> (name, colour)
+
+
+def step_line_path(steps: list[StepStats], value: Callable[[StepStats], float], joined: bool, t0: float) -> QPainterPath:
+    """A value per step, level across each step's width; `joined` links a step's level to the next."""
+    if not steps:
+        return QPainterPath()
+    xs = np.array([(st.t_start - t0, st.t_end - t0) for st in steps]).ravel()
+    ys = np.repeat(np.array([value(st) for st in steps], dtype=float), 2)
+    connect = np.ones(len(xs), dtype=np.int32) if joined else np.tile(np.array([1, 0], dtype=np.int32), len(steps))
+    return pg.arrayToQPath(xs, ys, connect=connect)
+
+
+class Rects(QGraphicsItem):
+    """Rectangles of one brush, painted by one QPainter.drawRects over a numpy-backed array of
+    QRectF (pyqtgraph's, as its BarGraphItem does): filling one path of ten thousand rectangles
+    took 170 ms a repaint, measured."""
+
+    def __init__(self):
+        super().__init__()
+        self._array = pg.Qt.internals.PrimitiveArray(QRectF, 4)
+        self._brush = QBrush()
+        self._box = QRectF()
+        self.rects: tuple[np.ndarray, ...] = tuple(np.empty(0) for _ in range(4))  # x0, width, y0, height
+
+    def setBrush(self, brush: QBrush) -> None:
+        self._brush = brush
+        self.update()
+
+    def brush(self) -> QBrush:
+        return self._brush
+
+    def set_rects(self, x0: np.ndarray, w: np.ndarray, y0: np.ndarray, h: np.ndarray) -> None:
+        self.prepareGeometryChange()
+        self.rects = (x0, w, y0, h)
+        self._array.resize(len(x0))
+        if len(x0):
+            memory = self._array.ndarray()
+            memory[:, 0], memory[:, 1], memory[:, 2], memory[:, 3] = x0, y0, w, h
+            left, bottom = float(x0.min()), float(y0.min())
+            self._box = QRectF(left, bottom, float((x0 + w).max()) - left, float((y0 + h).max()) - bottom)
+        else:
+            self._box = QRectF()
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        return self._box
+
+    def paint(self, painter, *args) -> None:
+        if len(self._array):
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(self._brush)
+            painter.drawRects(*self._array.drawargs())
+
+
+class _Layer:
+    """One thing drawn as a body and a tail: a pane's rectangles of one kind, or a line."""
+
+    def __init__(self, plot: pg.PlotItem, z: float, rects: bool = False):
+        self.body, self.tail = (Rects(), Rects()) if rects else (QGraphicsPathItem(), QGraphicsPathItem())
+        for item in (self.body, self.tail):
+            item.setZValue(z)
+            plot.addItem(item)
+
+    def style(self, pen=None, brush=None) -> None:
+        for item in (self.body, self.tail):
+            if pen is not None:
+                item.setPen(pen)
+            if brush is not None:
+                item.setBrush(brush)
+
+    def move_to(self, x: float) -> None:
+        self.body.setPos(x, 0)
+        self.tail.setPos(x, 0)
+
+    def remove_from(self, plot: pg.PlotItem) -> None:
+        plot.removeItem(self.body)
+        plot.removeItem(self.tail)
+
+
+class StepTimeline(pg.GraphicsLayoutWidget):
+    """Reads the engine's recent steps (`recent_steps(seconds)`, the client's) and the panes' names
+    and colours (`panes()`); `refresh(now)` draws the steps since the last call."""
+
+    def __init__(self, recent_steps: Callable[[float], tuple[StepStats, ...]], panes: Panes, parent=None):
+        super().__init__(parent)
+        self._recent_steps, self._panes = recent_steps, panes
+        self.setBackground(self.palette().color(QPalette.ColorRole.Base))
+        self.plot = self.addPlot(row=0, col=0, title="Engine steps: each step's tokens, by pane")
+        self.key_label = self.addLabel("<br>".join(KEY_LINES), row=1, col=0, size="8pt", justify="left")
+        self.key_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the dock
+        plot = self.plot
+        plot.disableAutoRange()
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.getAxis("left").setWidth(38)
+        plot.setLabel("left", "tokens / step")
+        plot.setLabel("bottom", "seconds ago")
+        plot.setXRange(-WINDOW_S, RIGHT_MARGIN_S, padding=0)
+        plot.getAxis("bottom").setTicks([[(float(v), str(v)) for v in range(-int(WINDOW_S), 1, 10)]])
+        for name in ("left", "bottom"):
+            plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self.columns = StepColumns(WINDOW_S + SLIDE_MARGIN_S)
+        self.t0 = time.monotonic()
+        self._x_right = 0  # the moment at the right edge, in whole seconds since the dock opened
+        self._body_cut = -math.inf  # monotonic t_end of the last step in the bodies
+        self._y_top = 0.0
+        self.bars: dict[tuple[str | None, bool], _Layer] = {}  # (pane key, is decode) -> its rectangles
+        self._colours: dict[str | None, str] = {}
+        text = self.palette().color(QPalette.ColorRole.Text)
+        self.limit_line = _Layer(plot, 10)
+        self.limit_line.style(pen=line_pen(LIMIT_COLOUR, Qt.PenStyle.DashLine))
+        self.seqs_line = _Layer(plot, 11)
+        self.seqs_line.style(pen=line_pen(text.name(), Qt.PenStyle.DotLine))
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def refresh(self, now: float) -> None:
+        fetch = WINDOW_S + SLIDE_MARGIN_S
+        if self.columns.last_t_end > -math.inf:
+            fetch = min(fetch, now - self.columns.last_t_end + 1.0)
+        new = self.columns.add(self._recent_steps(fetch))
+        right = math.ceil(now - self.t0)
+        sliding = right > self._x_right
+        if not (new or sliding):
+            return
+        panes = self._panes()
+        for key in self.columns.keys:
+            self._ensure_bars(key, panes)
+        if sliding or self._body_cut == -math.inf:
+            self._draw(body=True)
+            self._body_cut = self.columns.last_t_end
+        else:
+            self._draw(body=False)
+        self._fit_y()
+        if sliding:
+            self._x_right = right
+            for layer in self._layers():
+                layer.move_to(-right)
+
+    def _layers(self):
+        yield from self.bars.values()
+        yield self.limit_line
+        yield self.seqs_line
+
+    def _ensure_bars(self, key: str | None, panes: dict[str, tuple[str, str]]) -> None:
+        colour = panes[key][1] if key in panes else OTHER_COLOUR
+        if self._colours.get(key) == colour:
+            return
+        self._colours[key] = colour
+        for is_decode in (True, False):
+            layer = self.bars.get((key, is_decode))
+            if layer is None:
+                layer = self.bars[(key, is_decode)] = _Layer(self.plot, 1 if is_decode else 0, rects=True)
+                layer.move_to(-self._x_right)
+            fill = QColor(colour)
+            if not is_decode:
+                fill.setAlpha(PROMPT_ALPHA)
+            layer.style(brush=QBrush(fill))
+
+    def _draw(self, body: bool) -> None:
+        """The bodies from every step kept, or the tails from the steps since the bodies'."""
+        since = -math.inf if body else self._body_cut
+        for (key, is_decode), layer in self.bars.items():
+            x0, w, y0, h = self.columns.rects(key, is_decode, since)
+            (layer.body if body else layer.tail).set_rects(x0 - self.t0, w, y0, h)
+            if body:
+                layer.tail.set_rects(*(a[:0] for a in (x0, w, y0, h)))
+        steps = self.columns.since(since)
+        for layer, value, joined in ((self.limit_line, _limit, True), (self.seqs_line, _seqs, False)):
+            (layer.body if body else layer.tail).setPath(step_line_path(steps, value, joined, self.t0))
+            if body:
+                layer.tail.setPath(QPainterPath())
+
+    def _fit_y(self) -> None:
+        steps = self.columns.steps
+        if not steps:
+            return
+        limit = max(st.batch_limit for st in steps)
+        tallest = max(st.n_tokens for st in steps)
+        top = _nice_top(max(MIN_TOP, limit * 1.25, min(tallest, TALL_CAP * limit)))
+        if top != self._y_top:
+            self._y_top = top
+            self.plot.setYRange(0, top, padding=0.02)
+
+    # -- what is drawn, and the hover ----------------------------------------------------------
+
+    def drawn(self, key: str | None, is_decode: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(x0, width, y0, height) of a pane's rectangles as drawn: x in seconds since the dock opened."""
+        layer = self.bars.get((key, is_decode))
+        if layer is None:
+            return tuple(np.empty(0) for _ in range(4))
+        rects = [item.rects for item in (layer.body, layer.tail)]
+        return tuple(np.concatenate([r[i] for r in rects]) for i in range(4))
+
+    def step_at_x(self, x: float) -> StepStats | None:
+        """The step drawn at x (seconds ago, as the axis reads)."""
+        return self.columns.step_at(x + self._x_right + self.t0)
+
+    def hover_text(self, x: float) -> str:
+        step = self.step_at_x(x)
+        if step is None:
+            return ""
+        names: dict[str | None, str] = {key: name for key, (name, _) in self._panes().items()}
+        ago = time.monotonic() - step.t_end
+        return f"step {ago:.1f} s ago\n" + step_summary(step, names)
+
+    def _on_mouse_moved(self, pos: QPointF) -> None:
+        if not self.plot.sceneBoundingRect().contains(pos):
+            return
+        x = self.plot.vb.mapSceneToView(pos).x()
+        text = self.hover_text(x)
+        self.setToolTip(text)
+        if text:
+            QToolTip.showText(QCursor.pos(), text, self)
+        else:
+            QToolTip.hideText()
+
+
+def _nice_top(value: float) -> float:
+    """`value` rounded up to a multiple of half its power of ten (32 to 35, 10 to 10, 512 to 550)."""
+    step = 10 ** math.floor(math.log10(max(value, 1))) / 2
+    return max(1.0, math.ceil(value / step) * step)
+
+
+def _limit(st: StepStats) -> float:
+    return st.batch_limit
+
+
+def _seqs(st: StepStats) -> float:
+    return st.n_seqs

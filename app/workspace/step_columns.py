@@ -1,0 +1,120 @@
+"""The step timeline's figures, without Qt: each engine step a column as wide as its time, its
+batch's tokens stacked in batch order, a rectangle per sequence's share (`StepPart`).
+
+The timeline dock (app/ui/step_timeline.py) draws a pane's rectangles of one kind (decode tokens,
+or prompt-chunk tokens) as one path; here they are kept in numpy columns so that a pane's are
+picked out at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+
+import numpy as np
+
+from app.engine.stats import StepStats
+
+ROWS = 16384  # rectangles kept before the oldest are dropped: a minute of 8 panes at 30 steps a second
+
+
+class StepColumns:
+    """The steps of the last `keep_s` seconds and their rectangles (x in monotonic seconds, y in tokens).
+
+    A part of no conversation is filed under the key None."""
+
+    def __init__(self, keep_s: float):
+        self.keep_s = keep_s
+        self.steps: deque[StepStats] = deque()
+        self._ends: deque[float] = deque()  # each step's t_end, for step_at
+        self.last_t_end = -math.inf
+        self._keys: dict[str | None, int] = {}  # conversation -> its number in `_key`
+        self._first, self._n = 0, 0  # the rows kept: [_first, _n)
+        self._x0 = np.zeros(ROWS)
+        self._w = np.zeros(ROWS)
+        self._y0 = np.zeros(ROWS)
+        self._h = np.zeros(ROWS)
+        self._key = np.zeros(ROWS, dtype=np.int32)
+        self._decode = np.zeros(ROWS, dtype=bool)
+
+    def add(self, steps) -> int:
+        """Take the steps that ended after the last one taken; return how many were new."""
+        new = [st for st in steps if st.t_end > self.last_t_end]
+        for st in new:
+            self._add_step(st)
+        if new:
+            self.last_t_end = new[-1].t_end
+            self._forget_before(self.last_t_end - self.keep_s)
+        return len(new)
+
+    def _add_step(self, st: StepStats) -> None:
+        self.steps.append(st)
+        self._ends.append(st.t_end)
+        if self._n + len(st.parts) > ROWS:
+            self._compact(keep=ROWS // 2)
+        y = 0
+        for part in st.parts:
+            i = self._n
+            self._x0[i], self._w[i], self._y0[i], self._h[i] = st.t_start, st.step_s, y, part.n_tokens
+            self._key[i] = self._keys.setdefault(part.conversation_id, len(self._keys))
+            self._decode[i] = part.is_decode
+            self._n += 1
+            y += part.n_tokens
+
+    def _forget_before(self, t: float) -> None:
+        while self.steps and self.steps[0].t_end < t:
+            self.steps.popleft()
+            self._ends.popleft()
+        n = self._n
+        self._first = int(np.searchsorted(self._x0[:n] + self._w[:n], t))
+        if self._first > ROWS // 4:  # rarely: moving rows costs as much as keeping them
+            self._compact(keep=n - self._first)
+
+    def _compact(self, keep: int) -> None:
+        start = self._n - keep
+        for column in (self._x0, self._w, self._y0, self._h, self._key, self._decode):
+            column[:keep] = column[start : self._n]
+        self._first, self._n = max(0, self._first - start), keep
+
+    @property
+    def keys(self) -> list[str | None]:
+        """The conversations with a part in a step kept."""
+        present = set(np.unique(self._key[self._first : self._n]).tolist())
+        return [key for key, number in self._keys.items() if number in present]
+
+    def rects(self, key: str | None, is_decode: bool, since: float = -math.inf) -> tuple[np.ndarray, ...]:
+        """(x0, width, y0, height) of a conversation's rectangles of one kind, in steps that ended after `since`."""
+        number = self._keys.get(key)
+        if number is None:
+            return tuple(np.empty(0) for _ in range(4))
+        rows = slice(self._first, self._n)
+        x0, w = self._x0[rows], self._w[rows]
+        mask = (self._key[rows] == number) & (self._decode[rows] == is_decode) & (x0 + w > since)
+        return x0[mask], w[mask], self._y0[rows][mask], self._h[rows][mask]
+
+    def step_at(self, t: float) -> StepStats | None:
+        """The step that was running at monotonic time t, if any."""
+        i = bisect.bisect_left(self._ends, t)
+        if i < len(self.steps) and self.steps[i].t_start <= t:
+            return self.steps[i]
+        return None
+
+    def since(self, t: float) -> list[StepStats]:
+        """The steps kept that ended after t, oldest first."""
+        return list(self.steps)[bisect.bisect_right(self._ends, t) :]
+
+
+def step_summary(st: StepStats, names: dict[str | None, str]) -> str:
+    """A step's figures in a few lines (the timeline's tooltip); `names` names the conversations."""
+    idle = max(0, st.batch_limit - st.n_seqs)
+    lines = [
+        f"{st.step_s * 1e3:.1f} ms step ({st.decode_s * 1e3:.1f} ms in llama_decode)",
+        f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt",
+        f"{st.n_seqs} sequences of a limit of {st.batch_limit}: {idle} idle",
+    ]
+    for part in st.parts:
+        kind = "decode" if part.is_decode else "prompt chunk"
+        name = names.get(part.conversation_id, part.conversation_id or "no conversation")
+        lines.append(f"  {name}: {part.n_tokens} {kind}")
+    return "\n".join(lines)
