@@ -83,6 +83,8 @@ class BenchSettings:
     def label(self) -> str:
         if self.mode is ServingMode.SEQUENTIAL:
             label = "sequential"
+        elif self.mode is ServingMode.STATIC:
+            label = "static + KV reuse" if self.kv_reuse else "static, no KV reuse"
         elif self.parallel == 1:
             label = "one sequence"
         else:
@@ -99,10 +101,17 @@ class BenchSettings:
 
 
 def guide_rows(base: BenchSettings, parallel_counts=(4, 8, 16)) -> list[BenchSettings]:
-    """The batching guide's comparison: one sequence, batched without then with KV reuse, more parallel."""
+    """The batching guide's comparison: one sequence; at the first count static batching (its basic
+    batching), then continuous batching without and with KV reuse; more parallel, continuous."""
     first, *more = parallel_counts
-    rows = [replace(base, parallel=1), replace(base, parallel=first, kv_reuse=False), replace(base, parallel=first)]
-    return rows + [replace(base, parallel=p) for p in more]
+    continuous = replace(base, mode=ServingMode.BATCHED)
+    rows = [
+        replace(continuous, parallel=1),
+        replace(base, parallel=first, mode=ServingMode.STATIC),
+        replace(continuous, parallel=first, kv_reuse=False),
+        replace(continuous, parallel=first),
+    ]
+    return rows + [replace(continuous, parallel=p) for p in more]
 
 
 def builtin_conversations(count: int, turns: int, system: str | None) -> list[Conversation]:

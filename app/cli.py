@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)"
     )
     bench.add_argument("--probs", type=_not_negative, metavar="N", help="every token tells its probability and N rivals'")
-    bench.add_argument("--guide", action="store_true", help="the batching guide's table: 1; 4 without, 4, 8, 16 with KV reuse")
+    bench.add_argument("--guide", action="store_true", help="the guide's table: 1; 4 static; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("--trace", metavar="FILE.json", help="write every run's steps and requests as a Chrome trace (Perfetto)")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")

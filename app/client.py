@@ -278,8 +278,12 @@ class EngineClient:
     # settings of one model's engine, switched live (no reload); the engine keeps them in its config
 
     async def set_mode(self, mode: ServingMode, model: str | None = None) -> None:
-        """Batched or sequential serving."""
+        """Batched, static or sequential serving."""
         await self.call(lambda engine: engine.set_mode(mode), model)
+
+    async def set_static_window(self, static_window_ms: float, model: str | None = None) -> None:
+        """How long a static batch waits for requests to fill it (ms)."""
+        await self.call(lambda engine: engine.set_static_window(static_window_ms), model)
 
     async def set_policy(self, policy: Policy, model: str | None = None) -> None:
         await self.call(lambda engine: engine.set_policy(policy), model)

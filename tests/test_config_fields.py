@@ -33,6 +33,7 @@ CHANGED = EngineConfig(
     capacity=3,
     n_threads=default_threads() + 1,
     mode=ServingMode.SEQUENTIAL,
+    static_window_ms=20.0,
     kv_reuse=False,
     kv_unified=True,
     overflow=OverflowPolicy.TRUNCATE,

@@ -13,7 +13,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QToolButton
 from ui_fixtures import until
 
-from app.engine.params import Policy
+from app.engine.params import Policy, ServingMode
 from app.ui.benchmark_dock import BenchmarkPanel
 
 pytestmark = pytest.mark.gui
@@ -43,7 +43,7 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
         tiny(view)
         outcomes = []
         view.sigFinished.connect(outcomes.append)
-        view.run_button.click()
+        qtbot.mouseClick(view.run_button, Qt.MouseButton.LeftButton)
         assert view.is_running and view.cancel_button.isEnabled()
         await until(lambda: outcomes, timeout=120, what="the sweep")
         window.resize(window.width(), 480)  # a short dock: the table scrolls
@@ -54,11 +54,16 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
     view, outcomes = run_tiny_window(scenario, panes=1)
     png, csv_path = target, target.with_suffix(".csv")
     assert outcomes == ["done"] and view.progress.value() == 100
-    # the guide's rows: one sequence, then 2 parallel without and with KV reuse
-    configurations = [(r["configuration"], r["parallel"]) for r in view.runs]
-    assert configurations == [("one sequence", 1), ("batched, no KV reuse", 2), ("batched + KV reuse", 2)]
+    # the guide's rows: one sequence, then 2 parallel as a static batch, and continuous without and with KV reuse
+    configurations = [(r["configuration"], r["parallel"], r["mode"]) for r in view.runs]
+    assert configurations == [
+        ("one sequence", 1, "batched"),
+        ("static + KV reuse", 2, "static"),
+        ("batched, no KV reuse", 2, "batched"),
+        ("batched + KV reuse", 2, "batched"),
+    ]
     assert all(r["gen_tokens"] == 6 * r["parallel"] for r in view.runs)
-    assert view.table.rowCount() == 3
+    assert view.table.rowCount() == 4 and view.table.item(1, 0).text() == "static + KV reuse"
     heights = list(view.bars.opts["height"])
     assert heights == [r["agg_tok_s"] for r in view.runs] and min(heights) > 0
     assert png.stat().st_size > 5000
@@ -111,6 +116,28 @@ def test_scheduling_controls_reach_the_engine_live(run_tiny_window):
     assert engine == (Policy.SHORTEST_FIRST, 0.120)
     assert (stored.policy, stored.itl_target_ms) == (Policy.SHORTEST_FIRST, 120)
     assert limits is None and label == "off"
+
+
+def test_static_serving_is_switched_live_from_the_panel_and_the_status_line_says_so(run_tiny_window, qtbot):
+    async def scenario(window):
+        panel = window.engine_panel
+        window.engine_dock.show()
+        qtbot.mouseClick(panel.static, Qt.MouseButton.LeftButton)
+        await until(lambda: window.client.config.mode is ServingMode.STATIC, what="static serving")
+        window.tick()
+        window.refresh_readouts()
+        assert window.status_label.text().startswith("static · running 0 · waiting 0 · ")
+        panel.static_window.setValue(120)
+        await until(lambda: window.client.config.static_window_ms == 120, what="the window")
+        engine = await window.client.call(lambda e: (e.scheduler.static, e.scheduler.static_window_s))
+        stored = window.settings.engine_config(window.client.config.model_path)
+        qtbot.mouseClick(panel.batched, Qt.MouseButton.LeftButton)
+        await until(lambda: window.client.config.mode is ServingMode.BATCHED, what="batched serving")
+        return engine, stored, await window.client.call(lambda e: e.scheduler.static)
+
+    engine, stored, static_after = run_tiny_window(scenario, panes=1)
+    assert engine == (True, 0.120) and not static_after
+    assert (stored.mode, stored.static_window_ms) == (ServingMode.STATIC, 120)
 
 
 def test_the_benchmark_button_brings_its_view_forward_and_a_bad_count_is_explained(run_tiny_window):

@@ -81,6 +81,17 @@ def _milliseconds(text: str) -> float | None:
     return value
 
 
+def _window_ms(text: str) -> float:
+    """A wait in ms, 0 or more."""
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number of milliseconds, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("must be 0 or more")
+    return value
+
+
 def choice(kind: type[Enum]) -> Text:
     """An Enum, by its value."""
     return Text(kind, lambda value: value.value, tuple(member.value for member in kind))
@@ -129,8 +140,18 @@ CONFIG_FIELDS = (
     ConfigField(
         "mode",
         "Serving",
-        help="batched: all sequences step together; sequential: one request at a time",
+        help="batched: all sequences step together, a newcomer joins at the next step; static: a batch "
+        "gathered from the queue runs until its last sequence ends, newcomers wait for the next; "
+        "sequential: one request at a time",
         text=choice(ServingMode),
+    ),
+    ConfigField(
+        "static_window_ms",
+        "Static batch window",
+        help="static serving: how long the first waiting request waits for others to fill a batch (default 50 ms)",
+        text=Text(_window_ms, lambda ms: f"{ms:g}"),
+        flags=("--static-window-ms",),
+        metavar="MS",
     ),
     ConfigField("policy", "Scheduling", help=POLICY_HELP, text=choice(Policy)),
     ConfigField(

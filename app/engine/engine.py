@@ -55,7 +55,8 @@ class Engine:
         self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
         self.kv.check_cells = os.environ.get(CHECK_CELLS_ENV) == "1"
         max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
-        self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy)
+        self.scheduler = Scheduler(self.kv, config.n_batch, max_running, config.policy, config.static_window_ms / 1000)
+        self.scheduler.set_static(config.mode is ServingMode.STATIC)
         self.set_itl_target(config.itl_target_ms)
         vocab = self.backend.vocab
         template = ChatTemplate(self.backend.chat_template, vocab.bos_text, vocab.eos_text, name or "the model")
@@ -85,10 +86,18 @@ class Engine:
         return self.backend.info
 
     def set_mode(self, mode: ServingMode) -> None:
-        """Switch between batched and sequential serving at once: streams beyond the new limit pause, keeping their cells."""
+        """Switch between batched, static and sequential serving at once: streams beyond the new limit
+        pause, keeping their cells; switched to static, the streams running are the batch that runs now."""
         self.config = self.config.with_(mode=mode)
         self.scheduler.max_running = 1 if mode is ServingMode.SEQUENTIAL else self.config.capacity
+        if (mode is ServingMode.STATIC) != self.scheduler.static:
+            self.scheduler.set_static(mode is ServingMode.STATIC)
         self.snapshot = self._snapshot()  # readers see the paused streams before the next step
+
+    def set_static_window(self, static_window_ms: float) -> None:
+        """How long a static batch waits to fill; a batch being gathered now is due sooner or later."""
+        self.config = self.config.with_(static_window_ms=static_window_ms)
+        self.scheduler.static_window_s = static_window_ms / 1000
 
     def set_policy(self, policy: Policy) -> None:
         """Change the scheduling policy; the next step follows it."""
@@ -105,6 +114,10 @@ class Engine:
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
+
+    def ready_in(self) -> float:
+        """Seconds before a step can do anything: 0, but while a static batch is being gathered."""
+        return self.scheduler.ready_in()
 
     # -- requests in and out ---------------------------------------------------------------
 

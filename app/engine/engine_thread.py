@@ -216,7 +216,7 @@ class EngineThread:
 
     def _loop(self) -> None:
         while True:
-            commands = self._take(block=not any(engine.has_work() for engine in self.engines.values()))
+            commands = self._take(self._idle_s())
             if any(isinstance(command, Stop) for command in commands):
                 self._close(CLOSE_NOTICE, [command for command in commands if not isinstance(command, Stop)])
                 return
@@ -232,10 +232,16 @@ class EngineThread:
                 except Exception as e:  # a bug must not leave clients waiting forever
                     engine.fail_all(f"internal error: {e!r}")
 
-    def _take(self, block: bool) -> list[Command]:
+    def _idle_s(self) -> float | None:
+        """How long the thread may wait for its inbox: not at all while an engine can step; while a
+        static batch gathers, until it is due; for ever (None) with no work anywhere."""
+        waits = [engine.ready_in() for engine in self.engines.values() if engine.has_work()]
+        return min(waits) if waits else None
+
+    def _take(self, wait_s: float | None) -> list[Command]:
         with self._cond:
-            while block and not self._inbox:
-                self._cond.wait()
+            if wait_s != 0:
+                self._cond.wait_for(lambda: self._inbox, wait_s)
             commands = list(self._inbox)
             self._inbox.clear()
         commands.sort(key=lambda command: command.ORDER)

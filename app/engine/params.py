@@ -13,6 +13,9 @@ from .sampling_fields import BY_NAME, SAMPLING_FIELDS
 class ServingMode(str, Enum):
     BATCHED = "batched"  # continuous batching: all sequences step together
     SEQUENTIAL = "sequential"  # one request at a time, like a single-request server
+    # static batching: a batch gathered from the queue runs until its last sequence ends; newcomers
+    # wait for the next batch, and a finished sequence's place stays empty
+    STATIC = "static"
 
 
 class OverflowPolicy(str, Enum):
@@ -159,6 +162,9 @@ class EngineConfig:
     capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
     n_threads: int = field(default_factory=default_threads)
     mode: ServingMode = ServingMode.BATCHED
+    # static batching: how long the first waiting request waits for others to fill the batch, so a
+    # broadcast to every pane (its prompts built one after another) lands in one batch
+    static_window_ms: float = 50.0
     kv_reuse: bool = True
     # llama.cpp's -kvu: one pool of cells for all sequences (prefixes shared by seq_cp), or a stream
     # of n_ctx / capacity cells each, which decodes faster (each token attends to its own cells only);
@@ -206,6 +212,8 @@ class EngineConfig:
             return f"the main GPU is a device index, 0 or more; got {self.main_gpu}"
         if self.n_ctx < 0:
             return f"the context must be a number of KV cells, or 0 for automatic; got {self.n_ctx}"
+        if not self.static_window_ms >= 0:
+            return f"the static batch window is a number of ms, 0 or more; got {self.static_window_ms}"
         if self.cache_ram_mib < 0:
             return f"the RAM cache is a number of MiB, or 0 for none; got {self.cache_ram_mib}"
         if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):

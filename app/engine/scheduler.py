@@ -6,6 +6,11 @@ and the token budget allow. A long prompt is read a chunk per step, so the strea
 keep producing tokens meanwhile. An adaptive batch, when set, narrows the budget and the number
 of sequences running to keep the steps under a latency target.
 
+Static batching (ServingMode.STATIC) is the older way, kept to compare: once the running batch
+has ended, the next one is gathered from the queue, up to the batch limit, when that many wait or
+the first has waited `static_window_s`; while it runs, admission is closed to anyone outside it,
+and a sequence that ends leaves its place empty. Its members still reuse cached prefixes.
+
 The scheduler alone changes a sequence's status (sequence.SequenceStatus): it queues it (`add`),
 admits it once the KV manager grants it a slot (`acquire`), preempts it (the KV manager takes its
 cells, `preempt`) and ends it (`finish`, which the engine calls; the KV manager frees the slot,
@@ -35,7 +40,14 @@ SLICE_TOKENS = 16
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, n_batch: int, max_running: int, policy: Policy = Policy.DECODE_FIRST):
+    def __init__(
+        self,
+        kv: KVCacheManager,
+        n_batch: int,
+        max_running: int,
+        policy: Policy = Policy.DECODE_FIRST,
+        static_window_s: float = 0.05,
+    ):
         self.kv = kv
         self.n_batch = n_batch
         self.max_running = max_running  # 1 when serving sequentially
@@ -45,11 +57,16 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.preemptions = 0
         self.bypasses = 0  # admissions that went ahead of an earlier waiting request
+        self.static = False  # static batching: see set_static
+        self.static_window_s = static_window_s
+        self.static_batch: list[Sequence] = []  # the batch that runs now, its finished members included
+        self.static_batches = 0  # batches formed
         self._step = 0
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         seq.queued_step = self._step
+        seq.t_queued = time.monotonic()
         self.waiting.append(seq)
 
     @property
@@ -59,6 +76,43 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
+
+    # -- static batching ---------------------------------------------------------------------
+
+    def set_static(self, on: bool) -> None:
+        """Static batching on or off, at once. Switched on with sequences running, they are the
+        batch that runs now (the waiting ones wait for the next); switched off, the queue is open."""
+        self.static = on
+        self.static_batch = list(self.running) if on else []
+
+    @property
+    def batch_running(self) -> bool:
+        """Whether a static batch runs now: a member of it has not finished."""
+        return any(s.status is not SequenceStatus.FINISHED for s in self.static_batch)
+
+    def ready_in(self, now: float | None = None) -> float:
+        """Seconds before a step can plan anything: 0, but while a static batch is being gathered."""
+        if not self.static or self.batch_running or not self.waiting or len(self.waiting) >= self.batch_limit:
+            return 0.0
+        first = min(s.t_queued for s in self.waiting)
+        return max(0.0, first + self.static_window_s - (time.monotonic() if now is None else now))
+
+    def _gather(self) -> None:
+        """Form the next static batch once the last has ended and the window allows: the first
+        `batch_limit` waiting sequences in the policy's order."""
+        if self.batch_running:
+            return
+        self.static_batch = []
+        if self.waiting and self.ready_in() == 0:
+            self.static_batch = service_order(self.policy, [], self.waiting)[: self.batch_limit]
+            self.static_batches += 1
+
+    def _admissible(self) -> deque[Sequence] | list[Sequence]:
+        """The waiting sequences a step may admit: all of them, or a static batch's members only."""
+        if not self.static:
+            return self.waiting
+        self._gather()
+        return [s for s in self.waiting if s in self.static_batch]
 
     def find(self, request_id: str) -> Sequence | None:
         for seq in (*self.running, *self.waiting):
@@ -96,7 +150,7 @@ class Scheduler:
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
         blocked: Sequence | None = None  # the first waiting request that did not go in
-        order = service_order(self.policy, self.running, self.waiting)
+        order = service_order(self.policy, self.running, self._admissible())
         for i, seq in enumerate(order):
             if planned >= budget:
                 break
@@ -190,8 +244,8 @@ class Scheduler:
     # the RAM tier on: without it, the reply would compute its cells again.
 
     def _end_a_turn(self) -> None:
-        if not self.waiting or self.kv.host is None or self.max_running == 1:  # sequential serving: one at a time
-            return
+        if not self.waiting or self.kv.host is None or self.max_running == 1 or self.static:
+            return  # sequential serving runs one at a time; a static batch runs to its end
         head = min(self.waiting, key=lambda s: s.queued_step)
         if self._step - head.queued_step < SLICE_STEPS:
             return

@@ -62,6 +62,7 @@ class Sequence:
         self.slot_id: int | None = None  # the llama.cpp sequence id whose cells it uses (the KV manager's slot)
         self.bypassed = 0  # requests admitted ahead of it while it waited for room (bounded)
         self.queued_step = 0  # the scheduler's step when it last joined the queue
+        self.t_queued = 0.0  # time.monotonic() when the scheduler first queued it (a static batch's window)
         self.turn_start = 0  # tokens it had generated when last admitted: its turn's share so far
         self.sampler = None
         self.draw = Draw.CHAIN

@@ -83,7 +83,7 @@ class BenchmarkPanel(QWidget):
     def _settings_form(self) -> QFormLayout:
         form = QFormLayout()
         self.parallel_counts = QLineEdit("4, 8, 16")
-        self.parallel_counts.setToolTip("The first count is also run without KV reuse")
+        self.parallel_counts.setToolTip("The first count is also run as a static batch, and without KV reuse")
         self.max_tokens = QSpinBox(minimum=4, maximum=1024, value=64)
         self.turns = QSpinBox(minimum=1, maximum=8, value=2)
         self.shared_system = QCheckBox("a shared 231-token system prompt")

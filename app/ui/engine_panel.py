@@ -1,7 +1,7 @@
 """The engine panel: model file and its facts, capacity/context/batch/threads and llama.cpp's settings
 (GPU layers, flash attention, KV cache types and layout, KV reuse and its RAM cache, mlock/mmap,
-backend sampling), what the build runs on and where the model went, Apply; and, live, batched/sequential
-serving, the scheduling policy and the adaptive batch. Labels and tooltips come from config_fields.py."""
+backend sampling), what the build runs on and where the model went, Apply; and, live, batched/static/sequential
+serving (and the static batch's window), the scheduling policy and the adaptive batch. Labels and tooltips come from config_fields.py."""
 
 from __future__ import annotations
 
@@ -122,6 +122,10 @@ class EnginePanel(QWidget):
         self.apply_button = QPushButton("Apply (reload)", clicked=self.apply)
         form.addRow("", self.apply_button)
         _add(form, "mode", self._mode_row())
+        self.static_window = _spin(0, 1000, 10)
+        self.static_window.setSuffix(" ms")
+        self.static_window.valueChanged.connect(self._on_static_window)
+        _add(form, "static_window_ms", self.static_window)
         self.policy = _fill(QComboBox(), "policy")
         self.policy.currentIndexChanged.connect(self._on_policy)
         _add(form, "policy", self.policy)
@@ -166,12 +170,18 @@ class EnginePanel(QWidget):
 
     def _mode_row(self) -> QWidget:
         self.batched = QRadioButton("Batched")
+        self.static = QRadioButton("Static")
         self.sequential = QRadioButton("Sequential")
-        row = _row((self.batched, 0), (self.sequential, 0))
+        self.mode_buttons = {
+            ServingMode.BATCHED: self.batched,
+            ServingMode.STATIC: self.static,
+            ServingMode.SEQUENTIAL: self.sequential,
+        }
+        row = _row(*((button, 0) for button in self.mode_buttons.values()))
         group = QButtonGroup(row)
-        for button in (self.batched, self.sequential):
+        for button in self.mode_buttons.values():
             group.addButton(button)
-        self.batched.toggled.connect(self._on_mode)
+            button.toggled.connect(self._on_mode_toggled)
         return row
 
     def _adaptive_row(self) -> QWidget:
@@ -201,10 +211,13 @@ class EnginePanel(QWidget):
         self.cache_ram_mib.setEnabled(config.kv_reuse)
         for name in ("use_mlock", "use_mmap", "backend_sampling"):
             getattr(self, name).setChecked(getattr(config, name))
-        button = self.batched if config.mode is ServingMode.BATCHED else self.sequential
-        button.blockSignals(True)
-        button.setChecked(True)
-        button.blockSignals(False)
+        for button in self.mode_buttons.values():
+            button.blockSignals(True)
+        self.mode_buttons[config.mode].setChecked(True)
+        self.static_window.blockSignals(True)
+        self.static_window.setValue(round(config.static_window_ms))
+        for button in (*self.mode_buttons.values(), self.static_window):
+            button.blockSignals(False)
         for widget in (self.policy, self.adaptive, self.itl_target):
             widget.blockSignals(True)
         self.policy.setCurrentIndex(self.policy.findData(config.policy.value))
@@ -317,10 +330,18 @@ class EnginePanel(QWidget):
         self.error_box.setInformativeText("The previous model is still loaded.")
         self.error_box.open()
 
+    def _on_mode_toggled(self, checked: bool) -> None:
+        if checked:  # the button left toggles too
+            self._on_mode()
+
     @asyncSlot()
     async def _on_mode(self) -> None:
-        mode = ServingMode.BATCHED if self.batched.isChecked() else ServingMode.SEQUENTIAL
+        mode = next(mode for mode, button in self.mode_buttons.items() if button.isChecked())
         await self._live(self.client.set_mode(mode))
+
+    @asyncSlot()
+    async def _on_static_window(self) -> None:
+        await self._live(self.client.set_static_window(float(self.static_window.value())))
 
     @asyncSlot()
     async def _on_policy(self) -> None:
