@@ -210,7 +210,7 @@ def test_bench_takes_kv_reuse_threads_and_ctx_from_the_engine_flags(monkeypatch)
     pool sized for the conversations unless -c says otherwise)."""
     seen = []
 
-    async def capture(settings, progress=None):
+    async def capture(settings, progress=None, trace=None):
         seen.append(settings)
         raise Captured
 
