@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt", help="broadcast this message to every pane at start")
     parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
     parser.add_argument("--exit-when-done", action="store_true", help="quit once every pane has finished")
+    parser.add_argument(
+        "--show-batching", action="store_true",
+        help="broadcast --prompt (or a question) three times: sequential, static, continuous; the timelines side by side",
+    )  # fmt: skip
     _add_engine_flags(parser)
     sub = parser.add_subparsers(dest="command")
     bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")

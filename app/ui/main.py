@@ -22,6 +22,7 @@ from app.default_model import default_model_path
 from app.engine.errors import EngineError
 from app.workspace.chat_store import ChatStore
 
+from .batching_demo import DEMO_PROMPT, show_batching
 from .fan_out import SETTINGS, Sweep, parse_values
 from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
@@ -96,7 +97,12 @@ async def _main(args) -> int:
     window.show()
     close_on_sigterm(window)
     freeze_startup_objects()
-    if args.prompt:
+    if getattr(args, "show_batching", False):
+        await show_batching(window, args.prompt or DEMO_PROMPT)
+        if args.screenshot:
+            await asyncio.sleep(2 * POLL_S)  # the dock drawn
+            save_screenshot(window, args.screenshot)
+    elif args.prompt:
         await run_demo(window, args)
     if args.exit_when_done:
         window.close()

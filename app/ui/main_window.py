@@ -40,6 +40,7 @@ from app.workspace.session import Branch, PaneSession
 from app.workspace.source import Sources
 from app.workspace.workspace import MAX_PANES, Workspace
 
+from .batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
 from .benchmark_dock import BenchmarkPanel
 from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
@@ -160,6 +161,9 @@ class MainWindow(QMainWindow):
         self.timeline = StepTimeline(self.client.recent_steps, self.pane_names)
         self.timeline_dock = self._dock("Step timeline", self.timeline, Qt.DockWidgetArea.RightDockWidgetArea)
         self.timeline_dock.hide()
+        self.batching = BatchingComparison()
+        self.batching_dock = self._dock("Batching compared", self.batching, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.batching_dock.hide()
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
@@ -168,11 +172,28 @@ class MainWindow(QMainWindow):
         self.remove_action = QAction("Remove last pane", self, triggered=self._on_remove_last)
         self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
         self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
+        self.show_batching_action = QAction("Show batching", self, triggered=self._on_show_batching)
+        self.show_batching_action.setToolTip(
+            "One prompt to every pane three times: served one at a time, in static batches, continuously; the timelines side by side"
+        )
         self.about_action = QAction("About", self, triggered=lambda: show_about(self, self.client))
         self.save_trace_action = QAction("Save trace…", self, triggered=lambda: save_trace(self))
         self.save_trace_action.setToolTip("The recent engine steps and requests as a Chrome trace (Perfetto, chrome://tracing)")
         build_toolbar(self)
         build_menus(self)
+
+    @asyncSlot()
+    async def _on_show_batching(self) -> None:
+        self.show_batching_action.setEnabled(False)  # one demo at a time
+        try:
+            await show_batching(self, self.broadcast_edit.text().strip() or DEMO_PROMPT)
+        finally:
+            self.show_batching_action.setEnabled(True)
+
+    def show_batching_runs(self, runs) -> None:
+        self.batching.show_runs(runs)
+        self.batching_dock.show()
+        self.batching_dock.raise_()
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()

@@ -177,6 +177,21 @@ class StepTimeline(pg.GraphicsLayoutWidget):
             for layer in self._layers():
                 layer.move_to(-right)
 
+    def show_run(self, steps: tuple[StepStats, ...], t_start: float, span: float, title: str) -> None:
+        """Draw a finished run's steps, still: x in seconds since `t_start`, from 0 to `span`."""
+        self.t0 = t_start
+        self.columns = StepColumns(span + SLIDE_MARGIN_S)
+        self.columns.add(steps)
+        panes = self._panes()
+        for key in self.columns.keys:
+            self._ensure_bars(key, panes)
+        self._draw(body=True)
+        self._fit_y()
+        self.plot.setTitle(title)
+        self.plot.setLabel("bottom", "seconds since the broadcast")
+        self.plot.getAxis("bottom").setTicks(None)
+        self.plot.setXRange(0, span, padding=0.01)
+
     def _layers(self):
         yield from self.bars.values()
         yield self.limit_line

@@ -31,6 +31,7 @@ def build_toolbar(window: MainWindow) -> None:
     bar.addAction(window.kv_map_dock.toggleViewAction())
     bar.addAction(window.timeline_dock.toggleViewAction())
     bar.addAction(window.fan_out_action)
+    bar.addAction(window.show_batching_action)
     # shown from the toolbar, a dock tabbed behind the plots comes to the front
     for dock in (window.plots_dock, window.bench_dock):
         dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
@@ -64,6 +65,9 @@ def build_menus(window: MainWindow) -> None:
     compare = menus.addMenu("&Compare")
     window.fan_out_action.setShortcut(QKeySequence("Ctrl+Shift+F"))
     compare.addAction(window.fan_out_action)
+    window.show_batching_action.setShortcut(QKeySequence("Ctrl+Shift+B"))
+    compare.addAction(window.show_batching_action)
+    compare.addAction(window.batching_dock.toggleViewAction())
     window.compare_dock.toggleViewAction().setShortcut(QKeySequence("Ctrl+6"))
     compare.addAction(window.compare_dock.toggleViewAction())
     engine = menus.addMenu("&Engine")

@@ -124,6 +124,13 @@ class Workspace:
         else:
             self._forget_chat(session.key)
 
+    async def fresh_chats(self) -> None:
+        """A new blank chat in every pane, in place; the chats they showed stay in the chat list."""
+        for index, session in enumerate(list(self.sessions)):
+            if not session.is_blank or session.is_busy:
+                await self._remove(session)
+                self.add_pane(None, index)
+
     def free_pane(self) -> PaneSession | None:
         """The first pane that loses nothing if it gets another chat: idle, no messages, nothing typed."""
         return next((s for s in self.sessions if not s.is_busy and s.is_blank), None)
