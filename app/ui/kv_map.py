@@ -33,6 +33,9 @@ NEUTRAL = "#7f7f7f"  # the cells of a chat no pane shows (another chat, the API,
 KEPT_FADE = 0.55  # an idle slot's cells (kept for the next turn) are faded toward the free colour
 EVENT_LINES = 4  # the latest evictions, saves, restores and preemptions shown
 CHANGED_S = 2.0  # a counter that just moved stays bold this long
+# a redraw of the map repaints the whole dock (tens of thousands of cells scaled to it): four a
+# second keep it live at a fraction of ten's cost (window-bench, docs/performance.md)
+DRAW_EVERY_S = 0.25
 
 PaneLabels = Callable[[], dict[str, tuple[str, str]]]  # a chat key -> (its pane's colour, "pane 2 “name”")
 
@@ -102,6 +105,7 @@ class KVMapPanel(QWidget):
         self.events: deque[tuple[float, str]] = deque(maxlen=EVENT_LINES)
         self._changed: dict[str, float] = {}  # counter -> when it last moved
         self._labels: dict[str, tuple[str, str]] = {}
+        self._drawn_at = -math.inf
         self._build()
 
     def _build(self) -> None:
@@ -134,11 +138,13 @@ class KVMapPanel(QWidget):
     # -- refresh, from the window's tick ---------------------------------------------------------
 
     def refresh(self) -> None:
+        now = time.monotonic()
         m = self.client.cell_map_of(None) if self.client.is_running else None
         labels = self.pane_labels()
-        if m is None or (m is self.shown and labels == self._labels):
+        if m is None or (m is self.shown and labels == self._labels) or now - self._drawn_at < DRAW_EVERY_S:
             self._show_counters(self.shown)  # a bold counter goes back to normal
             return
+        self._drawn_at = now
         self._note_events(self.shown, m)
         self.shown, self._labels = m, labels
         aspect = self.view.width() / max(self.view.height(), 1)
