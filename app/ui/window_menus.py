@@ -87,7 +87,8 @@ def show_about(parent: QWidget, client: EngineClient) -> None:
         f"Model: {html.escape(model)}" + (f" ({info.n_params / 1e6:.0f}M parameters)" if info else "") + "<br>"
         "Keys: Enter sends, Shift+Enter starts a line, Escape stops a reply, Ctrl+N adds a pane, "
         "Ctrl+L goes to the broadcast field, Ctrl+. stops all, Ctrl+Shift+F fans out a prompt, "
-        "Ctrl+1 to 6 show the docks."
+        "Ctrl+1 to 6 show the docks, Ctrl+Shift+T the step timeline, Ctrl+Shift+K the KV cells; "
+        "Ctrl+Shift+B shows batching."
     )
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.setWindowModality(Qt.WindowModality.NonModal)  # the panes stream on behind it
