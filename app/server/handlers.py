@@ -1,4 +1,4 @@
-"""The endpoints: completions (streamed as server-sent events, or whole), models, health, metrics."""
+"""The endpoints: completions (streamed as server-sent events, or whole), responses, models, health, metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from app.engine.probs import TokenProbs
 
 from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json, requested_model
+from .responses import NotFound, ResponseShape, kept_of, parse_response
 from .shaping import Shape, error_body
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
@@ -234,3 +235,81 @@ def _refusal_body(final: FinishEvent) -> tuple[int, dict]:
     if final.fault is Fault.UNAVAILABLE:
         return 503, error_body(final.error or "the engine cannot serve the request now", "unavailable_error")
     return 500, error_body(final.error or "the engine failed", "server_error")
+
+
+# -- the Responses API -------------------------------------------------------------------------
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    server = request.app[SERVER]
+    body = parse_json(await request.read())
+    model, info = server.pick_model(requested_model(body))
+    asked = parse_response(body, info.n_ctx_seq, server.responses)
+    shape = ResponseShape(asked, model)
+    with server.admit(1):
+        async with aclosing(server.submit(asked.job, model)) as stream:
+            (first,) = await _first_events([stream])
+            if isinstance(first, FinishEvent) and not first.ok:
+                return refusal(first)
+            reply = Reply(0, first, stream)
+            if asked.job.stream:
+                return await _stream_response(request, server, shape, reply)
+            final = await reply.final()
+            if not final.ok:
+                return refusal(final)
+            return web.json_response(_finish_response(server, shape, final), dumps=dumps)
+
+
+def _finish_response(server, shape: ResponseShape, final: FinishEvent) -> dict:
+    """The whole response object; kept (with its conversation) when the request says store."""
+    whole = shape.finished(final)
+    if shape.asked.store:
+        server.responses.keep(kept_of(shape.asked, whole, final))
+    return whole
+
+
+async def _stream_response(request, server, shape: ResponseShape, reply: Reply) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    try:
+        for event in shape.opening_events():
+            await _send_event(response, event)
+        while isinstance(event := await reply.event(), TokenEvent):
+            if event.text:
+                await _send_event(response, shape.delta(event.text))
+        if event.ok:
+            events = shape.closing_events(event, _finish_response(server, shape, event))
+        else:
+            events = shape.failure_events(_refusal_body(event)[1]["error"])
+        for event in events:
+            await _send_event(response, event)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left: the caller closes the stream, which cancels the request
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+    return response
+
+
+async def _send_event(response: web.StreamResponse, event: dict) -> None:
+    line = f"event: {event['type']}\ndata: {dumps(event)}\n\n"
+    await asyncio.wait_for(response.write(line.encode()), SEND_DEADLINE_S)
+
+
+async def get_response(request: web.Request) -> web.Response:
+    return web.json_response(_kept(request).response, dumps=dumps)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    response_id = _kept(request).response["id"]
+    request.app[SERVER].responses.delete(response_id)
+    return web.json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+def _kept(request: web.Request):
+    response_id = request.match_info["response_id"]
+    kept = request.app[SERVER].responses.get(response_id)
+    if kept is None:
+        raise NotFound(f"Response with id '{response_id[:80]}' not found.", "response_id")
+    return kept

@@ -26,6 +26,7 @@ from . import handlers
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
 from .protocol import BadRequest, Job
+from .responses import KeptResponses, NotFound
 from .shaping import error_body
 
 MAX_BODY_BYTES = 64 * 2**20  # larger bodies get a 413; a long prompt under this gets a clear 400
@@ -68,6 +69,7 @@ class ApiServer:
         self.api_key = api_key or None
         self.on_request = on_request
         self.totals = ServedTotals()
+        self.responses = KeptResponses()  # stored responses of the Responses API, and their conversations
         self.created = int(time.time())
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
@@ -157,6 +159,9 @@ class ApiServer:
             app.router.add_post(f"{prefix}/chat/completions", handlers.chat_completions)
             app.router.add_post(f"{prefix}/completions", handlers.completions)
             app.router.add_get(f"{prefix}/models", handlers.models)
+            app.router.add_post(f"{prefix}/responses", handlers.create_response)
+            app.router.add_get(f"{prefix}/responses/{{response_id}}", handlers.get_response)
+            app.router.add_delete(f"{prefix}/responses/{{response_id}}", handlers.delete_response)
         app.router.add_get("/health", handlers.health)
         app.router.add_get("/metrics", handlers.metrics)
         return app
@@ -255,6 +260,8 @@ class ApiServer:
             return await handler(request)
         except BadRequest as e:
             return web.json_response(error_body(str(e), param=e.param), status=400)
+        except NotFound as e:  # a response id not kept (never stored, deleted or dropped): as OpenAI answers
+            return web.json_response(error_body(str(e), param=e.param, code="not_found"), status=404)
         except Busy:
             body = error_body(
                 f"the server is busy: {self.max_queue} requests are in flight; try again shortly", "unavailable_error"
