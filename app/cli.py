@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", dest="models", metavar="PATH",
         help="GGUF model file (default: the bundled SmolLM2-135M-Instruct); again to load several, the first the default",
     )  # fmt: skip
+    _add_hf_flag(parser, "hf")
     parser.add_argument("--panes", type=_positive, help="number of chat panes to open")
     parser.add_argument("--prompt", help="broadcast this message to every pane at start")
     parser.add_argument("--screenshot", metavar="PNG", help="save a picture of the window when done")
@@ -122,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", action="append", dest="bench_models", metavar="PATH",
         help="GGUF model file; again for several at once, each with --parallel conversations",
     )  # fmt: skip
+    _add_hf_flag(bench, "bench_hf")
     bench.add_argument("--parallel", type=_positive, default=None, help="parallel conversations (one run)")
     bench.add_argument("--sweep", type=_int_list, help="several runs, e.g. 1,2,4,8,16")
     bench.add_argument("--mode", choices=[m.value for m in ServingMode], default="batched")
@@ -145,7 +147,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", metavar="FILE.json", help="write every run's steps and requests as a Chrome trace (Perfetto)")
     bench.add_argument("-v", "--verbose", action="store_true", help="a perf line per request")
     _add_serve_parser(sub)
+    _add_models_parser(sub)
     return parser
+
+
+def _add_hf_flag(parser: argparse.ArgumentParser, dest: str) -> None:
+    parser.add_argument(
+        "--hf", action="append", dest=dest, default=[], metavar="USER/REPO[:QUANT]",
+        help="a GGUF model from Hugging Face, downloaded into its cache first (llama.cpp's -hf); after any --model",
+    )  # fmt: skip
+
+
+def _add_models_parser(sub) -> None:
+    models = sub.add_parser("models", help="GGUF models from Hugging Face: search, pull")
+    verbs = models.add_subparsers(dest="models_command", required=True)
+    search = verbs.add_parser("search", help="GGUF repos whose name matches TEXT, the most downloaded first")
+    search.add_argument("text", metavar="TEXT")
+    search.add_argument("--limit", type=_positive, default=20)
+    files = verbs.add_parser("files", help="a repo's GGUF models: quant, size, file")
+    files.add_argument("repo", metavar="USER/REPO")
+    pull = verbs.add_parser("pull", help="download USER/REPO[:QUANT] into the Hugging Face cache; prints its path")
+    pull.add_argument("spec", metavar="USER/REPO[:QUANT]")
 
 
 def _add_serve_parser(sub) -> None:
@@ -154,6 +176,7 @@ def _add_serve_parser(sub) -> None:
         "--model", action="append", dest="serve_models", metavar="PATH",
         help="GGUF model file; again to serve several, the first the default",
     )  # fmt: skip
+    _add_hf_flag(serve, "serve_hf")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"require this key (default: ${API_KEY_ENV})")
@@ -178,6 +201,13 @@ def _add_serve_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "models":
+        return _models(args)
+    try:
+        _resolve_hf(args)
+    except ValueError as e:  # the hub's HubError too (below)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     args.model = args.models[0] if args.models else None  # the window's model; args.models has them all
     try:
         args.engine_overrides = engine_overrides(args)
@@ -191,6 +221,66 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelLoadError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _resolve_hf(args) -> None:
+    """--hf models downloaded (or found in the cache) and added after --model's, before the engine starts."""
+    for hf, models in (("hf", "models"), ("bench_hf", "bench_models"), ("serve_hf", "serve_models")):
+        specs = getattr(args, hf, None)
+        if specs:
+            paths = [_pull(spec) for spec in specs]
+            setattr(args, models, (getattr(args, models) or []) + paths)
+
+
+def _pull(spec: str) -> str:
+    from .models.hub import HubError, pull
+
+    try:
+        return pull(spec, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except HubError as e:
+        raise ValueError(str(e)) from None
+
+
+def _models(args) -> int:
+    """`models search TEXT`, `models files USER/REPO`, `models pull USER/REPO[:QUANT]`."""
+    from .models import hub
+
+    try:
+        if args.models_command == "search":
+            hits = hub.search(args.text, args.limit)
+            rows = [
+                (h.repo_id, f"{h.downloads:,}", f"{h.likes:,}", f"{h.last_modified:%Y-%m-%d}" if h.last_modified else "-")
+                for h in hits
+            ]
+            _print_table(("repo", "downloads", "likes", "modified"), rows)
+            if not hits:
+                print(f"no GGUF repo matches {args.text!r}", file=sys.stderr)
+        elif args.models_command == "files":
+            models = hub.list_models(hub.parse_spec(args.repo)[0])
+            rows = [
+                (m.quant or "-", _mib(m.size), f"{m.name}" + (f" (+{len(m.files) - 1} parts)" if len(m.files) > 1 else ""))
+                for m in models
+            ]
+            _print_table(("quant", "MiB", "file"), rows)
+        else:
+            print(hub.pull(args.spec, progress=lambda line: print(line, file=sys.stderr, flush=True)))
+    except hub.HubError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _mib(size: int | None) -> str:
+    return "?" if size is None else f"{size / 2**20:,.1f}"
+
+
+def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
 def _bench(args) -> int:
