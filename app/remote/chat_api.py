@@ -1,0 +1,89 @@
+"""The chat completions API (`/chat/completions`): the body a reply is asked with, and its stream read."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+
+from app.engine.events import FinishReason
+from app.engine.params import SamplingParams
+from app.engine.sampling_fields import SAMPLING_FIELDS
+
+from .endpoint import Endpoint, RemoteError
+from .wire import _as, _clip, _get, _Reply, _valid_text
+
+PATH = "/chat/completions"
+REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+DEFAULTS = SamplingParams()
+
+
+def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: SamplingParams) -> dict:
+    body = {"messages": list(messages), "stream": True, "stream_options": {"include_usage": True}}
+    # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
+    for f in SAMPLING_FIELDS:
+        value = getattr(params, f.name)
+        if f.slider is not None or value != getattr(DEFAULTS, f.name):
+            body.update(dict.fromkeys(f.sent_as, value))
+    optional = {"model": endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
+    body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
+    return body
+
+
+def _read_line(line: str, reply: _Reply) -> list[str]:
+    """The text pieces of one server-sent-events line; the usage, timings and finish reason noted."""
+    if not line or line.startswith(":") or line.split(":", 1)[0] in ("event", "id", "retry"):
+        return []
+    if not line.startswith("data:"):
+        raise RemoteError(f"the endpoint sent something that is not an OpenAI stream: {line[:80]!r}")
+    data = line[5:].strip()
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
+        raise RemoteError(f"the endpoint sent a chunk that is not OpenAI JSON: {data[:80]!r}") from None
+    return _read_chunk(chunk, reply)
+
+
+def _read_chunk(chunk, reply: _Reply) -> list[str]:
+    chunk = _as(chunk, dict, "a chunk")
+    _check_error(chunk)
+    reply.usage = _get(chunk, "usage", dict) or reply.usage
+    reply.timings = _get(chunk, "timings", dict) or reply.timings
+    choices = _get(chunk, "choices", list)
+    if choices is None:
+        raise RemoteError(f"the endpoint sent a chunk without choices: {_clip(chunk)}")
+    pieces = []
+    for choice in choices:
+        choice = _as(choice, dict, "a choice")
+        content = _get(_get(choice, "delta", dict) or {}, "content", str)
+        if content:
+            pieces.append(_valid_text(content))
+        _note_reason(choice, reply)
+    return pieces
+
+
+def _read_whole(body, reply: _Reply) -> None:
+    body = _as(body, dict, "a reply")
+    _check_error(body)
+    choices = _get(body, "choices", list)
+    message = _get(_as(choices[0], dict, "a choice"), "message", dict) if choices else None
+    if message is None:
+        raise RemoteError(f"the endpoint sent JSON that is not a chat completion: {_clip(body)}")
+    reply.pieces.append(_valid_text(_get(message, "content", str) or ""))
+    reply.stats.on_token(time.monotonic())
+    _note_reason(choices[0], reply)
+    reply.reason = reply.reason or FinishReason.STOP
+    reply.usage, reply.timings = _get(body, "usage", dict), _get(body, "timings", dict)
+
+
+def _check_error(obj: dict) -> None:
+    error = obj.get("error")
+    if error:
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise RemoteError(f"the endpoint failed: {message[:200] if isinstance(message, str) else _clip(message)}")
+
+
+def _note_reason(choice: dict, reply: _Reply) -> None:
+    reason = _get(choice, "finish_reason", str)
+    if reason:
+        reply.reason = REASONS.get(reason, FinishReason.STOP)

@@ -1,0 +1,187 @@
+"""RemoteClient: a pane's replies from a remote endpoint, streamed as the same events as EngineClient.generate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import replace
+from urllib.parse import urlsplit
+from uuid import uuid4
+
+import aiohttp
+
+from app.engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent, refused
+from app.engine.params import Priority, SamplingParams
+from app.engine.sequence import Request
+from app.engine.stats import ConversationTotals, RequestStats
+
+from . import chat_api
+from .endpoint import Endpoint, RemoteError
+from .wire import _Budget, _check_status, _count_tokens, _next_line, _parse_json, _read_body, _Reply, _valid_text
+
+CONVERSATIONS_KEPT = 1024  # the running KV totals of the most recent conversations
+Listener = Callable[[list[Event]], None]
+
+
+class RemoteClient:
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+        self._session: aiohttp.ClientSession | None = None
+        self._open: dict[str, _Reply] = {}  # the replies streaming now, by request id
+        self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
+        self._listeners: list[Listener] = []
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.endpoint.api_url).netloc or self.endpoint.api_url
+
+    def model_label(self, model: str | None) -> str:
+        """The endpoint's model, or its host (a remote is not asked for a local model)."""
+        return self.endpoint.model or self.host
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener([event])` with every event any reply of this client streams."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    async def reply(self, request: Request) -> AsyncIterator[Event]:
+        """A pane's reply (the workspace's ReplySource). What a chat endpoint cannot do ends it at once
+        with an ERROR that says so; token probabilities it does not give are said in a notice."""
+        why = self._cannot(request)
+        if why is not None:
+            event = refused(request.request_id, why, request.conversation_id, fault=Fault.REQUEST)
+            self._tell(event)
+            yield event
+            return
+        stream = self.generate(
+            request.messages or (), request.params, conversation_id=request.conversation_id, request_id=request.request_id
+        )
+        async with aclosing(stream) as events:
+            async for event in events:
+                if isinstance(event, FinishEvent) and request.params.n_probs is not None and event.ok:
+                    event = replace(event, notice=f"{self.host} gives no token probabilities over its chat API")
+                self._tell(event)
+                yield event
+
+    def _cannot(self, request: Request) -> str | None:
+        if request.prompt is not None:
+            return f"completion mode needs the local engine; {self.host} is asked through its chat API (turn ⚙ Completion off)"
+        if request.priority is not Priority.NORMAL:
+            return f"{self.host} takes no priorities (turn ⚙ High priority off for this pane)"
+        if request.reply_prefix:
+            return f"a branch goes on from the local engine's tokens, which {self.host} does not take"
+        return None
+
+    def _tell(self, event: Event) -> None:
+        for listener in tuple(self._listeners):
+            listener([event])
+
+    async def generate(
+        self,
+        messages: Sequence[dict[str, str]],
+        params: SamplingParams,
+        *,
+        conversation_id: str | None = None,
+        request_id: str | None = None,
+    ) -> AsyncIterator[Event]:
+        """Stream one reply: TokenEvents, then exactly one FinishEvent (ERROR with the reason on a fault)."""
+        request_id = request_id or f"remote-{uuid4().hex[:12]}"
+        reply = self._open[request_id] = _Reply(RequestStats(request_id, conversation_id, t_submit=time.monotonic()))
+        error = None
+        try:
+            async with aclosing(self._stream(reply, messages, params)) as pieces:
+                async for piece in pieces:
+                    yield TokenEvent(request_id, piece, 1, reply.stats.t_last_token)
+        except Exception as e:  # whatever the endpoint does ends this reply, never the pane
+            error = None if reply.cancelled else self._reason(e)
+        finally:
+            self._open.pop(request_id, None)
+        yield self._final(reply, error)
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a reply: closing its connection tells the server to free the sequence."""
+        reply = self._open.get(request_id)
+        if reply is None:
+            return  # already over
+        reply.cancelled = True
+        reply.stopped.set()  # Stop before the server answers ends the reply now, not at a timeout
+        if reply.response is not None:
+            reply.response.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- the request ---------------------------------------------------------------------------
+
+    async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[str]:
+        budget = _Budget(self.endpoint, params.max_tokens, reply.stopped)
+        where = self.endpoint.api_url
+        async with await budget.wait(self._post(self._body(messages, params)), f"no answer from {where}") as response:
+            reply.response = response
+            if reply.cancelled:
+                return
+            await _check_status(response, budget)
+            if response.content_type == "application/json":  # the server ignored "stream": one whole reply
+                chat_api._read_whole(_parse_json(await _read_body(response, budget, self.endpoint.max_bytes)), reply)
+                yield "".join(reply.pieces)
+                return
+            while raw := await _next_line(response, budget):
+                line = raw.decode("utf-8", "replace").strip()
+                if line.startswith("data:") and line[5:].strip() == "[DONE]":
+                    return
+                for piece in chat_api._read_line(line, reply):
+                    budget.spend_piece()
+                    reply.stats.on_token(time.monotonic())
+                    reply.pieces.append(piece)
+                    yield piece
+        if reply.reason is None and not reply.cancelled:
+            raise RemoteError("the stream ended without a final chunk")
+
+    async def _post(self, body: dict) -> aiohttp.ClientResponse:
+        url = self.endpoint.api_url + chat_api.PATH
+        return await self._open_session().post(url, json=body, headers=self._headers())
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # a connection per reply: a kept-alive one the server closed meanwhile fails mid-request;
+            # no timeouts of aiohttp's own: each reply's _Budget keeps time
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True), timeout=aiohttp.ClientTimeout(total=None)
+            )
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+
+    def _body(self, messages, params: SamplingParams) -> dict:
+        return chat_api.body(self.endpoint, messages, params)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def _reason(self, e: Exception) -> str:
+        where = self.endpoint.api_url
+        if isinstance(e, RemoteError):
+            return str(e)
+        if isinstance(e, aiohttp.ClientConnectorError):
+            return f"cannot reach {where}: {e.os_error.strerror or e.os_error}"
+        if isinstance(e, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
+            return f"the endpoint is not a valid http(s) URL: {where}"
+        return f"{where}: {str(e) or type(e).__name__}"
+
+    def _final(self, reply: _Reply, error: str | None) -> FinishEvent:
+        st = reply.stats
+        st.t_finish = time.monotonic()
+        _count_tokens(reply)
+        self.conversations.add(st)
+        text = "".join(reply.pieces)
+        if reply.cancelled:
+            return FinishEvent(st.request_id, FinishReason.CANCELLED, text, st)
+        if error is not None:
+            return FinishEvent(st.request_id, FinishReason.ERROR, text, st, _valid_text(error))
+        return FinishEvent(st.request_id, reply.reason or FinishReason.STOP, text, st)
