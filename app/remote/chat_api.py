@@ -18,6 +18,28 @@ REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 DEFAULTS = SamplingParams()
 
 
+class ChatApi:
+    """The chat API as RemoteClient asks it: one body a reply, nothing kept between replies."""
+
+    path = PATH
+    unfinished = "the stream ended without a final chunk"
+
+    def bodies(self, endpoint: Endpoint, messages, params: SamplingParams, conversation_id: str | None) -> list[dict]:
+        return [body(endpoint, messages, params)]
+
+    def read_line(self, line: str, reply: _Reply) -> list[str]:
+        return _read_line(line, reply)
+
+    def read_whole(self, whole, reply: _Reply) -> None:
+        _read_whole(whole, reply)
+
+    def remember(self, reply: _Reply, messages) -> None:
+        pass
+
+    def forget(self, conversation_id: str | None) -> None:
+        pass
+
+
 def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: SamplingParams) -> dict:
     body = {"messages": list(messages), "stream": True, "stream_options": {"include_usage": True}}
     # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours

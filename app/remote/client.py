@@ -17,7 +17,9 @@ from app.engine.sequence import Request
 from app.engine.stats import ConversationTotals, RequestStats
 
 from . import chat_api
+from .chat_api import ChatApi
 from .endpoint import Endpoint, RemoteError
+from .responses_api import ResponsesApi
 from .wire import _Budget, _check_status, _count_tokens, _next_line, _parse_json, _read_body, _Reply, _valid_text
 
 CONVERSATIONS_KEPT = 1024  # the running KV totals of the most recent conversations
@@ -27,6 +29,7 @@ Listener = Callable[[list[Event]], None]
 class RemoteClient:
     def __init__(self, endpoint: Endpoint):
         self.endpoint = endpoint
+        self.api = ResponsesApi() if endpoint.api == "responses" else ChatApi()
         self._session: aiohttp.ClientSession | None = None
         self._open: dict[str, _Reply] = {}  # the replies streaming now, by request id
         self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
@@ -100,6 +103,9 @@ class RemoteClient:
             error = None if reply.cancelled else self._reason(e)
         finally:
             self._open.pop(request_id, None)
+        if error is not None or reply.cancelled:
+            reply.reason = None  # nothing to go on from
+        self.api.remember(reply, messages)
         yield self._final(reply, error)
 
     def cancel(self, request_id: str) -> None:
@@ -121,30 +127,42 @@ class RemoteClient:
 
     async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[str]:
         budget = _Budget(self.endpoint, params.max_tokens, reply.stopped)
-        where = self.endpoint.api_url
-        async with await budget.wait(self._post(self._body(messages, params)), f"no answer from {where}") as response:
-            reply.response = response
+        bodies = self.api.bodies(self.endpoint, messages, params, reply.stats.conversation_id)
+        async with await self._answer(reply, budget, bodies) as response:
             if reply.cancelled:
                 return
             await _check_status(response, budget)
             if response.content_type == "application/json":  # the server ignored "stream": one whole reply
-                chat_api._read_whole(_parse_json(await _read_body(response, budget, self.endpoint.max_bytes)), reply)
+                self.api.read_whole(_parse_json(await _read_body(response, budget, self.endpoint.max_bytes)), reply)
                 yield "".join(reply.pieces)
                 return
             while raw := await _next_line(response, budget):
                 line = raw.decode("utf-8", "replace").strip()
                 if line.startswith("data:") and line[5:].strip() == "[DONE]":
                     return
-                for piece in chat_api._read_line(line, reply):
+                for piece in self.api.read_line(line, reply):
                     budget.spend_piece()
                     reply.stats.on_token(time.monotonic())
                     reply.pieces.append(piece)
                     yield piece
+                if reply.over:
+                    return
         if reply.reason is None and not reply.cancelled:
-            raise RemoteError("the stream ended without a final chunk")
+            raise RemoteError(self.api.unfinished)
+
+    async def _answer(self, reply: _Reply, budget: _Budget, bodies: list[dict]) -> aiohttp.ClientResponse:
+        """The answer to the first body; to the next when the first is a 404 (the Responses API's previous
+        response no longer kept: it is asked once more with the whole chat)."""
+        for i, body in enumerate(bodies):
+            response = reply.response = await budget.wait(self._post(body), f"no answer from {self.endpoint.api_url}")
+            if response.status != 404 or i == len(bodies) - 1 or reply.cancelled:
+                return response
+            response.close()
+            self.api.forget(reply.stats.conversation_id)
+        raise AssertionError("no body to send")
 
     async def _post(self, body: dict) -> aiohttp.ClientResponse:
-        url = self.endpoint.api_url + chat_api.PATH
+        url = self.endpoint.api_url + self.api.path
         return await self._open_session().post(url, json=body, headers=self._headers())
 
     def _open_session(self) -> aiohttp.ClientSession:

@@ -12,11 +12,15 @@ class RemoteError(Exception):
     """The endpoint could not give a reply; the message says why."""
 
 
+APIS = ("chat", "responses")
+
+
 @dataclass(frozen=True)
 class Endpoint:
     base_url: str  # e.g. http://host:8080/v1 (a bare http://host:8080 means its /v1)
     model: str = ""
     api_key: str = ""
+    api: str = "chat"  # "chat": /chat/completions; "responses": /responses, continuing by previous_response_id
     timeout_s: float = 60.0  # to connect and get an answer, and between two complete lines of the stream
     deadline_s: float = 600.0  # for a whole reply, however steadily it trickles in
     max_bytes: int = 64 * 2**20  # of one reply

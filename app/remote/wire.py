@@ -34,6 +34,8 @@ class _Reply:
     reason: FinishReason | None = None
     usage: dict | None = None
     timings: dict | None = None
+    response_id: str | None = None  # the Responses API's id of this reply, to continue from
+    over: bool = False  # the final event came: nothing after it is read
     response: aiohttp.ClientResponse | None = None
     cancelled: bool = False
     stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set by cancel(): ends any wait at once
