@@ -8,6 +8,8 @@ import stat
 
 import aiohttp
 import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
 from spawn import free_port, running, serve_command
 from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, start_long_reply, until
 
@@ -53,6 +55,29 @@ def test_a_remote_pane_chats_with_a_second_serve_process(run_tiny_window, second
         assert [m["role"] for m in local.chat.messages][:2] == ["user", "assistant"]
 
     run_tiny_window(scenario, panes=2)
+
+
+def test_a_pane_set_to_the_responses_api_goes_on_from_its_last_response(run_tiny_window, second_serve):
+    async def scenario(window):
+        (remote,) = window.panes
+        remote.params_editor.set_params(TINY_QUICK.with_(remote_url=second_serve))
+        combo = remote.params_editor.api_combo
+        combo.setFocus()
+        QTest.keyClick(combo, Qt.Key.Key_Down)  # Chat completions -> Responses, by the keyboard
+        assert remote.params_editor.params.remote_api == "responses"
+        for question in ("What is the capital of France?", "And of Italy?", "And of Spain?"):
+            remote.session.send(question)
+            await until(lambda: not remote.is_busy, what="the remote reply")
+        endpoint = remote.params_editor.params.endpoint()
+        client = window.workspace.sources.for_endpoint(endpoint)
+        assert endpoint.api == "responses" and client.api.path == "/responses"
+        assert [m["role"] for m in remote.chat.messages if m["role"] != NOTICE][-2:] == ["user", "assistant"]
+        m = window.metrics.panes[remote.key]
+        assert len(m.kv_hit) == 3 and m.kv_hit_rate > 0.3  # from input_tokens_details.cached_tokens
+        return list(client.api.last.values())
+
+    (last,) = run_tiny_window(scenario, panes=1)
+    assert last.response_id.startswith("resp_") and last.turns[-2]["content"] == "And of Spain?"
 
 
 def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_tiny_window):
@@ -112,11 +137,13 @@ def test_serving_beyond_loopback_without_a_key_says_so(run_tiny_window):
 
 def test_a_pane_endpoint_is_saved_with_its_settings(home, qapp):
     settings = AppSettings(open_qsettings())
-    params = PaneParams(remote_url="http://example.test:8000/v1", remote_model="m", remote_api_key="secret")
+    params = PaneParams(
+        remote_url="http://example.test:8000/v1", remote_model="m", remote_api_key="secret", remote_api="responses"
+    )
     settings.set_pane_params("p1", params)
     settings.sync()
     assert AppSettings(open_qsettings()).pane_params("p1") == params
-    assert params.endpoint().api_url == "http://example.test:8000/v1"
+    assert params.endpoint().api_url == "http://example.test:8000/v1" and params.endpoint().api == "responses"
     assert PaneParams().endpoint() is None
 
 

@@ -12,9 +12,6 @@ class RemoteError(Exception):
     """The endpoint could not give a reply; the message says why."""
 
 
-APIS = ("chat", "responses")
-
-
 @dataclass(frozen=True)
 class Endpoint:
     base_url: str  # e.g. http://host:8080/v1 (a bare http://host:8080 means its /v1)

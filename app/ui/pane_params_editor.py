@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QIntValidator, QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -152,6 +153,9 @@ class PaneParamsEditor(QWidget):
             box.blockSignals(False)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
+        self.api_combo.blockSignals(True)
+        self.api_combo.setCurrentIndex(max(self.api_combo.findData(params.remote_api), 0))
+        self.api_combo.blockSignals(False)
         self.sigParamsChanged.emit(params)
 
     def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
@@ -164,6 +168,12 @@ class PaneParamsEditor(QWidget):
         for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
             edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
             form.addRow(label, edit)
+        self.api_combo = QComboBox()
+        for label, api in (("Chat completions", "chat"), ("Responses", "responses")):
+            self.api_combo.addItem(label, api)
+        self.api_combo.setToolTip("The endpoint's API; Responses sends only each new turn after the last response's id")
+        self.api_combo.currentIndexChanged.connect(lambda _: self._update(remote_api=self.api_combo.currentData()))
+        form.addRow("API", self.api_combo)
         self.key_warning = QLabel()
         self.key_warning.setWordWrap(True)
         self.key_warning.setStyleSheet(f"color: {theme.current().error.name()};")

@@ -32,6 +32,7 @@ class PaneParams:
     remote_url: str = ""  # empty: the local engine
     remote_model: str = ""
     remote_api_key: str = ""
+    remote_api: str = "chat"  # "chat": /chat/completions; "responses": /responses (continues by previous_response_id)
 
     @property
     def priority(self) -> Priority:
@@ -41,7 +42,7 @@ class PaneParams:
         """The remote endpoint this pane chats with; None for the local engine."""
         if not self.remote_url.strip():
             return None
-        return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip())
+        return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip(), self.remote_api)
 
     def sampling(self) -> SamplingParams:
         sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
