@@ -4,9 +4,12 @@ hostile or failing hub gets: a refusal in one line."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,9 +19,12 @@ import pytest
 from app.models import hub
 from app.models.hub import HubError, HubModel, check_repo_path, choose_model, group_models, quant_of
 from app.models.library import gguf_files
+from tests import hub_standin
 from tests.hub_standin import HubStandin, StandinRepo
 
 pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).parent.parent
 
 GGUF = b"GGUF" + (bytes(range(256)) * 64)[4:]  # not a model: the hub serves bytes; 16 KiB, halves whole KiBs
 
@@ -155,19 +161,80 @@ def test_dropped_connection_resumes(standin, monkeypatch):
     assert [r[2] for r in _downloads(standin)] == ["", f"bytes={len(GGUF) // 2}-"]
 
 
-def test_interrupted_pull_is_one_line_and_leaves_no_model(standin, tmp_path, monkeypatch):
-    """huggingface_hub 2.x resumes within a run (above) and drops its partial file when a run fails:
-    a rerun fetches the file again, and nothing half-written is ever taken for a model."""
+def test_interrupted_pull_is_one_line_and_resumes_on_the_next(standin, tmp_path, monkeypatch):
+    """A run that fails keeps its partial blob, which no scan takes for a model; the next run asks only
+    for the rest."""
     _quick_retries(monkeypatch)
     standin.drop_first_get = standin.drop_resumes = True
     with pytest.raises(HubError, match="interrupted .* run the same command again"):
         hub.pull("bartowski/Tiny-GGUF:Q8_0")
     hub_dir = tmp_path / "hf" / "hub"
-    (hub_dir / "models--x--y" / "blobs").mkdir(parents=True)
-    (hub_dir / "models--x--y" / "blobs" / "abc.incomplete").write_bytes(GGUF)  # an older huggingface_hub's partial
+    [partial] = (hub_dir / "models--bartowski--Tiny-GGUF" / "blobs").glob("*.incomplete")
+    assert partial.stat().st_size == len(GGUF)  # half of GGUF * 2
     assert gguf_files(str(hub_dir)) == ([], False)
     standin.drop_resumes = False
     assert Path(hub.pull("bartowski/Tiny-GGUF:Q8_0")).read_bytes() == GGUF * 2
+    assert _downloads(standin)[-1][2] == f"bytes={len(GGUF)}-"
+    assert not partial.exists()
+
+
+def test_damaged_download_is_refused(standin, tmp_path):
+    data = GGUF * 2
+    blobs = tmp_path / "hf" / "hub" / "models--bartowski--Tiny-GGUF" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / (hashlib.sha256(data).hexdigest() + ".incomplete")
+    partial.write_bytes(b"X" * len(GGUF))  # not the file's first half
+    with pytest.raises(HubError, match="Tiny-Q8_0.gguf arrived damaged .*sha256.* run the same command again"):
+        hub.pull("bartowski/Tiny-GGUF:Q8_0")
+    assert not partial.exists() and not list(blobs.iterdir())
+    assert Path(hub.pull("bartowski/Tiny-GGUF:Q8_0")).read_bytes() == data
+
+
+def test_killed_pull_resumes_in_the_next_run(standin, tmp_path, monkeypatch):
+    """`models pull` killed (SIGKILL) halfway through a file leaves what it wrote as an .incomplete blob,
+    never a model; the next run asks for the rest with a Range and ends with the hub's checksum."""
+    data = hashlib.sha256(b"0").digest() * (24 * 2**20 // 32)  # 24 MiB: huggingface_hub writes 10 MiB at a time
+    standin.repos["big/Slow-GGUF"] = StandinRepo({"Slow-Q4_K_M.gguf": data})
+    half_sent, release = threading.Event(), threading.Event()
+    send = hub_standin._send
+
+    def stall_halfway(h, status, body, *args, **kwargs):
+        if len(body) != len(data):
+            return send(h, status, body, *args, **kwargs)
+        h.send_response(status)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body[: len(body) // 2])
+        h.wfile.flush()
+        half_sent.set()
+        release.wait(60)
+        h.close_connection = True
+
+    monkeypatch.setattr(hub_standin, "_send", stall_halfway)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
+    first = subprocess.Popen([sys.executable, "-m", "app", "models", "pull", "big/Slow-GGUF"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    hub_dir = tmp_path / "hf" / "hub"
+    partial = hub_dir / "models--big--Slow-GGUF" / "blobs" / (hashlib.sha256(data).hexdigest() + ".incomplete")
+    try:
+        assert half_sent.wait(60)
+        deadline = time.monotonic() + 30
+        while not (partial.exists() and partial.stat().st_size >= 10 * 2**20) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        release.set()
+    had = partial.stat().st_size
+    assert 0 < had < len(data)
+    assert gguf_files(str(hub_dir)) == ([], False)  # the partial blob is no model
+    monkeypatch.setattr(hub_standin, "_send", send)
+    second = _cli("models", "pull", "big/Slow-GGUF", env=env)
+    assert second.returncode == 0, second.stderr
+    assert _downloads(standin)[-1] == ("GET", "/big/Slow-GGUF/resolve/main/Slow-Q4_K_M.gguf", f"bytes={had}-")
+    path = Path(second.stdout.strip())
+    assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(data).digest()
+    assert gguf_files(str(hub_dir))[0] == [str(path)]
 
 
 def test_unknown_repo(standin):
@@ -224,8 +291,7 @@ def test_bad_spec():
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    root = Path(__file__).parent.parent
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_models_commands_end_to_end(standin, tmp_path):

@@ -6,6 +6,7 @@ that could leave the cache, or a file larger than the free disk, is refused befo
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
@@ -26,6 +28,8 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.file_download import http_get, repo_folder_name
+from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
 from .library import SPLIT_NAME
 
@@ -197,8 +201,64 @@ def pull(spec: str, progress: Callable[[str], None] | None = None) -> str:
     paths = []
     for name in model.files:
         with _hub_errors(repo_id, name):
+            if not is_offline():
+                _fetch_blob(repo_id, name, cache)
             paths.append(hf_hub_download(repo_id, name, cache_dir=cache, endpoint=hub_endpoint(), local_files_only=is_offline()))
     return paths[0]
+
+
+def _fetch_blob(repo_id: str, name: str, cache: Path, tqdm_class=None) -> None:
+    """Download a file's blob where huggingface_hub keeps it (blobs/<etag>) through blobs/<etag>.incomplete,
+    which a later run resumes with a Range request: 2.4.0 writes to a name of its own each run and deletes
+    it on failure. The size, and the sha256 when the ETag is one (an LFS file), are checked before the
+    blob takes its name; hf_hub_download then finds it and links it into the snapshot."""
+    url = hf_hub_url(repo_id, name, endpoint=hub_endpoint())
+    meta = get_hf_file_metadata(url, endpoint=hub_endpoint())
+    if not meta.etag or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", meta.etag):
+        return  # an ETag that is no git or LFS hash: huggingface_hub downloads it its own way
+    repo_dir = repo_folder_name(repo_id=repo_id, repo_type="model")
+    blob = cache / repo_dir / "blobs" / meta.etag
+    partial = blob.with_name(meta.etag + ".incomplete")
+    lock = cache / ".locks" / repo_dir / f"{meta.etag}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):  # huggingface_hub's own lock of this blob
+        if blob.exists():
+            return
+        headers = build_hf_headers()
+        headers["Accept-Encoding"] = "identity"  # no gzip: a Range counts the bytes of the file itself
+        if urlsplit(meta.location).netloc != urlsplit(url).netloc:
+            headers.pop("authorization", None)  # a signed CDN address: no token
+        with open(partial, "ab") as f:
+            if meta.size is not None and f.tell() > meta.size:
+                f.truncate(0)
+            http_get(
+                meta.location,
+                f,
+                resume_size=f.tell(),
+                headers=headers,
+                expected_size=meta.size,
+                displayed_filename=name,
+                tqdm_class=tqdm_class,
+            )
+        _check_blob(partial, meta.size, meta.etag, name)
+        os.replace(partial, blob)
+
+
+def _check_blob(path: Path, size: int | None, etag: str, name: str) -> None:
+    """Refuse (and delete) a download whose size or sha256 is not the hub's."""
+    why = ""
+    if size is not None and path.stat().st_size != size:
+        why = f"{path.stat().st_size} bytes, not {size}"
+    elif len(etag) == 64:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(2**20):
+                digest.update(chunk)
+        why = "" if digest.hexdigest() == etag else "its sha256 is not the hub's"
+    if why:
+        path.unlink()
+        raise HubError(f"{name} arrived damaged ({why}); run the same command again to fetch it anew")
 
 
 def _check_parts_present(model: HubModel) -> None:
@@ -214,12 +274,20 @@ def _check_free_space(repo_id: str, model: HubModel, cache: Path) -> None:
         size = _remote_size(repo_id, name, model)
         if size is not None and not _cached_path(cache, repo_id, name):
             needed += size
+    needed -= _partial_bytes(cache, repo_id)
     folder = cache
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if needed > free:
         raise HubError(f"{model.name} needs {needed / 2**30:.2f} GiB, and {folder} has {free / 2**30:.2f} GiB free")
+
+
+def _partial_bytes(cache: Path, repo_id: str) -> int:
+    """What earlier pulls of the repo left to resume (a pull of another quant of it may count them too)."""
+    blobs = cache / repo_folder_name(repo_id=repo_id, repo_type="model") / "blobs"
+    found = blobs.glob("*.incomplete") if blobs.is_dir() else []
+    return sum(p.stat().st_size for p in found if re.fullmatch(r"[0-9a-f]+\.incomplete", p.name))
 
 
 def _remote_size(repo_id: str, name: str, model: HubModel) -> int | None:
