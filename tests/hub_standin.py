@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -28,6 +29,7 @@ class HubStandin:
     repos: dict[str, StandinRepo] = field(default_factory=dict)
     drop_first_get: bool = False  # the first GET of a file sends half of it, then drops the connection
     drop_resumes: bool = False  # every GET with a Range drops the connection before its body
+    seconds_per_kib: float = 0.0  # a slow hub: a file's body is sent a KiB at a time, with this pause
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header)
 
     def start(self) -> str:
@@ -92,7 +94,8 @@ class HubStandin:
         if repo is None:
             return _repo_not_found(h)
         if repo.gated:
-            return _send(h, 403, b"gated", headers={"X-Error-Code": "GatedRepo", "X-Error-Message": "Access restricted"})
+            headers = {"X-Error-Code": "GatedRepo", "X-Error-Message": "Access restricted"}
+            return _send(h, 403, b"gated", headers=headers, head=head)  # no body after a HEAD: the connection is reused
         if name not in repo.files:
             return _send(h, 404, b"no entry", headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
         data = repo.files[name]
@@ -108,14 +111,14 @@ class HubStandin:
             self.drop_first_get = False
             sent = body[: len(body) // 2] if not start else b""
             return _send(h, 206 if start else 200, sent, headers={**headers, "Content-Length": str(len(body))}, drop=True)
-        _send(h, 206 if start else 200, body, headers=headers)
+        _send(h, 206 if start else 200, body, headers=headers, pause=self.seconds_per_kib)
 
 
 def _repo_not_found(h) -> None:
     _send(h, 404, b"not found", headers={"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"})
 
 
-def _send(h, status: int, body: bytes, content_type="application/octet-stream", headers=None, head=False, drop=False):
+def _send(h, status: int, body: bytes, content_type="application/octet-stream", headers=None, head=False, drop=False, pause=0.0):
     h.send_response(status)
     h.send_header("Content-Type", content_type)
     headers = dict(headers or {})
@@ -123,7 +126,12 @@ def _send(h, status: int, body: bytes, content_type="application/octet-stream", 
     for key, value in headers.items():
         h.send_header(key, value)
     h.end_headers()
-    if not head:
+    if not head and pause:
+        for at in range(0, len(body), 1024):
+            h.wfile.write(body[at : at + 1024])
+            h.wfile.flush()
+            time.sleep(pause)
+    elif not head:
         h.wfile.write(body)
     if drop:
         h.wfile.flush()

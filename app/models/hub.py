@@ -6,6 +6,7 @@ that could leave the cache, or a file larger than the free disk, is refused befo
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import re
@@ -183,9 +184,13 @@ def list_models(repo_id: str) -> list[HubModel]:
     return group_models([(s.rfilename, s.size) for s in info.siblings or []])
 
 
-def pull(spec: str, progress: Callable[[str], None] | None = None) -> str:
+def pull(
+    spec: str, progress: Callable[[str], None] | None = None, on_bytes: Callable[[int, int | None], None] | None = None
+) -> str:
     """Download `user/repo[:quant]` (every part of a split model) into the hub cache; the local path
-    of its (first) file. What is already cached is not fetched again; a dropped connection resumes."""
+    of its (first) file. What is already cached is not fetched again; a dropped connection resumes.
+    `on_bytes(done, total)` is called as the bytes arrive (all parts together); what it raises stops the
+    download, whose partial blob stays for the next pull to resume."""
     repo_id, quant = parse_spec(spec)
     model = choose_model(list_models(repo_id), quant, repo_id)
     for name in model.files:
@@ -198,13 +203,40 @@ def pull(spec: str, progress: Callable[[str], None] | None = None) -> str:
         size = f", {model.size / 2**20:.1f} MiB" if model.size is not None else ""
         parts = f", {len(model.files)} parts" if len(model.files) > 1 else ""
         progress(f"{repo_id}: {model.name} ({model.quant or 'no quant in its name'}{parts}{size})")
-    paths = []
+    paths, done = [], 0
     for name in model.files:
+        bar = functools.partial(_ByteProgress, on_bytes, done, model.size) if on_bytes else None
         with _hub_errors(repo_id, name):
             if not is_offline():
-                _fetch_blob(repo_id, name, cache)
-            paths.append(hf_hub_download(repo_id, name, cache_dir=cache, endpoint=hub_endpoint(), local_files_only=is_offline()))
+                _fetch_blob(repo_id, name, cache, bar)
+            path = hf_hub_download(
+                repo_id, name, cache_dir=cache, endpoint=hub_endpoint(), local_files_only=is_offline(), tqdm_class=bar
+            )
+        paths.append(path)
+        done += os.path.getsize(path)
+        if on_bytes:
+            on_bytes(done, model.size)
     return paths[0]
+
+
+class _ByteProgress:
+    """huggingface_hub's progress bar (its tqdm_class) as calls of on_bytes(bytes so far, total)."""
+
+    def __init__(self, on_bytes, before: int, model_size: int | None, *, initial: int = 0, **_):
+        self.on_bytes, self.before, self.model_size, self.n = on_bytes, before, model_size, initial
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.on_bytes(self.before + self.n, self.model_size)
+
+    def close(self) -> None:
+        pass
 
 
 def _fetch_blob(repo_id: str, name: str, cache: Path, tqdm_class=None) -> None:

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -50,6 +51,7 @@ from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
 from .fan_out import FanOutDialog, Sweep
+from .get_models import GetModels
 from .kv_map import KVMapPanel
 from .loaded_models import LoadedModels
 from .model_library import ModelLibrary
@@ -149,7 +151,12 @@ class MainWindow(QMainWindow):
         self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self.models.paths)
         self.library.sigLoad.connect(self.models.load)
         self.library.sigUnload.connect(self.models.unload)
-        self.library_dock = self._dock("Model library", self.library, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.get_models = GetModels()
+        self.get_models.sigDownloaded.connect(lambda _path: self.library.rescan())
+        self.library_tabs = QTabWidget(documentMode=True)
+        self.library_tabs.addTab(self.library, "On this machine")
+        self.library_tabs.addTab(self.get_models, "Get models")
+        self.library_dock = self._dock("Model library", self.library_tabs, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.library_dock.hide()
         self.compare_view = CompareView()
         self.compare_view.sigExported.connect(self._show_exported)
