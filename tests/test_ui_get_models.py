@@ -133,4 +133,14 @@ def test_a_gated_repo_says_how_to_get_in_and_cancel_stops_a_slow_download(run_ti
         assert not list((tmp_path / "hf").rglob("*.gguf"))  # no file taken for a model
         assert not tab.cancel_button.isEnabled() and tab.download_button.isEnabled()
 
+        standin.seconds_per_kib = 0.001  # Download again (as after a restart: the partial blob is on disk) resumes
+        downloaded, labels = [], []
+        tab.sigDownloaded.connect(downloaded.append)
+        qtbot.mouseClick(tab.download_button, Qt.MouseButton.LeftButton)
+        await until(lambda: labels.append(tab.progress_label.text()) or downloaded, what="the resumed download")
+        resumed = [r for r in standin.requests if r[0] == "GET" and "slow-" in r[1] and r[2] not in ("", "bytes=0-")]
+        assert resumed, standin.requests  # a Range past 0
+        assert any("resumed at" in label for label in labels)
+        await until(lambda: window.library.row_of("slow-Q4_K_M") >= 0, what="the model in the library")
+
     run_tiny_window(scenario, panes=1)

@@ -224,6 +224,7 @@ class _ByteProgress:
 
     def __init__(self, on_bytes, before: int, model_size: int | None, *, initial: int = 0, **_):
         self.on_bytes, self.before, self.model_size, self.n = on_bytes, before, model_size, initial
+        on_bytes(before + initial, model_size)  # where it starts: a resumed download, past 0
 
     def __enter__(self):
         return self

@@ -94,6 +94,7 @@ class GetModels(QWidget):
         self._cancel = threading.Event()
         self._started = 0.0
         self._start_bytes = 0
+        self._resumed_at = 0  # bytes an earlier run had left, when this one resumed them
         self._download_task: asyncio.Future | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -279,7 +280,7 @@ class GetModels(QWidget):
             return
         now = time.monotonic()
         if self._start_bytes < 0:  # the first report: a resumed download starts here, not at 0
-            self._started, self._start_bytes = now, done
+            self._started, self._start_bytes, self._resumed_at = now, done, done
         elapsed = now - self._started
         speed = (done - self._start_bytes) / elapsed if elapsed > 0.2 else 0.0
         text = format_size(done)
@@ -287,6 +288,8 @@ class GetModels(QWidget):
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * min(done, total) / total))
             text += f" of {format_size(total)}"
+        if self._resumed_at:
+            text += f" · resumed at {format_size(self._resumed_at)}"
         if speed:
             text += f" · {format_size(speed)}/s"
             if total and done < total:
