@@ -83,6 +83,7 @@ def parse_chat(body: dict, n_ctx_seq: int) -> Job:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
+    _refuse_unsupported(body)
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
     _check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body))
@@ -98,10 +99,36 @@ def parse_completion(body: dict, n_ctx_seq: int) -> Job:
         raise BadRequest("'prompt' must be a string (or a list holding one string)", "prompt")
     if not prompt:  # some models would read it as no tokens at all: nothing to continue
         raise BadRequest("'prompt' must not be empty", "prompt")
+    _refuse_unsupported(body)
     _check_text(prompt, "prompt")
     _check_size(len(prompt), n_ctx_seq, "prompt")
     params = sampling(body).with_(n_probs=_completion_probs(body))
     return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx_seq)
+
+
+# fields that constrain the reply, which this server does not honour yet: asked for, they are a
+# 400 naming them, never dropped (a caller would get free text it takes for valid JSON); the
+# values that ask for nothing pass
+UNSUPPORTED = {
+    "response_format": lambda v: isinstance(v, dict) and v.get("type") == "text",
+    "tools": lambda v: v == [],
+    "tool_choice": lambda v: v in ("none", "auto"),
+    "functions": lambda v: v == [],
+    "function_call": lambda v: v in ("none", "auto"),
+    "grammar": lambda v: v == "",
+    "json_schema": lambda v: False,
+}
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name, asks_nothing in UNSUPPORTED.items():
+        value = body.get(name)
+        if value is not None and not asks_nothing(value):
+            raise BadRequest(
+                f"'{name}' is not supported by this server yet (structured output and tool calls are not "
+                f"implemented): the reply would not follow it; send the request without '{name}'",
+                name,
+            )
 
 
 def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
