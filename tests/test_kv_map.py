@@ -41,6 +41,18 @@ def test_each_slot_holds_what_the_kv_manager_counts_and_a_shared_prefix_shows_as
     assert a.own + b.own == used and b.own == b.cells - b.shared  # the prefix counted once, in slot a's run
 
 
+def test_a_failure_that_clears_the_pool_clears_the_map(tiny_config):
+    async def main():
+        async with Started(tiny_config) as client:
+            await client.complete(system_chat("When do you open on Saturday?"), GREEDY.with_(max_tokens=8), conversation_id="a")
+            before = client.cell_map_of()
+            await client.call(lambda engine: engine.fail_all("a test's fault"))
+            return before, client.cell_map_of()
+
+    before, after = run(main())
+    assert before.cells_used > 0 and after.cells_used == 0 and all(s.cells == 0 for s in after.slots)
+
+
 def test_an_eviction_to_ram_and_the_restore_show_in_the_map(tiny_config):
     small = tiny_config.with_(n_ctx=1024, capacity=2)
     params = GREEDY.with_(max_tokens=8)

@@ -193,6 +193,7 @@ class Engine:
     def fail_all(self, error: str, fault: Fault = Fault.INTERNAL) -> None:
         self._end_all(FinishReason.ERROR, error=error, fault=fault)
         self.kv.clear()
+        self.cell_map = build_cell_map(self.kv, self.scheduler, self._n_steps)  # the cleared pool, not the slots before
 
     def _end_all(self, reason: FinishReason, notice: str | None = None, error: str | None = None, fault: Fault | None = None):
         events: list[Event] = []

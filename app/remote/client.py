@@ -66,7 +66,10 @@ class RemoteClient:
         async with aclosing(stream) as events:
             async for event in events:
                 if isinstance(event, FinishEvent) and request.params.n_probs is not None and event.ok:
-                    event = replace(event, notice=f"{self.host} gives no token probabilities over its chat API")
+                    event = replace(
+                        event,
+                        notice=f"{self.host} gives no token probabilities over its {'Responses' if self.endpoint.api == 'responses' else 'chat'} API",
+                    )
                 self._tell(event)
                 yield event
 
