@@ -69,9 +69,9 @@ def test_remote_stop_cancels_the_request_on_the_server(config):
     assert idle
 
 
-async def _faulty_server(handler) -> tuple[web.AppRunner, str]:
+async def _faulty_server(handler, path: str = "/v1/chat/completions") -> tuple[web.AppRunner, str]:
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
+    app.router.add_post(path, handler)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     port = free_port()

@@ -13,7 +13,7 @@ from helpers import run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from serving import Serving
-from spawn import free_port
+from test_remote import _faulty_server
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY
@@ -131,13 +131,7 @@ async def stand_in(events: list[bytes]) -> tuple[web.AppRunner, str]:
             await response.write(line)
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/responses", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}/v1"
+    return await _faulty_server(handler, "/v1/responses")
 
 
 def streamed(*events: bytes, **limits) -> FinishEvent:

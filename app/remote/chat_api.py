@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 
@@ -11,7 +10,7 @@ from app.engine.params import SamplingParams
 from app.engine.sampling_fields import SAMPLING_FIELDS
 
 from .endpoint import Endpoint, RemoteError
-from .wire import _as, _clip, _get, _Reply, _valid_text
+from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/chat/completions"
 REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
@@ -54,16 +53,8 @@ def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: Samplin
 
 def _read_line(line: str, reply: _Reply) -> list[str]:
     """The text pieces of one server-sent-events line; the usage, timings and finish reason noted."""
-    if not line or line.startswith(":") or line.split(":", 1)[0] in ("event", "id", "retry"):
-        return []
-    if not line.startswith("data:"):
-        raise RemoteError(f"the endpoint sent something that is not an OpenAI stream: {line[:80]!r}")
-    data = line[5:].strip()
-    try:
-        chunk = json.loads(data)
-    except (ValueError, RecursionError):
-        raise RemoteError(f"the endpoint sent a chunk that is not OpenAI JSON: {data[:80]!r}") from None
-    return _read_chunk(chunk, reply)
+    chunk = sse_data(line, "an OpenAI stream", "a chunk that is not OpenAI JSON")
+    return [] if chunk is None else _read_chunk(chunk, reply)
 
 
 def _read_chunk(chunk, reply: _Reply) -> list[str]:

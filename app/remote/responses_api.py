@@ -3,7 +3,6 @@ response by `previous_response_id` (only the new turn is sent), and the semantic
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -13,7 +12,7 @@ from app.engine.events import FinishReason
 from app.engine.params import SamplingParams
 
 from .endpoint import Endpoint, RemoteError
-from .wire import _as, _clip, _get, _Reply, _valid_text
+from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/responses"
 CONVERSATIONS_CONTINUED = 256  # the last response of the most recent conversations, to go on from
@@ -51,16 +50,8 @@ class ResponsesApi:
 
     def read_line(self, line: str, reply: _Reply) -> list[str]:
         """The text pieces of one server-sent-events line; the response's id, usage and end noted."""
-        if not line or line.startswith(":") or line.split(":", 1)[0] in ("event", "id", "retry"):
-            return []
-        if not line.startswith("data:"):
-            raise RemoteError(f"the endpoint sent something that is not a Responses stream: {line[:80]!r}")
-        data = line[5:].strip()
-        try:
-            event = json.loads(data)
-        except (ValueError, RecursionError):
-            raise RemoteError(f"the endpoint sent an event that is not JSON: {data[:80]!r}") from None
-        return _read_event(event, reply)
+        event = sse_data(line, "a Responses stream", "an event that is not JSON")
+        return [] if event is None else _read_event(event, reply)
 
     def read_whole(self, whole, reply: _Reply) -> None:
         """A response object (the server ignored "stream")."""

@@ -122,6 +122,20 @@ async def _check_status(response: aiohttp.ClientResponse, budget: _Budget) -> No
     raise RemoteError(f"{response.url} answered {response.status}: {message}")
 
 
+def sse_data(line: str, what: str, bad_json: str):
+    """The JSON of one server-sent-events `data:` line, or None for a line that carries none (a
+    comment, an event name, an id); a RemoteError names the stream (`what`) or the bad data (`bad_json`)."""
+    if not line or line.startswith(":") or line.split(":", 1)[0] in ("event", "id", "retry"):
+        return None
+    if not line.startswith("data:"):
+        raise RemoteError(f"the endpoint sent something that is not {what}: {line[:80]!r}")
+    data = line[5:].strip()
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise RemoteError(f"the endpoint sent {bad_json}: {data[:80]!r}") from None
+
+
 def _parse_json(body: bytes):
     try:
         return json.loads(body)
