@@ -72,20 +72,20 @@ def parse_json(raw: bytes) -> dict:
 
 def requested_model(body: dict) -> str | None:
     """The `model` field: a loaded model's name or file name; absent or empty: the default model."""
-    name = _get(body, "model", str, None)
-    return _check_text(name, "model") if name else None
+    name = get_field(body, "model", str, None)
+    return check_text(name, "model") if name else None
 
 
 def parse_chat(body: dict, n_ctx_seq: int) -> Job:
     """`n_ctx_seq`: the tokens one sequence may hold (its stream, with a stream per sequence), prompt and reply."""
-    raw = _get(body, "messages", list, None)
+    raw = get_field(body, "messages", list, None)
     if not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     _refuse_unsupported(body)
-    messages = tuple(_message(m, i) for i, m in enumerate(raw))
-    _check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
+    messages = tuple(message_of(m, i) for i, m in enumerate(raw))
+    check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body))
     job = Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
@@ -100,8 +100,8 @@ def parse_completion(body: dict, n_ctx_seq: int) -> Job:
     if not prompt:  # some models would read it as no tokens at all: nothing to continue
         raise BadRequest("'prompt' must not be empty", "prompt")
     _refuse_unsupported(body)
-    _check_text(prompt, "prompt")
-    _check_size(len(prompt), n_ctx_seq, "prompt")
+    check_text(prompt, "prompt")
+    check_size(len(prompt), n_ctx_seq, "prompt")
     params = sampling(body).with_(n_probs=_completion_probs(body))
     return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx_seq)
 
@@ -150,12 +150,12 @@ def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
 def sampling(body: dict) -> SamplingParams:
     """The request's sampling: each knob of sampling_fields.py under the first of its API names present."""
     values = {f.name: _knob(body, f) for f in SAMPLING_FIELDS if f.api}
-    return SamplingParams(seed=_seed(body), stop=_stop(body), ignore_eos=_get(body, "ignore_eos", bool, False), **values)
+    return SamplingParams(seed=_seed(body), stop=_stop(body), ignore_eos=get_field(body, "ignore_eos", bool, False), **values)
 
 
 def _knob(body: dict, f: SamplingField):
     name = next((name for name in f.api if body.get(name) is not None), f.api[0])
-    value = _get(body, name, f.kind, getattr(DEFAULTS, f.name))
+    value = get_field(body, name, f.kind, getattr(DEFAULTS, f.name))
     if f.name == "max_tokens" and value == -1:  # llama-server's "until the context is full"
         value = f.hi
     return _check_range(name, value, f.kind(f.lo), f.kind(f.hi))
@@ -166,20 +166,20 @@ def _knob(body: dict, f: SamplingField):
 
 def _choices(body: dict) -> dict:
     n = _integer(body, "n", 1, 1, MAX_CHOICES)
-    return {"n": n, "post_sampling_probs": _get(body, "post_sampling_probs", bool, False)}
+    return {"n": n, "post_sampling_probs": get_field(body, "post_sampling_probs", bool, False)}
 
 
 def _chat_probs(body: dict) -> int | None:
     """OpenAI's chat fields (`logprobs`, `top_logprobs`) or llama-server's `n_probs`: rivals per token."""
     top = _integer(body, "top_logprobs", 0, 0, MAX_TOP)
-    if _get(body, "logprobs", bool, False) or top:
+    if get_field(body, "logprobs", bool, False) or top:
         return max(top, _llama_probs(body) or 0)
     return _llama_probs(body)
 
 
 def _completion_probs(body: dict) -> int | None:
     """The completions API's `logprobs` is the number of rivals (0: the drawn token's only)."""
-    top = _get(body, "logprobs", int, None)
+    top = get_field(body, "logprobs", int, None)
     if top is None:
         return _llama_probs(body)
     return max(_check_range("logprobs", top, 0, MAX_TOP), _llama_probs(body) or 0)
@@ -191,23 +191,23 @@ def _llama_probs(body: dict) -> int | None:
 
 
 def _streaming(body: dict) -> dict:
-    options = _get(body, "stream_options", dict, None) or {}
+    options = get_field(body, "stream_options", dict, None) or {}
     include = options.get("include_usage", False)
     if not isinstance(include, bool):
         raise BadRequest("'stream_options.include_usage' must be a boolean", "stream_options")
-    _get(body, "cache_prompt", bool, True)  # caching is always on; only its type is checked
-    return {"stream": _get(body, "stream", bool, False), "include_usage": include}
+    get_field(body, "cache_prompt", bool, True)  # caching is always on; only its type is checked
+    return {"stream": get_field(body, "stream", bool, False), "include_usage": include}
 
 
-def _message(item, index: int) -> dict[str, str]:
+def message_of(item, index: int) -> dict[str, str]:
     where = f"messages[{index}]"
     if not isinstance(item, dict):
         raise BadRequest(f"{where} must be an object with 'role' and 'content'", where)
     given = item.get("role")
     role = ROLES.get(given) if isinstance(given, str) else None
     if role is None:
-        raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {_show(given)}", f"{where}.role")
-    return {"role": role, "content": _check_text(_content(item.get("content"), where), f"{where}.content")}
+        raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {shown(given)}", f"{where}.role")
+    return {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
 
 
 def _content(content, where: str) -> str:
@@ -232,7 +232,7 @@ def _conversation_of(messages) -> str:
     return f"api-{digest[:16]}"
 
 
-def _check_text(text: str, where: str) -> str:
+def check_text(text: str, where: str) -> str:
     """Text the tokenizer can read: it must encode as UTF-8 (JSON lets a lone surrogate through)."""
     try:
         text.encode("utf-8")
@@ -243,7 +243,7 @@ def _check_text(text: str, where: str) -> str:
     return text
 
 
-def _check_size(n_chars: int, n_ctx_seq: int, param: str) -> None:
+def check_size(n_chars: int, n_ctx_seq: int, param: str) -> None:
     if n_chars > n_ctx_seq * MAX_CHARS_PER_TOKEN:
         raise BadRequest(f"the prompt has {n_chars} characters, far more than the context of {n_ctx_seq} tokens holds", param)
 
@@ -260,17 +260,17 @@ def _stop(body: dict) -> tuple[str, ...]:
     for i, s in enumerate(stops):
         if len(s) > MAX_STOP_CHARS:
             raise BadRequest(f"a stop string holds at most {MAX_STOP_CHARS} characters; stop[{i}] has {len(s)}", "stop")
-        _check_text(s, f"stop[{i}]")
+        check_text(s, f"stop[{i}]")
     return tuple(stops)
 
 
 def _seed(body: dict) -> int | None:
-    seed = _get(body, "seed", int, None)
+    seed = get_field(body, "seed", int, None)
     return None if seed is None or seed == -1 else seed & 0xFFFFFFFF
 
 
 def _integer(body: dict, name: str, default: int, lo: int, hi: int) -> int:
-    return _check_range(name, _get(body, name, int, default), lo, hi)
+    return _check_range(name, get_field(body, name, int, default), lo, hi)
 
 
 def _check_range(name: str, value, lo, hi):
@@ -279,7 +279,7 @@ def _check_range(name: str, value, lo, hi):
     return value
 
 
-def _get(body: dict, name: str, kind: type, default):
+def get_field(body: dict, name: str, kind: type, default):
     """body[name] as `kind` (null or absent: default); a wrong type is a BadRequest."""
     value = body.get(name)
     if value is None:
@@ -289,7 +289,7 @@ def _get(body: dict, name: str, kind: type, default):
     if kind is int and isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise BadRequest(f"'{name}' must be {_TYPE_NAMES[kind]}; got {_show(value)}", name)
+        raise BadRequest(f"'{name}' must be {_TYPE_NAMES[kind]}; got {shown(value)}", name)
     if kind is float and not math.isfinite(value):
         raise BadRequest(f"'{name}' must be a finite number", name)
     return value
@@ -298,7 +298,7 @@ def _get(body: dict, name: str, kind: type, default):
 _TYPE_NAMES = {float: "a number", int: "an integer", bool: "a boolean", list: "a list", dict: "an object", str: "a string"}
 
 
-def _show(value) -> str:
+def shown(value) -> str:
     """A short view of what was sent, for an error message (whatever its size or depth)."""
     if isinstance(value, (dict, list)):
         return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from app.engine.events import FinishEvent, FinishReason
 
-from .protocol import MAX_MESSAGES, BadRequest, Job, _check_size, _check_text, _get, _message, _show, sampling
+from .protocol import MAX_MESSAGES, BadRequest, Job, check_size, check_text, get_field, message_of, sampling, shown
 
 # stored responses whose conversations are kept for `previous_response_id` (and GET): beyond this,
 # the least recently used is dropped; their messages share their common turns, so a chain costs its text once
@@ -101,33 +101,33 @@ class NotFound(Exception):
 
 def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses) -> ResponseRequest:
     _refuse_unsupported(body)
-    previous_id = _get(body, "previous_response_id", str, None)
+    previous_id = get_field(body, "previous_response_id", str, None)
     previous = None
     if previous_id is not None:
         previous = kept.get(previous_id)
         if previous is None:
-            raise NotFound(f"Previous response with id '{_show(previous_id)[1:-1]}' not found.", "previous_response_id")
-    instructions = _get(body, "instructions", str, None)
+            raise NotFound(f"Previous response with id '{shown(previous_id)[1:-1]}' not found.", "previous_response_id")
+    instructions = get_field(body, "instructions", str, None)
     turns = (previous.messages if previous else ()) + _input(body.get("input"))
-    system = ({"role": "system", "content": _check_text(instructions, "instructions")},) if instructions else ()
+    system = ({"role": "system", "content": check_text(instructions, "instructions")},) if instructions else ()
     messages = system + turns
     if len(messages) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one conversation; this one has {len(messages)}", "input")
-    _check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "input")
-    limit = _get(body, "max_output_tokens", int, None)
+    check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "input")
+    limit = get_field(body, "max_output_tokens", int, None)
     params = sampling(_sampling_body(body, limit))
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
-    job = Job(params, messages=messages, conversation_id=conversation_id, stream=_get(body, "stream", bool, False))
-    metadata = _get(body, "metadata", dict, {})
-    _get(body, "user", str, None)
-    return ResponseRequest(job, turns, _get(body, "store", bool, True), instructions, previous_id, limit, metadata)
+    job = Job(params, messages=messages, conversation_id=conversation_id, stream=get_field(body, "stream", bool, False))
+    metadata = get_field(body, "metadata", dict, {})
+    get_field(body, "user", str, None)
+    return ResponseRequest(job, turns, get_field(body, "store", bool, True), instructions, previous_id, limit, metadata)
 
 
 def _refuse_unsupported(body: dict) -> None:
     """Every field is honoured, a no-op at its default, or refused by name: none is silently dropped."""
     refused = [k for k, v in body.items() if v is not None and k not in HONOURED and not NO_OPS.get(k, _never)(v)]
     if refused:
-        names = ", ".join(_show(k) for k in sorted(refused)[:8])
+        names = ", ".join(shown(k) for k in sorted(refused)[:8])
         raise BadRequest(
             f"this server's Responses API does not support {names}; it supports {', '.join(sorted(HONOURED))}",
             refused[0] if len(refused[0]) <= 64 else None,
@@ -153,7 +153,7 @@ def _input(raw) -> tuple[dict[str, str], ...]:
     if isinstance(raw, str):
         if not raw:
             raise BadRequest("'input' must not be empty", "input")
-        return ({"role": "user", "content": _check_text(raw, "input")},)
+        return ({"role": "user", "content": check_text(raw, "input")},)
     if not isinstance(raw, list) or not raw:
         raise BadRequest("'input' must be a non-empty string or a non-empty list of message items", "input")
     if len(raw) > MAX_MESSAGES:
@@ -164,7 +164,7 @@ def _input(raw) -> tuple[dict[str, str], ...]:
 def _item(item, index: int) -> dict[str, str]:
     where = f"input[{index}]"
     if not isinstance(item, dict) or item.get("type", "message") != "message":
-        kind = _show(item.get("type")) if isinstance(item, dict) else "not an object"
+        kind = shown(item.get("type")) if isinstance(item, dict) else "not an object"
         raise BadRequest(f"{where}: only message items (role and content) are supported; got {kind}", where)
     content = item.get("content")
     if isinstance(content, list):
@@ -174,7 +174,7 @@ def _item(item, index: int) -> dict[str, str]:
         content = "".join(p["text"] for p in content)
     elif not isinstance(content, str):
         raise BadRequest(f"{where}.content must be a string or a list of input_text parts", f"{where}.content")
-    return _message({"role": item.get("role"), "content": content}, index)
+    return message_of({"role": item.get("role"), "content": content}, index)
 
 
 # -- what the server answers -------------------------------------------------------------------
