@@ -12,7 +12,7 @@ from test_kv_cache import prompt_tokens, system_chat
 
 from app.engine.kv_cache import common_prefix_len
 from app.engine.params import GREEDY, EngineConfig
-from app.engine.pool import LONG_CHAT, choose_layout
+from app.engine.pool import LONG_CHAT, MIN_STREAM, choose_layout
 
 
 @pytest.fixture
@@ -73,14 +73,20 @@ def test_with_streams_an_evicted_chat_comes_back_from_ram(tiny_streams):
 
 
 @pytest.mark.unit
-def test_the_engine_picks_streams_only_where_each_holds_a_long_chat():
-    assert not choose_layout(8 * 8192, 8, 8192, None).unified  # the default pool of 8 panes
-    assert choose_layout(4096, 16, 8192, None).unified  # 256 cells a chat: one pool
-    assert not choose_layout(4 * 2048, 4, 2048, None).unified  # the whole training context each
-    assert choose_layout(8 * (LONG_CHAT - 256), 8, 131072, None).unified  # a long-context model, short streams
-    assert not choose_layout(8 * LONG_CHAT, 8, 131072, None).unified
-    assert choose_layout(65536, 1, 8192, None).unified  # one sequence: the same either way
-    assert choose_layout(4096, 16, 8192, False).reason == "as set" and not choose_layout(4096, 16, 8192, False).unified
+def test_the_engine_picks_streams_where_a_chat_can_move_to_one_pool_when_it_outgrows_its_stream():
+    assert not choose_layout(8 * 8192, 8, 8192, None, True).unified  # the default pool of 8 panes
+    assert not choose_layout(8 * MIN_STREAM, 8, 131072, None, True).unified  # short streams: a long chat moves
+    assert choose_layout(4096, 16, 8192, None, True).unified  # 256 cells a chat: outgrown at once
+    assert choose_layout(65536, 1, 8192, None, True).unified  # one sequence: the same either way
+    assert choose_layout(4096, 16, 8192, False, True).reason == "as set" and not choose_layout(4096, 16, 8192, False, True).unified
+
+
+@pytest.mark.unit
+def test_where_the_layout_cannot_change_streams_only_where_each_holds_a_long_chat():
+    assert not choose_layout(8 * 8192, 8, 8192, None, False).unified
+    assert not choose_layout(4 * 2048, 4, 2048, None, False).unified  # the whole training context each
+    assert choose_layout(8 * (LONG_CHAT - 256), 8, 131072, None, False).unified  # a long-context model, short streams
+    assert not choose_layout(8 * LONG_CHAT, 8, 131072, None, False).unified
 
 
 @pytest.mark.tiny
@@ -91,6 +97,6 @@ def test_an_automatic_engine_reports_the_layout_it_chose(tiny_config):
             return client.model_info.kv_layout, client.model_info.as_json()["kv_layout"]
 
     streams_text, as_json = run(main(2 * 8192))
-    assert streams_text == as_json == "a stream per sequence, 2 × 8192 cells (automatic: each holds a long chat)"
-    pool_text, _ = run(main(2048))
-    assert pool_text == "one pool (automatic: a stream of 1024 cells would cut chats short)"
+    assert streams_text == as_json == "a stream per sequence, 2 × 8192 cells (automatic: one pool when a chat outgrows its stream)"
+    pool_text, _ = run(main(1024))
+    assert pool_text == "one pool (automatic: a stream of 512 cells would cut chats short)"

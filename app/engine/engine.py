@@ -22,6 +22,7 @@ from .host_cache import HostBudget, HostCache
 from .kv_cache import KVCacheManager
 from .llama.context import LlamaBackend
 from .params import EngineConfig, Policy, ServingMode
+from .pool import next_layout
 from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
@@ -46,7 +47,7 @@ class Engine:
         self.name = name  # the model's name, told in every final event
         self._sink = sink
         self.backend = LlamaBackend(config)
-        self.n_ctx_seq = self.backend.n_ctx_seq  # what one sequence may hold: the pool, or its stream of it
+        self.n_ctx_seq = self.backend.seq_room  # what one sequence may hold: the pool, or its stream of it
         # `ram`: the budget every model's RAM tier shares (None: one of its own). Another model's saves
         # may push this one's entries out: its figures are published then, weakly, so that the
         # cache never keeps an unloaded engine (and its saved cells) alive
@@ -70,6 +71,8 @@ class Engine:
             self.history if config.kv_reuse else None,
             vocab.spell,
         )
+        self.layout_changes = 0
+        self.layout_change_s = 0.0  # spent building the context again and moving the cells
         self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
@@ -207,6 +210,7 @@ class Engine:
     def step(self) -> bool:
         """Run one decode step; False when there was nothing to do."""
         t0 = time.perf_counter()
+        self._fit_layout()
         plan = self.scheduler.schedule()
         if not plan:
             return False
@@ -226,6 +230,28 @@ class Engine:
         self._record_step(parts, t0, t1, t2)
         self._emit(events)
         return True
+
+    def _fit_layout(self) -> None:
+        """Change the KV layout when the chats at hand want the other one (pool.next_layout): every
+        slot's cells move through their saved states; the step then schedules in the new layout."""
+        backend = self.backend
+        if not backend.movable:
+            return
+        scheduler = self.scheduler
+        longest = max((len(s.tokens) for s in (*scheduler.running, *scheduler.waiting)), default=0)
+        if not backend.streams:  # a conversation kept for its next turn must fit a stream too
+            longest = max(longest, max(len(s.tokens) for s in self.kv.slots))
+        change = next_layout(backend.streams, backend.stream_cells, longest)
+        if change is None:
+            return
+        t0 = time.perf_counter()
+        why = backend.relayout(change, [s.seq_id for s in self.kv.slots if s.tokens])
+        if why is not None:  # the old layout stays, and with it a stream's cap
+            self.n_ctx_seq = self.prompts.n_ctx_seq = backend.seq_room
+            return
+        self.kv.relayout(backend.streams, backend.n_ctx)
+        self.layout_changes += 1
+        self.layout_change_s += time.perf_counter() - t0
 
     def _fill_batch(self, plan: Plan) -> None:
         batch = self.backend.batch
@@ -375,6 +401,9 @@ class Engine:
             decode_s=self._decode_s,
             recomputed_tokens=kv.recomputed_tokens,
             paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
+            kv_layout=self.backend.layout_text(),
+            layout_changes=self.layout_changes,
+            layout_change_s=self.layout_change_s,
             **self._tier_figures(),
         )
 

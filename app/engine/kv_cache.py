@@ -356,6 +356,16 @@ class KVCacheManager:
         n = shares[1][0] if len(shares) > 1 else 0
         return (shares[0][1], n) if n else (None, 0)
 
+    def relayout(self, streams: bool, n_cells: int) -> None:
+        """The context was built again in the other layout, every slot's cells carried over: each
+        slot holds a copy of its own now (cells one pool shared were saved with each slot)."""
+        self.layout = StreamPerSlot() if streams else OnePool()
+        self.n_cells = n_cells
+        self._refs.clear()
+        for slot in self.slots:
+            n, slot.cells = len(slot.cells), []
+            self._add_cells(slot, n)
+
     def clear(self) -> None:
         for s in self.slots:
             self._truncate(s, 0)

@@ -191,3 +191,6 @@ class EngineSnapshot:
     restores: int = 0
     restored_tokens: int = 0
     recomputed_tokens: int = 0  # prompt tokens computed again after they were computed once
+    kv_layout: str = ""  # the KV layout now, and why (LlamaBackend.layout_text)
+    layout_changes: int = 0  # times the layout changed while chats ran, every slot's cells carried over
+    layout_change_s: float = 0.0  # spent on those changes

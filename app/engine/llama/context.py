@@ -23,13 +23,14 @@ from ..errors import ModelLoadError
 from ..model_file import check_gguf_file
 from ..model_info import ModelInfo
 from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
-from ..pool import LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
+from ..pool import POOL_STEP, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
 from .batch import Batch
 from .devices import build_has_amx, build_info
 from .log_capture import forget_tail, last_error, placement_from_log, recording_load
 from .model_facts import description, kv_shape, meta_value
 from .runtime import init_backend
 from .samplers import Samplers
+from .seq_state import StateFormatError, restream, stream_count
 from .vocab import Vocab
 
 _CACHE_GGML_TYPES = {CacheType.F16: ll.GGML_TYPE_F16, CacheType.Q8_0: ll.GGML_TYPE_Q8_0, CacheType.Q4_0: ll.GGML_TYPE_Q4_0}
@@ -53,6 +54,7 @@ class LlamaBackend:
         self.config = config
         self.build = build_info()
         self.notices: list[str] = []
+        self._layout_kept = False  # a change of layout failed: no more are tried
         with recording_load() as load_log:
             self.model = self._load_model(config)
             self.kv_shape = kv_shape(self.model)
@@ -140,7 +142,9 @@ class LlamaBackend:
         fits = (lambda n: n * bytes_per_cell <= free) if free else (lambda n: True)
         first_reason = ""
         smaller = halvings(n_ctx, lambda n: n <= automatic.n_ctx and fits(n))
+        n_ctx_train = ll.llama_model_n_ctx_train(self.model)
         for n in chain([n_ctx] if fits(n_ctx) else [], smaller):
+            self.layout = choose_layout(n, config.capacity, n_ctx_train, config.kv_unified, self.movable)
             ctx = ll.llama_init_from_model(self.model, self._context_params(config, n))
             if not ctx and config.cache_type_v.is_quantized and "flash_attn" in last_error():
                 self.notices.append(
@@ -161,6 +165,7 @@ class LlamaBackend:
                         f"({format_bytes(n * bytes_per_cell)})"
                     )
                 self.cache_types = (config.cache_type_k, config.cache_type_v)
+                self._context_config, self._context_cells = config, n  # a change of layout builds the same
                 return ctx
             first_reason = first_reason or last_error() or "out of memory"
         ll.llama_model_free(self.model)
@@ -189,7 +194,6 @@ class LlamaBackend:
         params.flash_attn_type = _FLASH_ATTN_TYPES[config.flash_attn]
         params.type_k = _CACHE_GGML_TYPES[config.cache_type_k]
         params.type_v = _CACHE_GGML_TYPES[config.cache_type_v]
-        self.layout = choose_layout(n_ctx, config.capacity, ll.llama_model_n_ctx_train(self.model), config.kv_unified)
         params.kv_unified = self.layout.unified  # one pool: seq_cp shares cells instead of copying them
         params.swa_full = True  # sliding-window models keep whole prefixes, so they can be reused
         params.no_perf = True
@@ -210,7 +214,7 @@ class LlamaBackend:
             n_params=ll.llama_model_n_params(self.model),
             n_ctx_train=ll.llama_model_n_ctx_train(self.model),
             n_ctx=self.n_ctx,
-            n_ctx_seq=self.n_ctx_seq,
+            n_ctx_seq=self.seq_room,
             n_layer=ll.llama_model_n_layer(self.model),
             gpu_layers=place.get("gpu_layers", 0),
             weights=tuple(place.get("weights", ())),
@@ -221,13 +225,14 @@ class LlamaBackend:
             cache_type_v=type_v.value,
             flash_attn=place.get("flash_attn", "auto"),
             pool_reason=self.pool_reason,
-            kv_layout=self._layout_text(),
+            kv_layout=self.layout_text(),
             has_chat_template=self.chat_template is not None,
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             build=self.build,
         )
 
-    def _layout_text(self) -> str:
+    def layout_text(self) -> str:
+        """The layout now, and why."""
         layout: LayoutChoice = self.layout
         if layout.unified:
             return f"one pool ({layout.reason})"
@@ -235,9 +240,77 @@ class LlamaBackend:
         return f"a stream per sequence, {streams} × {self.n_ctx_seq} cells ({layout.reason})"
 
     @property
+    def seq_room(self) -> int:
+        """What one sequence may hold: its stream where the layout is fixed at streams, else the pool
+        (a chat outgrowing its stream moves every chat to one pool)."""
+        return self.n_ctx if self.movable else self.n_ctx_seq
+
+    @property
+    def stream_cells(self) -> int:
+        """What a stream holds, or would hold in one pool."""
+        if self.streams:
+            return self.n_ctx_seq
+        return self.n_ctx // max(1, self.config.capacity) // POOL_STEP * POOL_STEP
+
+    @property
     def streams(self) -> bool:
         """Whether each sequence has a stream of its own (llama.cpp's kv_unified off)."""
         return not self.layout.unified
+
+    @property
+    def movable(self) -> bool:
+        """Whether the layout may change while chats run: set to automatic, several sequences, and
+        a KV cache whose sequence states seq_state.py can move (not a recurrent model's state)."""
+        model = self.model
+        return (
+            self.config.kv_unified is None
+            and not self._layout_kept
+            and self.config.capacity > 1
+            and not ll.llama_model_is_recurrent(model)
+            and not ll.llama_model_is_hybrid(model)
+        )
+
+    @property
+    def n_stream(self) -> int:
+        return 1 if self.layout.unified else self.config.capacity
+
+    def relayout(self, layout: LayoutChoice, seq_ids: list[int]) -> str | None:
+        """Build the context again in `layout`, the cells of `seq_ids` carried over through their
+        saved states (nothing computed again); None when done, else why not (the old layout stays)."""
+        states = {}
+        for seq_id in seq_ids:
+            size = self.seq_state_size(seq_id)
+            states[seq_id] = (self.seq_save(seq_id, size), size)
+            if states[seq_id][0] is None:
+                return f"the cells of sequence {seq_id} could not be saved"
+        before = self.layout
+        self.samplers.detach_all()  # the graph of the freed context must not keep them
+        ll.llama_free(self.ctx)
+        self.ctx = None
+        why = self._open_in(layout, states)
+        if why is not None:
+            if self._open_in(before, states) is not None:
+                raise RuntimeError(f"the KV layout could not change ({why}), nor go back")
+            self._layout_kept = True  # from now on: a chat ends where its stream does
+            self.layout = LayoutChoice(before.unified, f"kept: it could not change ({why})")
+        return why
+
+    def _open_in(self, layout: LayoutChoice, states: dict[int, tuple[object, int]]) -> str | None:
+        """A context of the same pool in `layout` with `states` restored; None when done, else why not."""
+        self.layout = layout
+        forget_tail()
+        ctx = ll.llama_init_from_model(self.model, self._context_params(self._context_config, self._context_cells))
+        if not ctx:
+            return last_error() or "out of memory"
+        self.ctx, self.memory = ctx, ll.llama_get_memory(ctx)
+        self.n_ctx, self.n_ctx_seq = ll.llama_n_ctx(ctx), ll.llama_n_ctx_seq(ctx)
+        self.samplers.ctx = ctx
+        for seq_id, (state, size) in states.items():
+            if not self.seq_restore(seq_id, state, size):
+                ll.llama_free(ctx)
+                self.ctx = None
+                return f"the cells of sequence {seq_id} did not fit"
+        return None
 
     def close(self) -> None:
         if self.ctx:
@@ -275,7 +348,14 @@ class LlamaBackend:
         return state if ll.llama_state_seq_get_data(self.ctx, state, size, seq_id) == size else None
 
     def seq_restore(self, seq_id: int, state, size: int) -> bool:
-        """Put saved cells back under `seq_id`; False when they find no room."""
+        """Put saved cells back under `seq_id` (saved in either layout); False when they find no room."""
+        if self.movable:
+            try:
+                if stream_count(state) != self.n_stream:
+                    state = restream(state, self.n_stream)
+                    size = len(state)
+            except StateFormatError:
+                return False
         return ll.llama_state_seq_set_data(self.ctx, state, size, seq_id) == size
 
     def seq_pos_max(self, seq_id: int) -> int:

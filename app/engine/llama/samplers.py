@@ -102,6 +102,13 @@ class Samplers:
         self._attached[seq_id] = sampler
         return True
 
+    def detach_all(self) -> None:
+        """Take every sampler off the graph (before its context is freed: a new one gets them again
+        as `attach` is asked)."""
+        for seq_id in self._attached:
+            ll.llama_set_sampler(self.ctx, seq_id, None)
+        self._attached.clear()
+
     def sampled(self, sampler, row: int) -> int:
         """The token the graph drew at batch row `row` with `sampler` attached, which then takes it
         into its state (penalties, the random draw) as llama_sampler_sample does."""
