@@ -78,7 +78,9 @@ def test_the_engine_picks_streams_where_a_chat_can_move_to_one_pool_when_it_outg
     assert not choose_layout(8 * MIN_STREAM, 8, 131072, None, True).unified  # short streams: a long chat moves
     assert choose_layout(4096, 16, 8192, None, True).unified  # 256 cells a chat: outgrown at once
     assert choose_layout(65536, 1, 8192, None, True).unified  # one sequence: the same either way
-    assert choose_layout(4096, 16, 8192, False, True).reason == "as set" and not choose_layout(4096, 16, 8192, False, True).unified
+    assert (
+        choose_layout(4096, 16, 8192, False, True).reason == "as set" and not choose_layout(4096, 16, 8192, False, True).unified
+    )
 
 
 @pytest.mark.unit
@@ -97,6 +99,8 @@ def test_an_automatic_engine_reports_the_layout_it_chose(tiny_config):
             return client.model_info.kv_layout, client.model_info.as_json()["kv_layout"]
 
     streams_text, as_json = run(main(2 * 8192))
-    assert streams_text == as_json == "a stream per sequence, 2 × 8192 cells (automatic: one pool when a chat outgrows its stream)"
+    assert (
+        streams_text == as_json == "a stream per sequence, 2 × 8192 cells (automatic: one pool when a chat outgrows its stream)"
+    )
     pool_text, _ = run(main(1024))
     assert pool_text == "one pool (automatic: a stream of 512 cells would cut chats short)"
