@@ -232,7 +232,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     run |= _host_time(run["gen_tokens"], wall, before, snapshots)
     run["kv_pool_bytes"] = sum(info.kv_bytes for info in infos)  # the pools' memory, as llama.cpp allocated it
     run["n_ctx"] = infos[0].n_ctx  # the pool as allocated (the config's 0 means sized by default)
-    run["kv_layout"] = infos[0].kv_layout
+    run |= _layout(infos, before, snapshots)
     return run
 
 
@@ -378,6 +378,18 @@ def _host_time(gen: int, wall: float, before, after) -> dict:
         "decode_s": decode,
         "host_us_per_token": (wall - decode) * per_token,
         "step_host_us_per_token": (steps - decode) * per_token,
+    }
+
+
+def _layout(infos, before, after) -> dict:
+    """The KV layout at the end of the run (the first model's), and why; how often the layouts
+    changed during the run while chats ran (every model's) and the seconds those changes took; and
+    the layout the first model was loaded with, which a change leaves behind."""
+    return {
+        "kv_layout": after[0].kv_layout or infos[0].kv_layout,
+        "kv_layout_at_load": infos[0].kv_layout,
+        "layout_changes": sum(a.layout_changes - b.layout_changes for a, b in zip(after, before, strict=True)),
+        "layout_change_s": sum(a.layout_change_s - b.layout_change_s for a, b in zip(after, before, strict=True)),
     }
 
 

@@ -38,8 +38,10 @@ def test_later_turns_find_their_whole_history_cached(tiny_model_path, unified):
         engine_settings=(("kv_unified", unified),),
     )
     result = run(run_bench(settings))
-    assert result["n_ctx"] == 2048  # room for both conversations: 1,024 cells each, one pool unless asked
-    assert result["kv_layout"].startswith("one pool" if unified is None else "a stream per sequence, 2 × 1024")
+    assert result["n_ctx"] == 2048  # room for both conversations: a stream of 1,024 cells each
+    reason = "automatic: one pool when a chat outgrows its stream" if unified is None else "as set"
+    assert result["kv_layout"] == result["kv_layout_at_load"] == f"a stream per sequence, 2 × 1024 cells ({reason})"
+    assert result["layout_changes"] == 0 and result["layout_change_s"] == 0  # every chat fits its stream
     actual, ideal = result["kv_hit_rate_by_turn"], result["kv_hit_rate_ideal_by_turn"]
     assert ideal[0] is None and all(0.5 < rate < 1 for rate in ideal[1:])
     assert actual[1:] == ideal[1:]
@@ -50,3 +52,28 @@ def test_later_turns_find_their_whole_history_cached(tiny_model_path, unified):
     # the time beside the model's: positive, and what the steps spent of it no more than the whole
     assert 0 < result["decode_s"] < result["wall_s"]
     assert 0 < result["step_host_us_per_token"] <= result["host_us_per_token"]
+
+
+@pytest.mark.tiny
+def test_a_chat_outgrowing_its_stream_moves_the_run_to_one_pool_and_the_json_says_so(tiny_model_path):
+    """Two streams of 1,024 cells and a prompt of over 1,100 tokens: the engine changes to one pool
+    during the run, and the run's figures name the layout it ended in, why, and what the change cost."""
+    long = Conversation(None, ["word " * 1100 + "Summarize."])
+    settings = BenchSettings(
+        tiny_model_path,
+        parallel=2,
+        n_ctx=2048,
+        max_tokens=8,
+        ignore_eos=True,
+        n_threads=2,
+        prompts=[long, Conversation(None, ["Hi"])],
+    )
+    result = run(run_bench(settings))
+    assert (
+        result["kv_layout_at_load"]
+        == "a stream per sequence, 2 × 1024 cells (automatic: one pool when a chat outgrows its stream)"
+    )
+    assert result["kv_layout"].startswith("one pool (automatic: a chat of 11")  # its 1,1xx tokens
+    assert result["kv_layout"].endswith("tokens outgrew its stream of 1024 cells)")
+    assert result["layout_changes"] == 1 and 0 < result["layout_change_s"] < result["wall_s"]
+    assert [r["gen_tokens"] for r in result["requests"]] == [8, 8]

@@ -149,3 +149,8 @@ def test_health_and_metrics(config):
     assert float(values[f"{p}kv_cells_used"]) + float(values[f"{p}kv_cells_free"]) == float(values[f"{p}kv_cells_total"])
     assert values[f"{p}requests_running"] == values[f"{p}requests_waiting"] == "0"
     assert float(values[f"{p}generation_tokens_per_second"]) > 0
+    # 8 sequences in 4,096 cells: streams of 512 would cut chats short, so one pool, never changed
+    assert values[f"{p}kv_layout_streams"] == values[f"{p}kv_layout_changes_total"] == "0"
+    assert values[f"{p}kv_layout_change_seconds_total"] == "0"
+    assert "# TYPE batch_playground_kv_layout_streams gauge" in text
+    assert "# TYPE batch_playground_kv_layout_changes_total counter" in text

@@ -66,6 +66,9 @@ def test_each_request_goes_to_the_model_it_names_and_an_unknown_one_is_a_404_lis
     p = "batch_playground_"
     each = [float(values[f'{p}generated_tokens_total{{model="{m}"}}']) for m in (Q4, "q8")]
     assert min(each) > 0 and sum(each) == float(values[f"{p}generated_tokens_total"])
+    # 4 sequences in 1,024 cells each: streams of 256 would cut chats short, so one pool each
+    assert [values[f'{p}kv_layout_streams{{model="{m}"}}'] for m in (Q4, "q8")] == ["0", "0"]
+    assert values[f"{p}kv_layout_streams"] == values[f"{p}kv_layout_changes_total"] == "0"
     assert (
         float(values[f'{p}requests_total{{model="q8",reason="length"}}'])
         + float(values.get(f'{p}requests_total{{model="q8",reason="stop"}}', 0))

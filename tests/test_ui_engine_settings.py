@@ -63,7 +63,8 @@ def test_the_panel_shows_the_build_the_placement_and_the_pool(panel):
     assert panel.gpu_layers.placeholderText() == "automatic: 0 (CPU-only build)"
     assert panel.n_ctx.value() == 2048 and panel.flash_attn.currentText() == "auto"
     assert panel.kv_unified.currentText() == "automatic"
-    assert "KV layout: one pool (automatic: a stream of 1024 cells would cut chats short)" in facts
+    # streams of 1,024 cells, until a chat outgrows one
+    assert "KV layout: a stream per sequence, 2 × 1024 cells (automatic: one pool when a chat outgrows its stream)" in facts
 
 
 def test_q8_0_cache_flash_attention_and_threads_reach_llama_cpp(loop, qtbot, panel):
@@ -130,8 +131,9 @@ def test_the_context_field_takes_a_size_or_automatic(loop, qtbot, panel):
         info = panel.client.model_info
         assert info.n_ctx == 16384 and info.pool_reason == "automatic: 2 × the training context 8192"
         assert "KV pool: 16384 cells, 360.0 MiB (automatic: 2 × the training context 8192)" in panel.model_facts.text()
-        # each of the 2 sequences can have the training context: a stream each, which decodes faster
-        assert "KV layout: a stream per sequence, 2 × 8192 cells (automatic: each holds a long chat)" in panel.model_facts.text()
+        # a stream each, which decodes faster, until a chat outgrows its stream
+        layout = "a stream per sequence, 2 × 8192 cells (automatic: one pool when a chat outgrows its stream)"
+        assert f"KV layout: {layout}" in panel.model_facts.text()
         choose(qtbot, panel.kv_unified, "one pool (-kvu)")
         await click_apply(qtbot, panel)
         assert panel.client.config.kv_unified is True

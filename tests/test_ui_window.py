@@ -1,16 +1,17 @@
 """The window on the tiny model (what these tests check does not depend on what a model writes):
-streaming, Stop, broadcast, sliders, plots, closing, bad input."""
+streaming, Stop, broadcast, sliders, plots, closing, bad input, a KV layout change told."""
 
 from __future__ import annotations
 
 import asyncio
+import html
 import re
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QMessageBox, QPushButton
+from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import TINY_LONG, TINY_QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
@@ -415,3 +416,37 @@ def test_sequential_switch_pauses_the_streams_already_running_at_once(run_tiny_w
 
     status = run_tiny_window(scenario, panes=4)
     assert status.startswith("sequential · running 1 · paused 3")
+
+
+def test_a_chat_outgrowing_its_stream_is_told_in_the_status_bar_and_the_engine_panel(run_tiny_window, qtbot):
+    """Two panes in 4,096 cells: a stream of 2,048 cells each. A pasted text of 2,200 words outgrows
+    it; the engine moves every chat to one pool, and the window says so, and why."""
+
+    async def scenario(window):
+        toolbar = window.findChild(QToolBar, "main-toolbar")
+        qtbot.mouseClick(toolbar.widgetForAction(window.engine_dock.toggleViewAction()), Qt.MouseButton.LeftButton)
+        facts = window.engine_panel.model_facts
+        shown_at_start = shown(facts)
+        pane = window.panes[0]
+        set_params(window, TINY_QUICK)
+        pane.input.setPlainText("word " * 2200 + "Summarize.")
+        qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
+        await until(lambda: "KV layout changed" in window.statusBar().currentMessage(), what="the status bar's message")
+        message = window.statusBar().currentMessage()
+        await until(lambda: "changed 1 time" in shown(facts), what="the engine panel's layout line")
+        await until(lambda: window.workspace.is_idle, what="the reply")
+        return shown_at_start, message, shown(facts), window.client.snapshot
+
+    shown_at_start, message, facts, snap = run_tiny_window(scenario, panes=2, capacity=2)
+    assert (
+        "KV layout: a stream per sequence, 2 × 2048 cells (automatic: one pool when a chat outgrows its stream)" in shown_at_start
+    )
+    assert snap.layout_changes == 1 and snap.layout_change_s > 0
+    assert re.fullmatch(r"one pool \(automatic: a chat of 22\d\d tokens outgrew its stream of 2048 cells\)", snap.kv_layout)
+    assert message == f"The KV layout changed to {snap.kv_layout}"  # one model: not named
+    assert f"KV layout: {snap.kv_layout} · changed 1 time, {snap.layout_change_s:.2f} s" in facts
+
+
+def shown(label) -> str:
+    """A rich-text label's text as read: entities resolved, non-breaking spaces as spaces."""
+    return html.unescape(label.text()).replace("\u00a0", " ")

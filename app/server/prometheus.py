@@ -1,7 +1,9 @@
 """The engine's figures in the Prometheus text format, for GET /metrics.
 
 Each figure has a line without labels, for every model together (what a server of one model has
-always shown), then a line per model labelled `model="name"`.
+always shown), then a line per model labelled `model="name"`. The KV layout is a gauge, 1 where each
+sequence has a stream of its own and 0 where they share one pool (together: how many models run
+streams), beside counters of its changes while chats ran and the seconds they took.
 """
 
 from __future__ import annotations
@@ -61,8 +63,13 @@ class ModelFigures:
 
 def prometheus_text(models: dict[str, ModelFigures], totals: ServedTotals) -> str:
     """Every figure for all `models` together, then for each model."""
-    together = _figures(_sum(m.snapshot for m in models.values()), [st for m in models.values() for st in m.steps], totals.all)
-    each = {name: _figures(m.snapshot, m.steps, totals.by_model.get(name, Totals())) for name, m in models.items()}
+    steps = [st for m in models.values() for st in m.steps]
+    streams = sum(_streams(m.snapshot) for m in models.values())
+    together = _figures(_sum(m.snapshot for m in models.values()), steps, totals.all, streams)
+    each = {
+        name: _figures(m.snapshot, m.steps, totals.by_model.get(name, Totals()), _streams(m.snapshot))
+        for name, m in models.items()
+    }
     lines: list[str] = []
     for i, (kind, name, help_text, value) in enumerate(together):
         lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value:g}"]
@@ -77,8 +84,15 @@ def prometheus_text(models: dict[str, ModelFigures], totals: ServedTotals) -> st
 
 
 def _sum(snapshots) -> EngineSnapshot:
+    """Every model's figures added up (the words, the KV layout's, left out)."""
     snapshots = list(snapshots)
-    return EngineSnapshot(**{f.name: sum(getattr(s, f.name) for s in snapshots) for f in fields(EngineSnapshot)})
+    numbers = [f.name for f in fields(EngineSnapshot) if not isinstance(f.default, str)]
+    return EngineSnapshot(**{name: sum(getattr(s, name) for s in snapshots) for name in numbers})
+
+
+def _streams(s: EngineSnapshot) -> int:
+    """1 where the engine runs a KV stream per sequence (llama.cpp's kv_unified off), 0 where one pool."""
+    return int(s.kv_layout.startswith("a stream per sequence"))
 
 
 def _label(value: str) -> str:
@@ -86,7 +100,7 @@ def _label(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals) -> list[tuple[str, str, str, float]]:
+def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals, streams: int) -> list[tuple[str, str, str, float]]:
     """(kind, name, help, value) of every single-valued metric."""
     rate = hit_rate(totals.cached_tokens, totals.evaluated_tokens)
     window = f"over the last {RATE_WINDOW_S:g} s"
@@ -135,6 +149,19 @@ def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals) -> l
         ("counter", "kv_ram_saves_total", "sequences' KV cells saved to host RAM", s.saves),
         ("counter", "kv_ram_restores_total", "sequences' KV cells restored from host RAM", s.restores),
         ("counter", "kv_ram_restored_tokens_total", "prompt tokens restored from host RAM, not computed", s.restored_tokens),
+        (
+            "gauge",
+            "kv_layout_streams",
+            "1 where each sequence has a KV stream of its own, 0 where they share one pool (every model: those with streams)",
+            streams,
+        ),
+        (
+            "counter",
+            "kv_layout_changes_total",
+            "KV layout changes while chats ran (streams to one pool or back)",
+            s.layout_changes,
+        ),
+        ("counter", "kv_layout_change_seconds_total", "seconds spent changing the KV layout", s.layout_change_s),
     ]
 
 

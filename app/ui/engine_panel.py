@@ -1,7 +1,8 @@
 """The engine panel: model file and its facts, capacity/context/batch/threads and llama.cpp's settings
 (GPU layers, flash attention, KV cache types and layout, KV reuse and its RAM cache, mlock/mmap,
 backend sampling), what the build runs on and where the model went, Apply; and, live, batched/static/sequential
-serving (and the static batch's window), the scheduling policy and the adaptive batch. Labels and tooltips come from config_fields.py."""
+serving (and the static batch's window), the scheduling policy and the adaptive batch; the KV layout the
+engine runs now, and why (refreshed by the window's tick). Labels and tooltips come from config_fields.py."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from app.engine.config_fields import FIELDS
 from app.engine.errors import EngineError
 from app.engine.params import EngineConfig, Policy, ServingMode
 from app.engine.pool import format_bytes
+from app.engine.stats import EngineSnapshot
 from app.workspace.workspace import MAX_PANES
 
 from . import theme
@@ -40,6 +42,18 @@ from . import theme
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150
 KV_LAYOUTS = {"auto": "automatic", "on": "one pool (-kvu)", "off": "a stream per sequence"}
+NBSP = "\u00a0"
+
+
+def layout_line(snapshot: EngineSnapshot) -> str:
+    """The KV layout the engine runs now and why, and what changing it while chats ran cost:
+    "one pool (automatic: …) · changed 2 times, 0.31 s", the changes in non-breaking spaces: one
+    piece when the line wraps."""
+    n = snapshot.layout_changes
+    if not n:
+        return snapshot.kv_layout
+    changes = f"changed {n} time{'' if n == 1 else 's'}, {snapshot.layout_change_s:.2f} s"
+    return f"{snapshot.kv_layout} · {changes.replace(' ', NBSP)}"
 
 
 def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
@@ -133,6 +147,7 @@ class EnginePanel(QWidget):
         self.status = QLabel()
         self.status.setWordWrap(True)
         form.addRow("", self.status)
+        self._layout_shown: tuple | None = None  # the snapshot's layout figures the facts show
         self.show_config(client.config)
 
     def _llama_rows(self, form: QFormLayout) -> None:
@@ -229,16 +244,18 @@ class EnginePanel(QWidget):
         self.show_model_facts()
 
     def show_model_facts(self) -> None:
-        info = self.client.model_info
+        info, snapshot = self.client.model_info, self.client.snapshot
+        self._layout_shown = _layout_figures(snapshot)
         if info is None:
             self.model_facts.setText("not loaded")
             return
         size = f"{info.size_bytes / 1e6:.0f} MB"
+        layout = info.kv_layout if snapshot is None or not snapshot.kv_layout else layout_line(snapshot)
         lines = [
             f"<b>{escape(info.name)}</b>",
             f"{escape(info.description)} · {size} · trained context {info.n_ctx_train}",
             f"KV pool: {info.n_ctx} cells, {format_bytes(info.kv_bytes)} ({escape(info.pool_reason)})",
-            f"KV layout: {escape(info.kv_layout)}",
+            f"KV layout: {escape(layout).replace(NBSP, '&nbsp;')}",  # rich text takes U+00A0 for a space
             escape(info.placement()),
         ]
         if info.build is not None:
@@ -247,6 +264,12 @@ class EnginePanel(QWidget):
         notice = theme.current().notice.name()
         lines += [f'<span style="color:{notice};">{escape(text)}</span>' for text in info.notices]
         self.model_facts.setText("<br>".join(lines))
+
+    def refresh_layout(self) -> None:
+        """Show the KV layout the engine runs now: the facts are written again only when the layout
+        or its count of changes moved (a few times a run at most), else a tick costs one comparison."""
+        if _layout_figures(self.client.snapshot) != self._layout_shown:
+            self.show_model_facts()
 
     def set_min_capacity(self, panes: int) -> None:
         """The engine must hold a sequence for every open pane."""
@@ -365,6 +388,10 @@ class EnginePanel(QWidget):
     def _show_itl_target(self) -> None:
         self.itl_target.setEnabled(self.adaptive.isChecked())
         self.itl_target_label.setText(f"{self.itl_target.value()} ms" if self.adaptive.isChecked() else "off")
+
+
+def _layout_figures(snapshot: EngineSnapshot | None) -> tuple | None:
+    return None if snapshot is None else (snapshot.kv_layout, snapshot.layout_changes)
 
 
 def _error_html(text: str) -> str:

@@ -58,7 +58,7 @@ from .model_library import ModelLibrary
 from .plots import PlotsPanel
 from .serve_control import ServeControl
 from .settings import AppSettings
-from .status_line import add_status_widgets, engine_status, show_save_state
+from .status_line import LayoutWatch, add_status_widgets, engine_status, show_save_state
 from .step_timeline import StepTimeline
 from .trace_file import save_trace
 from .window_closing import WindowClosing
@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         self.batching_dock = self._dock("Batching compared", self.batching, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.batching_dock.hide()
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
+        self.layout_watch = LayoutWatch(self.client, self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
         self.serve_control.sigServing.connect(self._on_serving)
@@ -431,6 +432,9 @@ class MainWindow(QMainWindow):
         s = self.client.snapshot
         if s is not None:
             self.status_label.setText(engine_status(self.client.config.mode.value, s))
+        self.layout_watch.check()  # a KV layout changed while chats ran: said once, in the status bar
+        if self.engine_dock.isVisible():
+            self.engine_panel.refresh_layout()
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)

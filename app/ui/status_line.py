@@ -1,4 +1,5 @@
-"""The status bar's permanent figures: the engine's line, and a warning while chats cannot be saved."""
+"""The status bar's permanent figures: the engine's line, and a warning while chats cannot be saved;
+and its messages of what the engine did on its own: a KV layout changed while chats ran."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar
 
+from app.client import EngineClient
 from app.engine.stats import EngineSnapshot
 from app.workspace.chat_store import PendingSaves
 
@@ -50,3 +52,35 @@ def engine_status(mode: str, s: EngineSnapshot) -> str:
     if s.saves:
         text += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
     return f"{text} · steps {s.steps}"
+
+
+LAYOUT_MESSAGE_MS = 15000
+
+
+def layout_message(s: EngineSnapshot, model: str | None = None) -> str:
+    """What the status bar says when a model's KV layout changed: to what, and why (named when several are loaded)."""
+    text = f"The KV layout changed to {s.kv_layout}"
+    return f"{model}: {text[0].lower()}{text[1:]}" if model else text
+
+
+class LayoutWatch:
+    """Says in the status bar when a loaded model's KV layout changed while chats ran (its snapshot's
+    `layout_changes` grew since the last look); a model loaded again counts from 0 again."""
+
+    def __init__(self, client: EngineClient, bar: QStatusBar):
+        self.client, self.bar = client, bar
+        self._seen: dict[str, int] = {}  # model -> its layout changes at the last look
+
+    def check(self) -> None:
+        seen, self._seen = self._seen, {}
+        models = list(self.client.models)
+        told = []
+        for model in models:
+            s = self.client.snapshot_of(model)
+            if s is None:
+                continue
+            self._seen[model] = s.layout_changes
+            if s.layout_changes > seen.get(model, 0):
+                told.append(layout_message(s, model if len(models) > 1 else None))
+        if told:
+            self.bar.showMessage(" · ".join(told), LAYOUT_MESSAGE_MS)
