@@ -203,7 +203,7 @@ CONFIG_FIELDS = (
         "kv_unified",
         "KV layout",
         help="on: one KV pool for all sequences; off: a stream of ctx/parallel cells each, faster on long chats; "
-        "auto (default): streams where each holds a long chat",
+        "auto (default): streams while every chat fits its stream, one pool when one outgrows it (the chats carried over)",
         text=Text(lambda text: _word(KV_UNIFIED, text), kv_unified_name, tuple(KV_UNIFIED)),
         flags=("-kvu", "--kv-unified"),
     ),

@@ -168,7 +168,7 @@ class EngineConfig:
     kv_reuse: bool = True
     # llama.cpp's -kvu: one pool of cells for all sequences (prefixes shared by seq_cp), or a stream
     # of n_ctx / capacity cells each, which decodes faster (each token attends to its own cells only);
-    # None: streams when each holds a long chat (pool.choose_layout)
+    # None: streams, and one pool while a chat outgrows its stream (pool.choose_layout, next_layout)
     kv_unified: bool | None = None
     overflow: OverflowPolicy = OverflowPolicy.STOP
     policy: Policy = Policy.DECODE_FIRST
