@@ -18,6 +18,7 @@ from .params import (
     OverflowPolicy,
     Policy,
     ServingMode,
+    SpecType,
     kv_unified_name,
 )
 
@@ -213,6 +214,30 @@ CONFIG_FIELDS = (
         help="draw tokens inside llama.cpp's decode graph (default off: the host draws faster)",
         text=ON_OFF,
         flags=("--backend-sampling",),
+    ),
+    ConfigField(
+        "spec_type",
+        "Speculative decoding",
+        help="draft tokens ahead and verify them in the batch: none (default), or ngram-simple (the tokens "
+        "that followed the last few earlier in the chat; greedy replies only, the same reply either way)",
+        text=choice(SpecType),
+        flags=("--spec-type",),
+    ),
+    ConfigField(
+        "spec_draft_n_max",
+        "Draft tokens, most",
+        help="the most tokens drafted at once (default 16)",
+        text=whole(1),
+        flags=("--spec-draft-n-max",),
+        metavar="N",
+    ),
+    ConfigField(
+        "spec_draft_n_min",
+        "Draft tokens, fewest",
+        help="fewer found and nothing is drafted (default 0)",
+        text=whole(0),
+        flags=("--spec-draft-n-min",),
+        metavar="N",
     ),
     ConfigField("use_mlock", "mlock", help="keep the model in RAM (no swapping)", text=ON_OFF, flags=("--mlock",), switch=True),
     ConfigField(

@@ -21,12 +21,13 @@ from .history import TokenHistory
 from .host_cache import HostBudget, HostCache
 from .kv_cache import KVCacheManager
 from .llama.context import LlamaBackend
-from .params import EngineConfig, Policy, ServingMode
+from .params import EngineConfig, Policy, ServingMode, SpecType
 from .pool import next_layout
 from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
-from .sequence import Draw, Request, Sequence
+from .sequence import Draw, Request, Sequence, SequenceStatus
+from .speculation import MAX_DRAFTING, NgramDrafter
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -76,6 +77,7 @@ class Engine:
         self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
+        self._drafted = self._accepted = 0
         self._n_steps = 0
         self._step_s = self._decode_s = 0.0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
@@ -214,8 +216,12 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan:
             return False
+        drafting = self._draft(plan)
         # what the plan decided, before sampling moves the sequences on
-        parts = tuple(StepPart(seq.request_id, seq.request.conversation_id, n, seq.is_decoding) for seq, n in plan)
+        parts = tuple(
+            StepPart(seq.request_id, seq.request.conversation_id, n + len(seq.draft), seq.is_decoding, len(seq.draft))
+            for seq, n in plan
+        )
         self._fill_batch(plan)
         t1 = time.perf_counter()
         rc = self.backend.decode()
@@ -223,9 +229,14 @@ class Engine:
         events: list[Event] = []
         if rc == 0:
             for seq, n in plan:
-                self.kv.commit(seq, n)
-            self._sample_all([seq for seq, _ in plan if seq.row >= 0], events)
+                if not seq.draft:
+                    self.kv.commit(seq, n)
+            self._sample_all([seq for seq, _ in plan if seq.row >= 0 and not seq.draft], events)
+            for seq in drafting:
+                self._verify(seq, events)
         else:
+            for seq in drafting:
+                seq.draft = []
             self._on_decode_failure(rc, plan, events)
         self._record_step(parts, t0, t1, t2)
         self._emit(events)
@@ -253,6 +264,54 @@ class Engine:
         self.layout_changes += 1
         self.layout_change_s += time.perf_counter() - t0
 
+    def _draft(self, plan: Plan) -> list[Sequence]:
+        """Give the greedy sequences decoding in this step a draft of their next tokens (speculation.py),
+        within the step's token budget, their room and their reply's length; return those drafting."""
+        decoding = [seq for seq, _ in plan if seq.is_decoding]
+        if self.config.spec_type is SpecType.NONE or not decoding or len(decoding) > MAX_DRAFTING:
+            return []
+        room = self.config.n_batch - sum(n for _, n in plan)
+        cells = min(self.kv.free_cells, self.backend.n_ctx) - sum(n for _, n in plan)
+        drafting = []
+        for seq in decoding:
+            if seq.draw is not Draw.ARGMAX:
+                continue
+            if seq.drafter is None:
+                seq.drafter = NgramDrafter(self.config.spec_draft_n_min, self.config.spec_draft_n_max)
+            own_room = self.backend.n_ctx_seq - len(seq.tokens)  # its stream's, or the pool's
+            left = seq.params.max_tokens - seq.num_generated - 1  # the token after the draft is one more
+            seq.draft = seq.drafter.draft(seq.tokens, min(room, cells, own_room, left))
+            if seq.draft:
+                room -= len(seq.draft)
+                cells -= len(seq.draft)
+                drafting.append(seq)
+        return drafting
+
+    def _verify(self, seq: Sequence, events: list[Event]) -> None:
+        """Take the tokens the greedy choice confirms: at each drafted row the top token, as long as it
+        is the draft's next; then one more (the first that differs, or the one after the whole draft)."""
+        draft, seq.draft = seq.draft, []
+        rows = list(range(seq.row, seq.row + len(draft) + 1))
+        samplers, vocab = self.backend.samplers, self.backend.vocab
+        tokens = []
+        for i, token in enumerate(samplers.top_tokens(rows)):
+            if seq.params.ignore_eos and vocab.is_eog(token):
+                token = samplers.sample(seq.sampler, rows[i])  # as _sample_all does: the chain bans them
+            tokens.append(token)
+            if i == len(draft) or token != draft[i]:
+                break
+        accepted = len(tokens) - 1
+        self.kv.commit_drafted(seq, draft[:accepted], len(draft))
+        seq.drafter.verified(len(draft), accepted)
+        seq.stats.drafted_tokens += len(draft)
+        seq.stats.accepted_tokens += accepted
+        self._drafted += len(draft)
+        self._accepted += accepted
+        for token in tokens:
+            self._take(seq, token, None, events)
+            if seq.status is SequenceStatus.FINISHED:
+                break
+
     def _fill_batch(self, plan: Plan) -> None:
         batch = self.backend.batch
         batch.clear()
@@ -260,6 +319,9 @@ class Engine:
         # consecutive sequence ids, in batch order (split_equal); one pool does not mind the order
         for seq, n in sorted(plan, key=lambda p: p[0].slot_id):
             start = seq.num_computed
+            if seq.draft:  # its next token and the guesses after it, each with its logits
+                seq.row = batch.add_all(seq.slot_id, [seq.tokens[start], *seq.draft], start)
+                continue
             wants_logits = start + n == len(seq.tokens)
             seq.row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
             if wants_logits and self.config.backend_sampling:  # else nothing is ever attached
@@ -401,6 +463,8 @@ class Engine:
             decode_s=self._decode_s,
             recomputed_tokens=kv.recomputed_tokens,
             paused=max(0, len(self.scheduler.running) - self.scheduler.batch_limit),
+            drafted_tokens=self._drafted,
+            accepted_tokens=self._accepted,
             kv_layout=self.backend.layout_text(),
             layout_changes=self.layout_changes,
             layout_change_s=self.layout_change_s,

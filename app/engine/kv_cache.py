@@ -263,6 +263,22 @@ class KVCacheManager:
         if self.check_cells:
             self._check(slot)
 
+    def commit_drafted(self, seq: Sequence, accepted: list[int], drafted: int) -> None:
+        """The last decode wrote cells for the sequence's next token and `drafted` guesses after it,
+        of which the first ones, `accepted`, were right: count those, remove the others' cells. Until
+        the engine appends the accepted tokens to the sequence, it counts more cells than tokens."""
+        slot = self.slots[seq.slot_id]
+        start = seq.num_computed
+        kept = start + 1 + len(accepted)
+        if len(accepted) < drafted:
+            self._mem.seq_rm(slot.seq_id, kept, -1)
+        slot.tokens.append(seq.tokens[start])
+        slot.tokens.extend(accepted)
+        self._add_cells(slot, 1 + len(accepted))
+        seq.num_computed = kept
+        if self.check_cells:
+            self._check(slot)
+
     def _check(self, slot: Slot) -> None:
         """The slot's count of cells against llama.cpp's (a debug check, on in the tests)."""
         held = self._mem.seq_pos_max(slot.seq_id) + 1
@@ -274,6 +290,8 @@ class KVCacheManager:
         if seq.slot_id is None:
             return
         slot = self.slots[seq.slot_id]
+        if seq.num_computed > len(seq.tokens):  # the reply ended inside an accepted draft
+            seq.num_computed = self._truncate(slot, len(seq.tokens))
         self.computed.add(seq.tokens, seq.num_computed)
         seq.slot_id = None
         slot.sequence = None

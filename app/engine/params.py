@@ -56,6 +56,13 @@ class FlashAttn(str, Enum):
     AUTO = "auto"
 
 
+class SpecType(str, Enum):
+    """llama.cpp's --spec-type: how replies are drafted ahead, to be verified in the batch."""
+
+    NONE = "none"
+    NGRAM = "ngram-simple"  # the tokens that followed the sequence's last few tokens earlier in it
+
+
 # llama.cpp's -kvu as a setting: on (one pool), off (a stream per sequence), or auto (pool.choose_layout)
 KV_UNIFIED = {"auto": None, "on": True, "off": False}
 
@@ -188,6 +195,11 @@ class EngineConfig:
     # Off by default: measured slower than drawing on the host, on the CPU and on an H200
     # (docs/performance.md); a request wanting token probabilities samples on the host either way
     backend_sampling: bool = False
+    # speculative decoding (llama.cpp's --spec-type, --spec-draft-n-max, --spec-draft-n-min): greedy
+    # replies draft tokens from their own prompt and reply, verified in the shared batch
+    spec_type: SpecType = SpecType.NONE
+    spec_draft_n_max: int = 16
+    spec_draft_n_min: int = 0
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)

@@ -67,6 +67,8 @@ class Sequence:
         self.sampler = None
         self.draw = Draw.CHAIN
         self.row = -1  # batch row whose logits this sequence samples in the current step
+        self.drafter = None  # speculation.NgramDrafter, made at its first draft
+        self.draft: list[int] = []  # tokens guessed after its next one, verified in the current step
         self.stream = TextStream(request.params.stop + stop)
         self.stats = stats
         self.arrival = arrival  # submission order, for fair queues

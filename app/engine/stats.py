@@ -34,6 +34,8 @@ class RequestStats:
     evaluated_tokens: int = 0  # prompt tokens computed (again, after a preemption)
     recomputed_tokens: int = 0  # of those, tokens computed once before (evicted, preempted, or sent twice)
     gen_tokens: int = 0
+    drafted_tokens: int = 0  # speculative decoding: tokens guessed and verified
+    accepted_tokens: int = 0  # of those, the right ones (each a token that took no step of its own)
     preemptions: int = 0
     t_submit: float = 0.0
     t_admit: float = math.nan
@@ -92,6 +94,7 @@ class StepPart:
     conversation_id: str | None  # a pane's chat (its key), or None
     n_tokens: int
     is_decode: bool  # its next token; else a chunk of its prompt
+    drafted: int = 0  # of n_tokens, guesses after its next token, verified in this step
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,8 @@ class EngineSnapshot:
     restores: int = 0
     restored_tokens: int = 0
     recomputed_tokens: int = 0  # prompt tokens computed again after they were computed once
+    drafted_tokens: int = 0  # speculative decoding, every request's together
+    accepted_tokens: int = 0
     kv_layout: str = ""  # the KV layout now, and why (LlamaBackend.layout_text)
     layout_changes: int = 0  # times the layout changed while chats ran, every slot's cells carried over
     layout_change_s: float = 0.0  # spent on those changes

@@ -40,6 +40,15 @@ class Batch:
         self.n_tokens = 0
         self.output_rows: list[int] = []  # the rows whose logits the decode keeps, in batch order
 
+    def add_all(self, seq_id: int, tokens: list[int], start_pos: int) -> int:
+        """Append tokens of one sequence, every one with its logits (a drafted run to verify);
+        return the first one's row (the others follow it)."""
+        first = self.n_tokens
+        self.add(seq_id, tokens, start_pos, True)
+        self.logits[first : self.n_tokens] = 1
+        self.output_rows[-1:] = range(first, self.n_tokens)
+        return first
+
     def add(self, seq_id: int, tokens, start_pos: int, logits_last: bool) -> int:
         """Append tokens of one sequence; return the row whose logits will be read (or -1)."""
         n = len(tokens)

@@ -80,10 +80,11 @@ class Samplers:
 
     def _logits_view(self) -> np.ndarray:
         """The last decode's logits, a row per output, as numpy sees them (no copy). llama.cpp's
-        buffer holds a row for each sequence at least; the view is made anew when it moves."""
+        buffer holds a row for each sequence at least, and one per output of the last batch; the view
+        is made anew when it moves or grows."""
         address = ctypes.addressof(ll.llama_get_logits(self.ctx).contents)
-        if address != self._logits_address:
-            rows = self._capacity
+        rows = max(self._capacity, len(self._batch.output_rows))  # drafted runs add rows
+        if address != self._logits_address or rows > len(self._logits):
             buffer = (ctypes.c_float * (rows * self._n_vocab)).from_address(address)
             self._logits = np.frombuffer(buffer, dtype=np.float32).reshape(rows, self._n_vocab)
             self._logits_address = address

@@ -1,0 +1,111 @@
+"""Speculative decoding by n-gram lookup (app/engine/speculation.py): drafted tokens verified in the
+shared batch give a greedy reply token for token the one decoding without them gives, the rejected
+guesses' cells are removed (the KV manager's count is checked against llama.cpp's after every
+decode in the tests), and the next turn finds the whole history."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import Started, run, user
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.engine.events import FinishReason
+from app.engine.params import GREEDY, SpecType
+from app.engine.speculation import NgramDrafter
+
+WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
+
+
+@pytest.mark.unit
+def test_the_drafter_proposes_what_followed_the_last_tokens_before():
+    drafter = NgramDrafter(n_min=0, n_max=4)
+    tokens = [1, 2, 3, 4, 5, 6, 9, 9, 2, 3, 4]
+    assert drafter.draft(tokens, room=10) == [5, 6, 9, 9]  # after (2, 3, 4): 5 6 9 9, at most n_max
+    assert drafter.draft(tokens, room=2) == [5, 6]
+    assert NgramDrafter(n_min=0, n_max=4).draft([7, 8, 9], room=10) == []  # nothing seen before
+    short = [1, 2, 3, 4, 5, 2, 3, 4]
+    assert NgramDrafter(n_min=4, n_max=8).draft(short, room=10) == [5, 2, 3, 4]
+    assert NgramDrafter(n_min=5, n_max=8).draft(short, room=10) == []  # fewer than n_min found
+
+
+@pytest.mark.unit
+def test_the_draft_length_follows_what_was_accepted():
+    drafter = NgramDrafter(n_min=0, n_max=16)
+    drafter.verified(16, 3)
+    assert drafter.length == 4
+    drafter.verified(4, 4)
+    assert drafter.length == 8
+    drafter.verified(8, 8)
+    drafter.verified(16, 16)
+    assert drafter.length == 16 and (drafter.drafted, drafter.accepted) == (44, 31)
+
+
+def chats(n: int) -> list[list[dict[str, str]]]:
+    text = " ".join(WORDS * 3)
+    return [user(f"Chat {i}: repeat after me: {text} {text}") for i in range(n)]
+
+
+async def replies(client, messages, params):
+    return await asyncio.gather(*(client.complete(m, params, conversation_id=f"c{i}") for i, m in enumerate(messages)))
+
+
+@pytest.mark.tiny
+def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_config):
+    config = tiny_config.with_(n_ctx=4096, capacity=4)
+    cases = [
+        (chats(1), GREEDY.with_(max_tokens=120, ignore_eos=True)),
+        (chats(2), GREEDY.with_(max_tokens=97, ignore_eos=True)),  # two sequences drafting in one step
+        (chats(2), GREEDY.with_(max_tokens=60)),
+        (chats(1), GREEDY.with_(max_tokens=80, stop=("flour",))),  # a stop string inside a draft
+    ]
+
+    async def main(spec):
+        async with Started(config.with_(spec_type=spec)) as client:
+            out = [await replies(client, m, p) for m, p in cases]
+            return out, client.snapshot
+
+    plain, plain_snapshot = run(main(SpecType.NONE))
+    drafted, snapshot = run(main(SpecType.NGRAM))
+    assert [[(f.text, f.reason, f.stats.gen_tokens) for f in c] for c in drafted] == [
+        [(f.text, f.reason, f.stats.gen_tokens) for f in c] for c in plain
+    ]
+    assert plain_snapshot.drafted_tokens == 0
+    assert snapshot.accepted_tokens > 0 and snapshot.drafted_tokens >= snapshot.accepted_tokens
+    assert sum(f.stats.accepted_tokens for c in drafted for f in c) == snapshot.accepted_tokens
+    # fewer steps than tokens: accepted drafts took none of their own
+    assert snapshot.steps < plain_snapshot.steps
+
+
+@pytest.mark.tiny
+def test_after_a_drafted_reply_the_next_turn_finds_its_whole_history(tiny_config):
+    messages = chats(1)[0]
+    params = GREEDY.with_(max_tokens=64, ignore_eos=True)
+
+    async def main():
+        async with Started(tiny_config.with_(spec_type=SpecType.NGRAM)) as client:
+            first = await client.complete(messages, params, conversation_id="a")
+            later = messages + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Again."}]
+            second = await client.complete(later, params.with_(max_tokens=4), conversation_id="a")
+            return first, second
+
+    first, second = run(main())
+    assert first.stats.accepted_tokens > 0 and first.reason is FinishReason.LENGTH
+    assert second.stats.cached_tokens == first.stats.prompt_tokens + first.stats.gen_tokens - 1
+
+
+@pytest.mark.tiny
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=3, max_size=40), max_tokens=st.integers(1, 90), eos=st.booleans())
+def test_any_prompt_gets_the_same_greedy_reply_with_or_without_drafts(tiny_config, words, max_tokens, eos):
+    messages = user(" ".join(words))
+    params = GREEDY.with_(max_tokens=max_tokens, ignore_eos=eos)
+
+    async def main(spec):
+        async with Started(tiny_config.with_(n_ctx=2048, capacity=2, spec_type=spec)) as client:
+            return await client.complete(messages, params)
+
+    plain, drafted = run(main(SpecType.NONE)), run(main(SpecType.NGRAM))
+    assert (drafted.text, drafted.reason, drafted.stats.gen_tokens) == (plain.text, plain.reason, plain.stats.gen_tokens)
