@@ -232,7 +232,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     run |= _host_time(run["gen_tokens"], wall, before, snapshots)
     run["kv_pool_bytes"] = sum(info.kv_bytes for info in infos)  # the pools' memory, as llama.cpp allocated it
     run["n_ctx"] = infos[0].n_ctx  # the pool as allocated (the config's 0 means sized by default)
-    run |= _layout(infos, before, snapshots)
+    run |= _layout(infos, before, snapshots) | _speculation(before, snapshots)
     return run
 
 
@@ -391,6 +391,13 @@ def _layout(infos, before, after) -> dict:
         "layout_changes": sum(a.layout_changes - b.layout_changes for a, b in zip(after, before, strict=True)),
         "layout_change_s": sum(a.layout_change_s - b.layout_change_s for a, b in zip(after, before, strict=True)),
     }
+
+
+def _speculation(before, after) -> dict:
+    """Speculative decoding during the run: tokens drafted and verified, and of those the right ones."""
+    drafted = sum(a.drafted_tokens - b.drafted_tokens for a, b in zip(after, before, strict=True))
+    accepted = sum(a.accepted_tokens - b.accepted_tokens for a, b in zip(after, before, strict=True))
+    return {"drafted_tokens": drafted, "accepted_tokens": accepted, "acceptance": accepted / drafted if drafted else None}
 
 
 def _by_model(records: list[dict]) -> dict[str, dict]:

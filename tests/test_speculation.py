@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.engine.events import FinishReason
 from app.engine.params import GREEDY, SpecType
-from app.engine.speculation import NgramDrafter
+from app.engine.speculation import PROBE_EVERY, PROBE_LENGTH, NgramDrafter, StepCost
 
 WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
 
@@ -23,24 +23,42 @@ WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", 
 def test_the_drafter_proposes_what_followed_the_last_tokens_before():
     drafter = NgramDrafter(n_min=0, n_max=4)
     tokens = [1, 2, 3, 4, 5, 6, 9, 9, 2, 3, 4]
-    assert drafter.draft(tokens, room=10) == [5, 6, 9, 9]  # after (2, 3, 4): 5 6 9 9, at most n_max
-    assert drafter.draft(tokens, room=2) == [5, 6]
-    assert NgramDrafter(n_min=0, n_max=4).draft([7, 8, 9], room=10) == []  # nothing seen before
+    assert drafter.draft(tokens, limit=4) == [5, 6, 9, 9]  # after (2, 3, 4): 5 6 9 9 ...
+    assert drafter.draft(tokens, limit=2) == [5, 6]
+    assert NgramDrafter(n_min=0, n_max=4).draft([7, 8, 9], limit=10) == []  # nothing seen before
     short = [1, 2, 3, 4, 5, 2, 3, 4]
-    assert NgramDrafter(n_min=4, n_max=8).draft(short, room=10) == [5, 2, 3, 4]
-    assert NgramDrafter(n_min=5, n_max=8).draft(short, room=10) == []  # fewer than n_min found
+    assert NgramDrafter(n_min=4, n_max=8).draft(short, limit=10) == [5, 2, 3, 4]
+    assert NgramDrafter(n_min=5, n_max=8).draft(short, limit=10) == []  # fewer than n_min found
+
+
+def costs(seconds) -> StepCost:
+    cost = StepCost()
+    for n in (1, 2, 4, 8, 16, 32):
+        cost.observe(n, seconds(n))
+    return cost
 
 
 @pytest.mark.unit
-def test_the_draft_length_follows_what_was_accepted():
-    drafter = NgramDrafter(n_min=0, n_max=16)
-    drafter.verified(16, 3)
-    assert drafter.length == 4
-    drafter.verified(4, 4)
-    assert drafter.length == 8
-    drafter.verified(8, 8)
-    drafter.verified(16, 16)
-    assert drafter.length == 16 and (drafter.drafted, drafter.accepted) == (44, 31)
+def test_the_draft_length_is_what_pays_on_the_steps_measured_here():
+    gpu = costs(lambda n: 0.010)  # a step of 32 tokens costs what one of 1 does
+    cpu = costs(lambda n: 0.004 + 0.007 * n)  # each token costs most of a step
+    linear = costs(lambda n: 0.011 * n)  # nothing fixed: a guess never pays
+    sure, unsure = NgramDrafter(0, 16), NgramDrafter(0, 16)
+    for _ in range(20):
+        sure.verified(16, 16)
+        unsure.verified(8, 1)
+    assert sure.length(gpu, 1, 16) == unsure.length(gpu, 1, 16) == 16
+    assert sure.length(cpu, 1, 16) == 16 and unsure.length(cpu, 1, 16) == 0
+    assert unsure.length(cpu, 8, 16) == 0
+    assert sure.length(linear, 1, 16) == sure.length(linear, 8, 16) == 0
+    assert NgramDrafter(0, 16).length(StepCost(), 1, 5) == 0  # nothing measured yet
+    probing = NgramDrafter(0, 16)
+    for _ in range(20):
+        probing.verified(8, 1)
+    lengths = [probing.length(cpu, 1, 16) for _ in range(PROBE_EVERY)]
+    assert lengths[:-1] == [0] * (PROBE_EVERY - 1) and lengths[-1] == PROBE_LENGTH  # now and then, look again
+    assert probing.length(cpu, 8, 16) == 0  # but not where a probe costs much
+    assert (sure.drafted, sure.accepted) == (320, 320)
 
 
 def chats(n: int) -> list[list[dict[str, str]]]:

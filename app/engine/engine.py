@@ -27,7 +27,7 @@ from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence, SequenceStatus
-from .speculation import MAX_DRAFTING, NgramDrafter
+from .speculation import NgramDrafter, StepCost
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -78,6 +78,7 @@ class Engine:
         self._arrivals = 0
         self._generated = 0
         self._drafted = self._accepted = 0
+        self.step_cost = StepCost()  # what a decode of n tokens takes here: whether a draft pays
         self._n_steps = 0
         self._step_s = self._decode_s = 0.0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
@@ -267,22 +268,21 @@ class Engine:
     def _draft(self, plan: Plan) -> list[Sequence]:
         """Give the greedy sequences decoding in this step a draft of their next tokens (speculation.py),
         within the step's token budget, their room and their reply's length; return those drafting."""
-        decoding = [seq for seq, _ in plan if seq.is_decoding]
-        if self.config.spec_type is SpecType.NONE or not decoding or len(decoding) > MAX_DRAFTING:
+        decoding = [seq for seq, _ in plan if seq.is_decoding and seq.draw is Draw.ARGMAX]
+        if self.config.spec_type is SpecType.NONE or not decoding:
             return []
-        room = self.config.n_batch - sum(n for _, n in plan)
-        cells = min(self.kv.free_cells, self.backend.n_ctx) - sum(n for _, n in plan)
+        n_step = sum(n for _, n in plan)
+        cells = min(self.kv.free_cells, self.backend.n_ctx) - n_step
         drafting = []
         for seq in decoding:
-            if seq.draw is not Draw.ARGMAX:
-                continue
             if seq.drafter is None:
                 seq.drafter = NgramDrafter(self.config.spec_draft_n_min, self.config.spec_draft_n_max)
             own_room = self.backend.n_ctx_seq - len(seq.tokens)  # its stream's, or the pool's
             left = seq.params.max_tokens - seq.num_generated - 1  # the token after the draft is one more
-            seq.draft = seq.drafter.draft(seq.tokens, min(room, cells, own_room, left))
+            room = min(self.config.n_batch - n_step, cells, own_room, left)
+            seq.draft = seq.drafter.draft(seq.tokens, seq.drafter.length(self.step_cost, n_step, room))
             if seq.draft:
-                room -= len(seq.draft)
+                n_step += len(seq.draft)
                 cells -= len(seq.draft)
                 drafting.append(seq)
         return drafting
@@ -438,6 +438,7 @@ class Engine:
             parts=parts,
         )
         self.steps.append(step)
+        self.step_cost.observe(n_tokens, step.decode_s)
         self._step_s += step.step_s
         self._decode_s += step.decode_s
         if step.n_prefill_tokens >= step.n_tokens // 2 > 0:  # mostly prompt: what a token of it costs now
