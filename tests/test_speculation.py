@@ -127,3 +127,15 @@ def test_any_prompt_gets_the_same_greedy_reply_with_or_without_drafts(tiny_confi
 
     plain, drafted = run(main(SpecType.NONE)), run(main(SpecType.NGRAM))
     assert (drafted.text, drafted.reason, drafted.stats.gen_tokens) == (plain.text, plain.reason, plain.stats.gen_tokens)
+
+
+@pytest.mark.unit
+def test_a_step_size_never_measured_costs_what_its_measured_neighbours_say():
+    cost = StepCost()
+    cost.observe(1, 0.010)
+    assert cost.of(1) == 0.010 and cost.of(5) is None  # one size: nothing to draw a line with
+    cost.observe(9, 0.050)
+    assert cost.of(5) == pytest.approx(0.030)  # between two sizes: on the line
+    assert cost.of(17) == pytest.approx(0.090)  # above them: their slope, on
+    cost.observe(9, 0.070)
+    assert cost.of(9) == pytest.approx(0.052)  # a size measured again moves a tenth of the way
