@@ -162,6 +162,12 @@ class Engine:
         self._arrivals += 1
         seq = Sequence(request, prompt.tokens, stats, self._arrivals, prompt.stop)
         seq.notice = prompt.notice
+        if request.params.grammar is not None:
+            try:
+                seq.grammar = self.backend.samplers.grammar(request.params.grammar)
+            except ValueError as e:
+                self._emit([self._failed(request.request_id, stats, str(e), Fault.REQUEST)])
+                return
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
         seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
         seq.draw = self._draw_for(request.params)
@@ -170,6 +176,8 @@ class Engine:
     def _draw_for(self, params, in_graph: bool | None = None) -> Draw:
         if params.n_probs is not None:
             return Draw.PROBS
+        if params.grammar is not None:  # the grammar sampler runs on the host
+            return Draw.CHAIN
         if self.config.backend_sampling if in_graph is None else in_graph:
             return Draw.IN_GRAPH
         return Draw.ARGMAX if params.temperature <= 0 and not params.greedy_needs_chain else Draw.CHAIN
@@ -370,9 +378,14 @@ class Engine:
         params = seq.params
         if seq.draw is Draw.IN_GRAPH:
             return self.backend.samplers.sampled(seq.sampler, seq.row), None
+        samplers = self.backend.samplers
         if seq.draw is Draw.PROBS:
-            return self.backend.samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
-        return self.backend.samplers.sample(seq.sampler, seq.row), None
+            return samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0, seq.grammar)
+        if seq.grammar is not None:
+            plain_greedy = params.temperature <= 0 and not params.greedy_needs_chain and not params.ignore_eos
+            top = samplers.top_tokens([seq.row])[0] if plain_greedy else None
+            return samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, top), None
+        return samplers.sample(seq.sampler, seq.row), None
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
         # llama.cpp rolled the batch back; with more room the next step tries again
@@ -394,6 +407,9 @@ class Engine:
         if seq.sampler is not None:
             self.backend.samplers.free(seq.sampler)
             seq.sampler = None
+        if seq.grammar is not None:
+            self.backend.samplers.free(seq.grammar)
+            seq.grammar = None
         seq.stats.t_finish = time.monotonic()
         self.conversations.add(seq.stats)
         if seq.request.conversation_id is not None:

@@ -118,6 +118,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
     n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
+    # a GBNF grammar every reply must follow (JSON, a JSON schema's, or one given: llama/grammar.py)
+    grammar: str | None = None
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
@@ -144,6 +146,10 @@ class SamplingParams:
             return f"seed must be a whole number of at least 0, or unset; got {self.seed!r}"
         if not all(isinstance(s, str) and s for s in self.stop):
             return "every stop string must be a non-empty string"
+        if self.grammar is not None and not isinstance(self.grammar, str):
+            return "the grammar must be GBNF text, or unset"
+        if self.grammar is not None and self.ignore_eos:
+            return "ignore_eos cannot go with a format to follow: the reply ends where its format does"
         return None
 
 

@@ -14,6 +14,8 @@ from app.engine.params import SamplingParams
 from app.engine.probs import MAX_TOP
 from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
 
+from .output_format import FormatError, grammar_of
+
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
 MAX_STOP_STRINGS = 16
@@ -86,7 +88,7 @@ def parse_chat(body: dict, n_ctx_seq: int) -> Job:
     _refuse_unsupported(body)
     messages = tuple(message_of(m, i) for i, m in enumerate(raw))
     check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
-    params = sampling(body).with_(n_probs=_chat_probs(body))
+    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=_grammar(body))
     job = Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
 
@@ -102,7 +104,7 @@ def parse_completion(body: dict, n_ctx_seq: int) -> Job:
     _refuse_unsupported(body)
     check_text(prompt, "prompt")
     check_size(len(prompt), n_ctx_seq, "prompt")
-    params = sampling(body).with_(n_probs=_completion_probs(body))
+    params = sampling(body).with_(n_probs=_completion_probs(body), grammar=_grammar(body))
     return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx_seq)
 
 
@@ -110,13 +112,10 @@ def parse_completion(body: dict, n_ctx_seq: int) -> Job:
 # 400 naming them, never dropped (a caller would get free text it takes for valid JSON); the
 # values that ask for nothing pass
 UNSUPPORTED = {
-    "response_format": lambda v: isinstance(v, dict) and v.get("type") == "text",
     "tools": lambda v: v == [],
     "tool_choice": lambda v: v in ("none", "auto"),
     "functions": lambda v: v == [],
     "function_call": lambda v: v in ("none", "auto"),
-    "grammar": lambda v: v == "",
-    "json_schema": lambda v: False,
 }
 
 
@@ -125,8 +124,8 @@ def _refuse_unsupported(body: dict) -> None:
         value = body.get(name)
         if value is not None and not asks_nothing(value):
             raise BadRequest(
-                f"'{name}' is not supported by this server yet (structured output and tool calls are not "
-                f"implemented): the reply would not follow it; send the request without '{name}'",
+                f"'{name}' is not supported by this server yet (tool calls are not implemented): the reply "
+                f"would not follow it; send the request without '{name}'",
                 name,
             )
 
@@ -145,6 +144,13 @@ def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
             "max_tokens",
         )
     return job
+
+
+def _grammar(body: dict) -> str | None:
+    try:
+        return grammar_of(body)
+    except FormatError as e:
+        raise BadRequest(str(e), e.param) from None
 
 
 def sampling(body: dict) -> SamplingParams:

@@ -12,6 +12,7 @@ import numpy as np
 from ..params import SamplingParams
 from ..probs import TokenProbs, token_probs
 from .batch import Batch
+from .log_capture import last_error
 from .vocab import Vocab
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
@@ -52,6 +53,57 @@ class Samplers:
         for token in history[-params.repeat_last_n :] if params.penalizes else ():
             ll.llama_sampler_accept(chain, token)
         return chain
+
+    def grammar(self, text: str):
+        """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"); ValueError when it does not parse."""
+        sampler = ll.llama_sampler_init_grammar(self._vocab.model_vocab, text.encode(), b"root")
+        if not sampler:
+            reason = last_error() or "llama.cpp could not parse it"
+            raise ValueError(f"the grammar does not parse: {reason}")
+        return sampler
+
+    def sample_constrained(self, sampler, grammar, row: int, greedy_token: int | None = None) -> int:
+        """Draw with the chain (or take the greedy top token), and keep it if the grammar allows it;
+        else draw again from the tokens the grammar allows. Checking one token first spares the
+        grammar a pass over the whole vocabulary at most steps (as llama.cpp's own sampler does)."""
+        token = greedy_token
+        if token is None:
+            candidates, array = self._candidates(row)
+            ll.llama_sampler_apply(sampler, ctypes.byref(array))
+            token = int(self._read(array)["id"][array.selected])
+        if not self._allows(grammar, token):
+            candidates, array = self._candidates(row)
+            ll.llama_sampler_apply(grammar, ctypes.byref(array))
+            ll.llama_sampler_apply(sampler, ctypes.byref(array))
+            token = int(self._read(array)["id"][array.selected])
+        ll.llama_sampler_accept(grammar, token)
+        ll.llama_sampler_accept(sampler, token)
+        return token
+
+    def _allows(self, grammar, token: int) -> bool:
+        one = np.array([(token, 0.0, 0.0)], dtype=_TOKEN_DATA)
+        array = ll.llama_token_data_array(one.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), 1, -1, False)
+        ll.llama_sampler_apply(grammar, ctypes.byref(array))
+        return bool(np.isfinite(one["logit"][0]))
+
+    def _candidates(self, row: int):
+        """Every token with its logit at batch row `row`, as the array llama.cpp's samplers take."""
+        n_vocab = self._n_vocab
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,))
+        candidates = np.empty(n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"] = self._token_ids
+        candidates["logit"] = logits
+        candidates["p"] = 0.0
+        array = ll.llama_token_data_array(candidates.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), n_vocab, -1, False)
+        return candidates, array
+
+    @staticmethod
+    def _read(array) -> np.ndarray:
+        """The candidates where the array says they are now (a sampler may point it at its own buffer)."""
+        kept = np.ctypeslib.as_array(
+            ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * _TOKEN_DATA.itemsize,)
+        )
+        return kept.view(_TOKEN_DATA)
 
     def _ban(self, tokens: tuple[int, ...]):
         biases = (ll.llama_logit_bias * len(tokens))(*((t, -math.inf) for t in tokens))
@@ -124,23 +176,18 @@ class Samplers:
             del self._attached[seq_id]
         ll.llama_sampler_free(sampler)
 
-    def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool) -> tuple[int, TokenProbs]:
+    def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool, grammar=None) -> tuple[int, TokenProbs]:
         """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
         keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
-        n_vocab = self._n_vocab
-        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(n_vocab,))
-        candidates = np.empty(n_vocab, dtype=_TOKEN_DATA)
-        candidates["id"] = self._token_ids
-        candidates["logit"] = logits
-        candidates["p"] = 0.0
-        array = ll.llama_token_data_array(candidates.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), n_vocab, -1, False)
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self._n_vocab,))
+        candidates, array = self._candidates(row)  # `array` points into `candidates`: both kept
+        if grammar is not None:
+            ll.llama_sampler_apply(grammar, ctypes.byref(array))
         ll.llama_sampler_apply(sampler, ctypes.byref(array))
-        # a sampler may point `data` at a buffer of its own: read the candidates where it says
-        kept = np.ctypeslib.as_array(
-            ctypes.cast(array.data, ctypes.POINTER(ctypes.c_byte)), shape=(array.size * _TOKEN_DATA.itemsize,)
-        )
-        kept = kept.view(_TOKEN_DATA)
+        kept = self._read(array)
         token = int(kept["id"][array.selected])
+        if grammar is not None:
+            ll.llama_sampler_accept(grammar, token)
         ll.llama_sampler_accept(sampler, token)
         kept_logits = None if greedy else kept["logit"].copy()
         return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self._vocab.spell)

@@ -23,6 +23,11 @@ class Vocab:
         self.eog_tokens = tuple(t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self._vocab, t))
         self._eog = frozenset(self.eog_tokens)
 
+    @property
+    def model_vocab(self):
+        """llama.cpp's vocabulary handle (a grammar sampler reads it)."""
+        return self._vocab
+
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 8

@@ -1,0 +1,74 @@
+"""Output constraints as GBNF grammars (llama.cpp's grammar sampler reads them): any JSON object, a
+JSON schema turned into a grammar by llama-cpp-python's converter, or a grammar given as it is.
+
+A schema or a grammar comes from whoever sends a request: it is bounded before anything reads it
+(its size, how deeply it nests), and a converter that fails says why in one line."""
+
+from __future__ import annotations
+
+import json
+
+from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+MAX_SCHEMA_BYTES = 64 << 10
+MAX_GRAMMAR_BYTES = 256 << 10
+MAX_DEPTH = 64  # nested objects, arrays or parentheses: a real format needs few, a hostile one many
+
+JSON_OBJECT_GRAMMAR = JSON_GBNF  # its root is an object
+
+
+class ConstraintError(ValueError):
+    """A schema or grammar that cannot constrain a reply, and why."""
+
+
+def schema_grammar(schema: object) -> str:
+    """The GBNF grammar of replies that are JSON documents valid under `schema`."""
+    if not isinstance(schema, dict):
+        raise ConstraintError("a JSON schema must be an object")
+    text = json.dumps(schema)
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise ConstraintError(f"the JSON schema has {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
+    if _depth(schema) > MAX_DEPTH:
+        raise ConstraintError(f"the JSON schema nests deeper than {MAX_DEPTH} levels")
+    try:
+        grammar = json_schema_to_gbnf(text)
+    except RecursionError:
+        raise ConstraintError("the JSON schema refers to itself too deeply to be turned into a grammar") from None
+    except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
+        raise ConstraintError(f"the JSON schema cannot be turned into a grammar: {type(e).__name__}: {e}") from None
+    return check_grammar(grammar)
+
+
+def check_grammar(grammar: object) -> str:
+    """A GBNF grammar within the bounds; llama.cpp parses it when the request's sampler is made."""
+    if not isinstance(grammar, str) or not grammar.strip():
+        raise ConstraintError("a grammar must be GBNF text")
+    if len(grammar) > MAX_GRAMMAR_BYTES:
+        raise ConstraintError(f"the grammar has {len(grammar)} characters, more than the {MAX_GRAMMAR_BYTES} taken")
+    depth = deepest = 0
+    quoted = escaped = False
+    for c in grammar:  # parentheses outside quoted literals and character classes
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == '"':
+            quoted = not quoted
+        elif not quoted and c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif not quoted and c == ")":
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        raise ConstraintError(f"the grammar nests parentheses deeper than {MAX_DEPTH} levels")
+    return grammar
+
+
+def _depth(value: object, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    return level

@@ -1,0 +1,52 @@
+"""The reply's format a request asks for, as the grammar the engine constrains it with: OpenAI's
+`response_format` (`text`, `json_object`, `json_schema` {name, schema, strict}) and llama-server's
+`json_schema` (a schema) and `grammar` (GBNF), on chat and completions alike. A schema or grammar
+that cannot constrain a reply is a 400 saying why, never a reply that ignores it."""
+
+from __future__ import annotations
+
+from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
+
+FORMAT_FIELDS = ("response_format", "json_schema", "grammar")
+
+
+class FormatError(ValueError):
+    """A format that cannot be honoured: the message, and the field that asked for it."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def grammar_of(body: dict) -> str | None:
+    """The GBNF grammar the reply must follow, or None for free text."""
+    asked = [name for name in FORMAT_FIELDS if body.get(name) not in (None, "")]
+    if len(asked) > 1:
+        raise FormatError(f"send one of {', '.join(FORMAT_FIELDS)}, not {' and '.join(asked)}", asked[1])
+    if not asked:
+        return None
+    name = asked[0]
+    try:
+        if name == "grammar":
+            return check_grammar(body["grammar"])
+        if name == "json_schema":
+            return schema_grammar(body["json_schema"])
+        return _response_format(body["response_format"])
+    except ConstraintError as e:
+        raise FormatError(str(e), name) from None
+
+
+def _response_format(value: object) -> str | None:
+    if not isinstance(value, dict):
+        raise FormatError("'response_format' must be an object with a 'type'", "response_format")
+    kind = value.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT_GRAMMAR
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise FormatError("'response_format.json_schema' must be an object holding a 'schema'", "response_format")
+        return schema_grammar(spec["schema"])
+    raise FormatError(f"'response_format.type' must be text, json_object or json_schema; got {kind!r}", "response_format")
