@@ -40,7 +40,11 @@ from .readout import Readout
 from .transcript import Transcript
 
 MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is
-READOUT_LEGEND = "tok/s: the tokens this pane got in the last second\nTTFT: time to the first token\nKV hit: the chat's prompt found in the KV cache\nctx: tokens in context"
+READOUT_LEGEND = (
+    "tok/s: the tokens this pane got in the last second\nTTFT: time to the first token\n"
+    "KV hit: the chat's prompt found in the KV cache\nctx: tokens in context\n"
+    "drafts: of the tokens the last reply drafted ahead (speculative decoding), the share accepted"
+)
 
 
 class MessageEdit(QPlainTextEdit):
@@ -268,8 +272,19 @@ class ChatPane(QFrame):
         ttft = "–" if math.isnan(m.ttft_s) else f"{1000 * m.ttft_s:.0f} ms"
         hit = "–" if math.isnan(m.kv_hit_rate) else f"{100 * m.kv_hit_rate:.0f}%"
         rate = f"{m.tok_s:.0f} tok/s"
+        whole = f"{rate} · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}"
+        if m.drafted_tokens:  # the last reply drafted: how much of it was right (none drafted: not said)
+            share = f"{100 * m.draft_acceptance:.0f}%"
+            drafts = (
+                f"{whole} · drafts {share} of {m.drafted_tokens}",
+                f"{rate} · TTFT {ttft} · KV hit {hit} · drafts {share}",
+                f"{rate} · {ttft} · hit {hit} · drafts {share}",
+            )
+        else:
+            drafts = ()
         self.readout.setText(
-            f"{rate} · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}",
+            *drafts,
+            whole,
             f"{rate} · {ttft} · hit {hit}",  # narrow panes: the figures that tell most, first
             f"{rate} · {ttft}",
             rate,

@@ -1,6 +1,6 @@
 """The engine panel: model file and its facts, capacity/context/batch/threads and llama.cpp's settings
 (GPU layers, flash attention, KV cache types and layout, KV reuse and its RAM cache, mlock/mmap,
-backend sampling), what the build runs on and where the model went, Apply; and, live, batched/static/sequential
+backend sampling, speculative decoding and its draft lengths), what the build runs on and where the model went, Apply; and, live, batched/static/sequential
 serving (and the static batch's window), the scheduling policy and the adaptive batch; the KV layout the
 engine runs now, and why (refreshed by the window's tick). Labels and tooltips come from config_fields.py."""
 
@@ -9,22 +9,26 @@ from __future__ import annotations
 import os
 from html import escape
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QMessageBox,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
+    QStyle,
     QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 from qasync import asyncSlot
@@ -32,7 +36,7 @@ from qasync import asyncSlot
 from app.client import EngineClient
 from app.engine.config_fields import FIELDS
 from app.engine.errors import EngineError
-from app.engine.params import EngineConfig, Policy, ServingMode
+from app.engine.params import EngineConfig, Policy, ServingMode, SpecType
 from app.engine.pool import format_bytes
 from app.engine.stats import EngineSnapshot
 from app.workspace.workspace import MAX_PANES
@@ -43,6 +47,7 @@ ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150
 KV_LAYOUTS = {"auto": "automatic", "on": "one pool (-kvu)", "off": "a stream per sequence"}
 NBSP = "\u00a0"
+SPEC_DRAFT_MOST = 256  # tokens a draft may be at most set to (llama.cpp's default 16)
 
 
 def layout_line(snapshot: EngineSnapshot) -> str:
@@ -114,7 +119,8 @@ class EnginePanel(QWidget):
         self.client = client
         self.error_box: QMessageBox | None = None
         self.last_error = ""
-        form = QFormLayout(self)
+        body = QWidget()
+        form = QFormLayout(body)
         form.setContentsMargins(6, 6, 6, 6)
         _add(form, "model_path", self._model_row())
         self.model_facts = QLabel()
@@ -149,10 +155,31 @@ class EnginePanel(QWidget):
         form.addRow("", self.status)
         self._layout_shown: tuple | None = None  # the snapshot's layout figures the facts show
         self.show_config(client.config)
+        self.body = body
+        self._scrolled(body)
+
+    def _scrolled(self, body: QWidget) -> None:
+        """The settings in a scroll area: on a short screen they scroll rather than push the window past
+        it; as wide as they need, so they never scroll sideways."""
+        area = self.scroll_area = QScrollArea()
+        area.setWidgetResizable(True)
+        area.setFrameShape(QFrame.Shape.NoFrame)
+        area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        area.setWidget(body)
+        bar = area.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        area.setMinimumWidth(body.minimumSizeHint().width() + bar)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(area)
+
+    def sizeHint(self) -> QSize:
+        """All of the settings, where there is room (a scroll area alone would ask for a part of them)."""
+        return QSize(self.scroll_area.minimumWidth(), self.body.sizeHint().height())
 
     def _llama_rows(self, form: QFormLayout) -> None:
         """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, -kvu, --mlock, --no-mmap;
-        the KV cache's reuse and RAM tier (llama-server's --cache-ram), and --backend-sampling."""
+        the KV cache's reuse and RAM tier (llama-server's --cache-ram), --backend-sampling, and
+        speculative decoding (--spec-type, --spec-draft-n-max/-min)."""
         self.gpu_layers = QLineEdit(placeholderText="automatic")
         self.main_gpu = _spin(0, 15)
         main_gpu = (_label("main_gpu"), 0), (_explained(self.main_gpu, "main_gpu"), 0)
@@ -177,6 +204,14 @@ class EnginePanel(QWidget):
         form.addRow("Model memory", _row((self.use_mlock, 0), (self.use_mmap, 0), (QWidget(), 1)))
         self.backend_sampling = _explained(QCheckBox(), "backend_sampling")
         form.addRow(_label("backend_sampling"), _row((self.backend_sampling, 0), (QWidget(), 1)))  # not stretched
+        self.spec_type = _fill(QComboBox(), "spec_type")
+        self.spec_type.currentIndexChanged.connect(self._show_spec)
+        _add(form, "spec_type", self.spec_type)
+        self.spec_draft_n_max = _spin(1, SPEC_DRAFT_MOST)
+        self.spec_draft_n_min = _spin(0, SPEC_DRAFT_MOST)
+        self.spec_draft_n_max.valueChanged.connect(self.spec_draft_n_min.setMaximum)  # the fewest never above the most
+        _add(form, "spec_draft_n_max", self.spec_draft_n_max)
+        _add(form, "spec_draft_n_min", self.spec_draft_n_min)
 
     def _model_row(self) -> QWidget:
         self.model_path = QLineEdit()
@@ -219,13 +254,16 @@ class EnginePanel(QWidget):
         self.n_threads_batch.setValue(config.n_threads_batch or 0)
         self.gpu_layers.setText("" if config.gpu_layers is None else FIELDS["gpu_layers"].text.format(config.gpu_layers))
         self.main_gpu.setValue(config.main_gpu)
-        for name in ("flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "overflow"):
+        for name in ("flash_attn", "cache_type_k", "cache_type_v", "kv_unified", "spec_type", "overflow"):
             _choose(getattr(self, name), name, getattr(config, name))
         self.kv_reuse.setChecked(config.kv_reuse)
         self.cache_ram_mib.setValue(config.cache_ram_mib)
         self.cache_ram_mib.setEnabled(config.kv_reuse)
         for name in ("use_mlock", "use_mmap", "backend_sampling"):
             getattr(self, name).setChecked(getattr(config, name))
+        self.spec_draft_n_max.setValue(config.spec_draft_n_max)  # first: it bounds the fewest
+        self.spec_draft_n_min.setValue(config.spec_draft_n_min)
+        self._show_spec()
         for button in self.mode_buttons.values():
             button.blockSignals(True)
         self.mode_buttons[config.mode].setChecked(True)
@@ -295,6 +333,9 @@ class EnginePanel(QWidget):
             use_mlock=self.use_mlock.isChecked(),
             use_mmap=self.use_mmap.isChecked(),
             backend_sampling=self.backend_sampling.isChecked(),
+            spec_type=_chosen(self.spec_type, "spec_type"),
+            spec_draft_n_max=self.spec_draft_n_max.value(),
+            spec_draft_n_min=self.spec_draft_n_min.value(),
             overflow=_chosen(self.overflow, "overflow"),
         )
         problem = config.problem()
@@ -384,6 +425,12 @@ class EnginePanel(QWidget):
             self.status.setText(_error_html(f"Not applied, the engine has stopped: {escape(str(e))}"))
             return
         self.sigLiveChanged.emit(self.client.config)
+
+    def _show_spec(self) -> None:
+        """The draft lengths are for drafting: greyed while speculative decoding is off."""
+        drafting = _chosen(self.spec_type, "spec_type") is not SpecType.NONE
+        self.spec_draft_n_max.setEnabled(drafting)
+        self.spec_draft_n_min.setEnabled(drafting)
 
     def _show_itl_target(self) -> None:
         self.itl_target.setEnabled(self.adaptive.isChecked())

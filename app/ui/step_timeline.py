@@ -1,6 +1,7 @@
 """The step timeline dock: each engine step a column as wide as its time, as tall as its batch's
-tokens, stacked by pane in the pane's colour (solid: decode tokens; pale: prompt-chunk tokens),
-under the batch limit (dashed) and each step's sequences (dotted): the gap between them is idle slots.
+tokens, stacked by pane in the pane's colour (solid: decode tokens; hatched: drafted tokens, the
+guesses of speculative decoding verified in the step; pale: prompt-chunk tokens), under the batch
+limit (dashed) and each step's sequences (dotted): the gap between them is idle slots.
 
 It scrolls as the live plots do (x in seconds ago, the same minute, moved once a second) and is fed
 from the window's 10 Hz tick. A pane's rectangles of one kind are one item (one drawRects), not
@@ -20,19 +21,22 @@ from PySide6.QtGui import QBrush, QColor, QCursor, QPainterPath, QPalette
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QSizePolicy, QToolTip
 
 from app.engine.stats import StepStats
-from app.workspace.step_columns import StepColumns, step_summary
+from app.workspace.step_columns import PartKind, StepColumns, step_summary
 
 from .plot_specs import LIMIT_COLOUR
 from .plots import RIGHT_MARGIN_S, SLIDE_MARGIN_S, WINDOW_S, line_pen
 
 OTHER_COLOUR = "#888888"  # steps' parts of no pane (the API, a closed pane)
 PROMPT_ALPHA = 90  # of 255: a prompt chunk's fill, paler than its pane's decode tokens
+DRAFTED_ALPHA = 40  # of 255: under drafted tokens' hatching, so a column narrower than the hatch still shows
+DRAFTED_HATCH = Qt.BrushStyle.BDiagPattern  # drafted tokens: the pane's colour in diagonal lines
+Z_ORDER = {PartKind.PROMPT: 0, PartKind.DECODE: 1, PartKind.DRAFTED: 1}
 TALL_CAP = (
     4  # the y axis goes up to this many times the batch limit: a long prompt's chunk is cut, not the decode columns flattened
 )
 MIN_TOP = 10  # tokens: one sequence's column is drawn small, beside a batch of eight
 KEY_LINES = (
-    "solid: decode tokens · pale: prompt chunks, in the pane's colour",
+    "solid: decode tokens · hatched: drafted tokens · pale: prompt chunks, in the pane's colour",
     "dashed: batch limit (sequences) · dotted: sequences in the step; between them, idle slots",
 )
 
@@ -58,15 +62,19 @@ class Rects(QGraphicsItem):
         super().__init__()
         self._array = pg.Qt.internals.PrimitiveArray(QRectF, 4)
         self._brush = QBrush()
+        self._under: QBrush | None = None  # painted first, when the brush is a pattern
         self._box = QRectF()
         self.rects: tuple[np.ndarray, ...] = tuple(np.empty(0) for _ in range(4))  # x0, width, y0, height
 
-    def setBrush(self, brush: QBrush) -> None:
-        self._brush = brush
+    def setBrush(self, brush: QBrush, under: QBrush | None = None) -> None:
+        self._brush, self._under = brush, under
         self.update()
 
     def brush(self) -> QBrush:
         return self._brush
+
+    def under_brush(self) -> QBrush | None:
+        return self._under
 
     def set_rects(self, x0: np.ndarray, w: np.ndarray, y0: np.ndarray, h: np.ndarray) -> None:
         self.prepareGeometryChange()
@@ -87,8 +95,10 @@ class Rects(QGraphicsItem):
     def paint(self, painter, *args) -> None:
         if len(self._array):
             painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(self._brush)
-            painter.drawRects(*self._array.drawargs())
+            for brush in (self._under, self._brush):
+                if brush is not None:
+                    painter.setBrush(brush)
+                    painter.drawRects(*self._array.drawargs())
 
 
 class _Layer:
@@ -100,11 +110,13 @@ class _Layer:
             item.setZValue(z)
             plot.addItem(item)
 
-    def style(self, pen=None, brush=None) -> None:
+    def style(self, pen=None, brush=None, under=None) -> None:
         for item in (self.body, self.tail):
             if pen is not None:
                 item.setPen(pen)
-            if brush is not None:
+            if under is not None:  # a Rects: a pattern over a fill
+                item.setBrush(brush, under)
+            elif brush is not None:
                 item.setBrush(brush)
 
     def move_to(self, x: float) -> None:
@@ -143,7 +155,8 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         self._x_right = 0  # the moment at the right edge, in whole seconds since the dock opened
         self._body_cut = -math.inf  # monotonic t_end of the last step in the bodies
         self._y_top = 0.0
-        self.bars: dict[tuple[str | None, bool], _Layer] = {}  # (pane key, is decode) -> its rectangles
+        # (pane key, kind) -> its rectangles; PartKind.DECODE and PROMPT are True and False as keys too
+        self.bars: dict[tuple[str | None, PartKind], _Layer] = {}
         self._colours: dict[str | None, str] = {}
         text = self.palette().color(QPalette.ColorRole.Text)
         self.limit_line = _Layer(plot, 10)
@@ -202,21 +215,18 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         if self._colours.get(key) == colour:
             return
         self._colours[key] = colour
-        for is_decode in (True, False):
-            layer = self.bars.get((key, is_decode))
+        for kind in PartKind:
+            layer = self.bars.get((key, kind))
             if layer is None:
-                layer = self.bars[(key, is_decode)] = _Layer(self.plot, 1 if is_decode else 0, rects=True)
+                layer = self.bars[(key, kind)] = _Layer(self.plot, Z_ORDER[kind], rects=True)
                 layer.move_to(-self._x_right)
-            fill = QColor(colour)
-            if not is_decode:
-                fill.setAlpha(PROMPT_ALPHA)
-            layer.style(brush=QBrush(fill))
+            layer.style(**_brushes(kind, colour))
 
     def _draw(self, body: bool) -> None:
         """The bodies from every step kept, or the tails from the steps since the bodies'."""
         since = -math.inf if body else self._body_cut
-        for (key, is_decode), layer in self.bars.items():
-            x0, w, y0, h = self.columns.rects(key, is_decode, since)
+        for (key, kind), layer in self.bars.items():
+            x0, w, y0, h = self.columns.kind_rects(key, kind, since)
             (layer.body if body else layer.tail).set_rects(x0 - self.t0, w, y0, h)
             if body:
                 layer.tail.set_rects(*(a[:0] for a in (x0, w, y0, h)))
@@ -239,9 +249,10 @@ class StepTimeline(pg.GraphicsLayoutWidget):
 
     # -- what is drawn, and the hover ----------------------------------------------------------
 
-    def drawn(self, key: str | None, is_decode: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(x0, width, y0, height) of a pane's rectangles as drawn: x in seconds since the dock opened."""
-        layer = self.bars.get((key, is_decode))
+    def drawn(self, key: str | None, kind: PartKind | bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(x0, width, y0, height) of a pane's rectangles of a kind (True: decode, False: prompt chunks)
+        as drawn: x in seconds since the dock opened."""
+        layer = self.bars.get((key, PartKind(int(kind))))
         if layer is None:
             return tuple(np.empty(0) for _ in range(4))
         rects = [item.rects for item in (layer.body, layer.tail)]
@@ -269,6 +280,19 @@ class StepTimeline(pg.GraphicsLayoutWidget):
             QToolTip.showText(QCursor.pos(), text, self)
         else:
             QToolTip.hideText()
+
+
+def _brushes(kind: PartKind, colour: str) -> dict[str, QBrush]:
+    """A kind's fill in its pane's colour: decode solid, a prompt chunk pale, drafted tokens hatched
+    over a faint fill."""
+    fill = QColor(colour)
+    if kind is PartKind.PROMPT:
+        fill.setAlpha(PROMPT_ALPHA)
+    if kind is not PartKind.DRAFTED:
+        return {"brush": QBrush(fill)}
+    under = QColor(colour)
+    under.setAlpha(DRAFTED_ALPHA)
+    return {"brush": QBrush(fill, DRAFTED_HATCH), "under": QBrush(under)}
 
 
 def _nice_top(value: float) -> float:

@@ -73,6 +73,15 @@ class PaneMetrics:
     conversation_prompt: int = 0  # and all its prompt tokens
     context_tokens: int = 0
     gen_tokens: int = 0  # in the reply being generated
+    # speculative decoding, the last reply's (from its final event; 0 while a reply streams): tokens
+    # guessed ahead and verified, and of those the right ones
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def draft_acceptance(self) -> float:
+        """The last reply's accepted share of its drafted tokens; NaN when none were drafted."""
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else math.nan
 
 
 @dataclass
@@ -109,6 +118,7 @@ class MetricsStore:
         """Attribute a request's events to a pane (until its final event; the oldest go beyond a bound)."""
         metrics = self.add_pane(pane)
         metrics.gen_tokens = 0
+        metrics.drafted_tokens = metrics.accepted_tokens = 0  # a new reply: its figures come with its end
         self._requests[request_id] = _Tracked(pane, t_submit, metrics.context_tokens)
         while len(self._requests) > TRACKED_KEPT:  # a request that never reached the engine has no final event
             del self._requests[next(iter(self._requests))]
@@ -148,6 +158,7 @@ class MetricsStore:
     def _on_finish(self, ev: FinishEvent, m: PaneMetrics) -> None:
         m.last_token_t.pop(ev.request_id, None)
         st = ev.stats
+        m.drafted_tokens, m.accepted_tokens = st.drafted_tokens, st.accepted_tokens
         if st.prompt_tokens:
             m.context_tokens = st.prompt_tokens + st.gen_tokens
         if not math.isnan(st.kv_hit_rate):

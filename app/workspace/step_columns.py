@@ -2,8 +2,9 @@
 batch's tokens stacked in batch order, a rectangle per sequence's share (`StepPart`).
 
 The timeline dock (app/ui/step_timeline.py) draws a pane's rectangles of one kind (decode tokens,
-or prompt-chunk tokens) as one path; here they are kept in numpy columns so that a pane's are
-picked out at once.
+drafted tokens, or prompt-chunk tokens: `PartKind`) as one item; here they are kept in numpy columns
+so that a pane's are picked out at once. A part with drafted tokens (speculative decoding: guesses
+after its next token, verified in the step) is two rectangles: its next token, and the guesses above it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,21 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from enum import IntEnum
 
 import numpy as np
 
 from app.engine.stats import StepStats
 
 ROWS = 16384  # rectangles kept before the oldest are dropped: a minute of 8 panes at 30 steps a second
+
+
+class PartKind(IntEnum):
+    """What a rectangle's tokens are. PROMPT and DECODE equal False and True: `is_decode`, as a kind."""
+
+    PROMPT = 0  # a chunk of a prompt
+    DECODE = 1  # a sequence's next token
+    DRAFTED = 2  # guesses after it (speculative decoding), verified in the same step
 
 
 class StepColumns:
@@ -36,7 +46,7 @@ class StepColumns:
         self._y0 = np.zeros(ROWS)
         self._h = np.zeros(ROWS)
         self._key = np.zeros(ROWS, dtype=np.int32)
-        self._decode = np.zeros(ROWS, dtype=bool)
+        self._kind = np.zeros(ROWS, dtype=np.int8)  # a PartKind
 
     def add(self, steps) -> int:
         """Take the steps that ended after the last one taken; return how many were new."""
@@ -51,16 +61,22 @@ class StepColumns:
     def _add_step(self, st: StepStats) -> None:
         self.steps.append(st)
         self._ends.append(st.t_end)
-        if self._n + len(st.parts) > ROWS:
+        if self._n + 2 * len(st.parts) > ROWS:  # a part is one rectangle, or two with a draft
             self._compact(keep=ROWS // 2)
         y = 0
         for part in st.parts:
-            i = self._n
-            self._x0[i], self._w[i], self._y0[i], self._h[i] = st.t_start, st.step_s, y, part.n_tokens
-            self._key[i] = self._keys.setdefault(part.conversation_id, len(self._keys))
-            self._decode[i] = part.is_decode
-            self._n += 1
+            key = self._keys.setdefault(part.conversation_id, len(self._keys))
+            own = part.n_tokens - part.drafted  # its next token (or its prompt chunk), then the guesses
+            self._add_rect(st, key, PartKind.DECODE if part.is_decode else PartKind.PROMPT, y, own)
+            if part.drafted:
+                self._add_rect(st, key, PartKind.DRAFTED, y + own, part.drafted)
             y += part.n_tokens
+
+    def _add_rect(self, st: StepStats, key: int, kind: PartKind, y0: int, height: int) -> None:
+        i = self._n
+        self._x0[i], self._w[i], self._y0[i], self._h[i] = st.t_start, st.step_s, y0, height
+        self._key[i], self._kind[i] = key, kind
+        self._n += 1
 
     def _forget_before(self, t: float) -> None:
         while self.steps and self.steps[0].t_end < t:
@@ -73,7 +89,7 @@ class StepColumns:
 
     def _compact(self, keep: int) -> None:
         start = self._n - keep
-        for column in (self._x0, self._w, self._y0, self._h, self._key, self._decode):
+        for column in (self._x0, self._w, self._y0, self._h, self._key, self._kind):
             column[:keep] = column[start : self._n]
         self._first, self._n = max(0, self._first - start), keep
 
@@ -84,13 +100,18 @@ class StepColumns:
         return [key for key, number in self._keys.items() if number in present]
 
     def rects(self, key: str | None, is_decode: bool, since: float = -math.inf) -> tuple[np.ndarray, ...]:
+        """(x0, width, y0, height) of a conversation's decode tokens (its drafted ones apart) or prompt
+        chunks, in steps that ended after `since`."""
+        return self.kind_rects(key, PartKind(int(is_decode)), since)
+
+    def kind_rects(self, key: str | None, kind: PartKind, since: float = -math.inf) -> tuple[np.ndarray, ...]:
         """(x0, width, y0, height) of a conversation's rectangles of one kind, in steps that ended after `since`."""
         number = self._keys.get(key)
         if number is None:
             return tuple(np.empty(0) for _ in range(4))
         rows = slice(self._first, self._n)
         x0, w = self._x0[rows], self._w[rows]
-        mask = (self._key[rows] == number) & (self._decode[rows] == is_decode) & (x0 + w > since)
+        mask = (self._key[rows] == number) & (self._kind[rows] == kind) & (x0 + w > since)
         return x0[mask], w[mask], self._y0[rows][mask], self._h[rows][mask]
 
     def step_at(self, t: float) -> StepStats | None:
@@ -108,13 +129,17 @@ class StepColumns:
 def step_summary(st: StepStats, names: dict[str | None, str]) -> str:
     """A step's figures in a few lines (the timeline's tooltip); `names` names the conversations."""
     idle = max(0, st.batch_limit - st.n_seqs)
+    drafted = sum(part.drafted for part in st.parts)
     lines = [
         f"{st.step_s * 1e3:.1f} ms step ({st.decode_s * 1e3:.1f} ms in llama_decode)",
-        f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt",
+        f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt" + (f", {drafted} drafted" if drafted else ""),
         f"{st.n_seqs} sequences of a limit of {st.batch_limit}: {idle} idle",
     ]
     for part in st.parts:
         kind = "decode" if part.is_decode else "prompt chunk"
         name = names.get(part.conversation_id, part.conversation_id or "no conversation")
-        lines.append(f"  {name}: {part.n_tokens} {kind}")
+        if part.drafted:
+            lines.append(f"  {name}: {part.n_tokens - part.drafted} {kind} + {part.drafted} drafted")
+        else:
+            lines.append(f"  {name}: {part.n_tokens} {kind}")
     return "\n".join(lines)
