@@ -155,7 +155,7 @@ def test_unsupported_fields_and_bad_requests_are_400s_naming_them(tiny_config):
         for fields in (
             {"tools": [{"type": "web_search"}]},
             {"reasoning": {"effort": "high"}},
-            {"text": {"format": {"type": "json_object"}}},
+            {"text": {"format": {"type": "xml"}}},
             {"max_output_tokens": 0},
             {"temperature": 9},
         ):

@@ -1,6 +1,7 @@
 """Structured output through `serve`, with the official `openai` client and the bundled model:
-OpenAI's `response_format` (a JSON object, a JSON schema; its `parse` helper with a pydantic model)
-and llama-server's `json_schema` and `grammar`, on chat and completions, streamed and not. A reply
+OpenAI's `response_format` (a JSON object, a JSON schema; its `parse` helper with a pydantic model),
+the Responses API's `text.format`, and llama-server's `json_schema` and `grammar`, on chat and
+completions, streamed and not. A reply
 that stops follows its format; a schema or grammar that cannot constrain one is a 400 saying why."""
 
 from __future__ import annotations
@@ -51,10 +52,13 @@ def test_json_schema_and_json_object_replies_follow_their_format(config):
         grammar = await api.chat.completions.create(
             model="m", messages=ASK, max_tokens=8, temperature=0, extra_body={"grammar": 'root ::= "yes" | "no"'}
         )
-        return whole, "".join(pieces), anything, parsed, llama, grammar
+        form = {"format": {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}}
+        response = await api.responses.create(model="m", input=ASK[0]["content"], max_output_tokens=120, temperature=0, text=form)
+        return whole, "".join(pieces), anything, parsed, llama, grammar, response
 
-    whole, streamed, anything, parsed, llama, grammar = serve(config, body)
-    for text in (whole.choices[0].message.content, streamed, llama.choices[0].text):
+    whole, streamed, anything, parsed, llama, grammar, response = serve(config, body)
+    assert response.text.format.type == "json_schema"  # the format asked, echoed
+    for text in (whole.choices[0].message.content, streamed, llama.choices[0].text, response.output_text):
         person = json.loads(text)
         assert set(person) == {"name", "age", "city"} and isinstance(person["age"], int), text
     assert whole.choices[0].finish_reason == "stop"

@@ -36,6 +36,25 @@ def grammar_of(body: dict) -> str | None:
         raise FormatError(str(e), name) from None
 
 
+def text_format_grammar(text: object) -> str | None:
+    """The Responses API's `text.format`: `text`, `json_object`, or `json_schema` with its `name`,
+    `schema` and `strict` beside the type (not nested, as in chat's response_format)."""
+    form = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(form, dict):
+        raise FormatError("'text' must be an object with a 'format' object", "text")
+    kind = form.get("type")
+    try:
+        if kind == "json_schema":
+            if "schema" not in form:
+                raise FormatError("'text.format' of type json_schema must hold a 'schema'", "text")
+            return schema_grammar(form["schema"])
+        return _response_format(form)
+    except ConstraintError as e:
+        raise FormatError(str(e), "text") from None
+    except FormatError as e:
+        raise FormatError(str(e).replace("'response_format", "'text.format"), "text") from None
+
+
 def _response_format(value: object) -> str | None:
     if not isinstance(value, dict):
         raise FormatError("'response_format' must be an object with a 'type'", "response_format")

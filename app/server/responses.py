@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from app.engine.events import FinishEvent, FinishReason
 
+from .output_format import FormatError, text_format_grammar
 from .protocol import MAX_MESSAGES, BadRequest, Job, check_size, check_text, get_field, message_of, sampling, shown
 
 # stored responses whose conversations are kept for `previous_response_id` (and GET): beyond this,
@@ -29,7 +30,7 @@ SAMPLING_KEYS = (
     "seed",
 )
 HONOURED = {"model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id"}
-HONOURED |= {"metadata", "user", *SAMPLING_KEYS}
+HONOURED |= {"metadata", "user", "text", *SAMPLING_KEYS}
 # fields a client may send with the value that asks for nothing this server lacks (their defaults)
 NO_OPS = {
     "tools": lambda v: v == [],
@@ -37,10 +38,10 @@ NO_OPS = {
     "parallel_tool_calls": lambda v: isinstance(v, bool),
     "include": lambda v: v == [],
     "truncation": lambda v: v == "disabled",
-    "text": lambda v: v == {"format": {"type": "text"}},
     "background": lambda v: v is False,
 }
 INPUT_PART_TYPES = ("input_text", "output_text", "text")
+TEXT = {"format": {"type": "text"}}
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ResponseRequest:
     previous_response_id: str | None
     max_output_tokens: int | None
     metadata: dict = field(default_factory=dict)
+    text: dict = field(default_factory=lambda: TEXT)  # the format asked, echoed
 
 
 class KeptResponses:
@@ -115,12 +117,18 @@ def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses) -> ResponseR
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one conversation; this one has {len(messages)}", "input")
     check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "input")
     limit = get_field(body, "max_output_tokens", int, None)
-    params = sampling(_sampling_body(body, limit))
+    text = body.get("text")
+    try:
+        grammar = None if text is None else text_format_grammar(text)
+    except FormatError as e:
+        raise BadRequest(str(e), e.param) from None
+    params = sampling(_sampling_body(body, limit)).with_(grammar=grammar)
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
     job = Job(params, messages=messages, conversation_id=conversation_id, stream=get_field(body, "stream", bool, False))
     metadata = get_field(body, "metadata", dict, {})
     get_field(body, "user", str, None)
-    return ResponseRequest(job, turns, get_field(body, "store", bool, True), instructions, previous_id, limit, metadata)
+    store = get_field(body, "store", bool, True)
+    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, text or TEXT)
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -210,7 +218,7 @@ class ResponseShape:
             "store": self.asked.store,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "text": {"format": {"type": "text"}},
+            "text": self.asked.text,
             "tool_choice": "none",
             "tools": [],
             "truncation": "disabled",
