@@ -174,7 +174,9 @@ class EnginePanel(QWidget):
 
     def sizeHint(self) -> QSize:
         """All of the settings, where there is room (a scroll area alone would ask for a part of them)."""
-        return QSize(self.scroll_area.minimumWidth(), self.body.sizeHint().height())
+        bar = self.scroll_area.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        body = self.body.sizeHint()
+        return QSize(max(self.scroll_area.minimumWidth(), body.width() + bar), body.height())
 
     def _llama_rows(self, form: QFormLayout) -> None:
         """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, -kvu, --mlock, --no-mmap;
