@@ -41,7 +41,13 @@ def test_json_schema_and_json_object_replies_follow_their_format(config):
         async for chunk in stream:
             pieces += [c.delta.content or "" for c in chunk.choices]
         anything = await api.chat.completions.create(
-            model="m", messages=ASK, max_tokens=120, temperature=0, response_format={"type": "json_object"}
+            model="m",
+            messages=ASK,
+            max_tokens=120,
+            temperature=0,
+            response_format={"type": "json_object"},
+            logprobs=True,
+            top_logprobs=2,
         )
         parsed = await api.beta.chat.completions.parse(
             model="m", messages=ASK, max_tokens=120, temperature=0, response_format=Person
@@ -63,6 +69,8 @@ def test_json_schema_and_json_object_replies_follow_their_format(config):
         assert set(person) == {"name", "age", "city"} and isinstance(person["age"], int), text
     assert whole.choices[0].finish_reason == "stop"
     assert anything.choices[0].finish_reason == "stop" and isinstance(json.loads(anything.choices[0].message.content), dict)
+    told = "".join(t.token for t in anything.choices[0].logprobs.content)  # the probabilities path obeys it too
+    assert told == anything.choices[0].message.content
     assert isinstance(parsed.choices[0].message.parsed, Person)
     assert grammar.choices[0].message.content in ("yes", "no")
 

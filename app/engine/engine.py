@@ -40,6 +40,13 @@ CELL_MAP_EVERY_S = 0.1  # the KV cell map is rebuilt at most this often while bu
 CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
+def _greedy_in_grammar(seq: Sequence) -> bool:
+    """A greedy reply under a grammar, with nothing else to move the likeliest token: its draw starts
+    from the top token, read with the others' in one pass."""
+    params = seq.params
+    return seq.grammar is not None and seq.draw is Draw.CHAIN and params.temperature <= 0 and not params.greedy_needs_chain
+
+
 class Engine:
     def __init__(self, config: EngineConfig, sink: Sink, name: str | None = None, ram: HostBudget | None = None):
         if config.n_batch < config.capacity:
@@ -344,11 +351,13 @@ class Engine:
 
     def _sample_all(self, seqs: list[Sequence], events: list[Event]) -> None:
         """Draw every sequence's next token; greedy ones from one pass over their rows' logits."""
-        greedy = [seq for seq in seqs if seq.draw is Draw.ARGMAX]
+        greedy = [seq for seq in seqs if seq.draw is Draw.ARGMAX or _greedy_in_grammar(seq)]
         top = dict(zip(greedy, self.backend.samplers.top_tokens([seq.row for seq in greedy]), strict=True))
         for seq in seqs:
             token, probs = top.get(seq), None
-            if token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
+            if seq.grammar is not None and seq.draw is not Draw.PROBS:
+                token = self.backend.samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, token)
+            elif token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq)  # the chain bans end-of-generation tokens when told to
             self._take(seq, token, probs, events)
 
@@ -381,10 +390,6 @@ class Engine:
         samplers = self.backend.samplers
         if seq.draw is Draw.PROBS:
             return samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0, seq.grammar)
-        if seq.grammar is not None:
-            plain_greedy = params.temperature <= 0 and not params.greedy_needs_chain and not params.ignore_eos
-            top = samplers.top_tokens([seq.row])[0] if plain_greedy else None
-            return samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, top), None
         return samplers.sample(seq.sampler, seq.row), None
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:

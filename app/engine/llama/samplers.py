@@ -16,6 +16,7 @@ from .log_capture import last_error
 from .vocab import Vocab
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+GRAMMAR_FIRST = 64  # a greedy draw the grammar refuses looks among this many likeliest tokens first
 
 
 class Samplers:
@@ -72,13 +73,33 @@ class Samplers:
             ll.llama_sampler_apply(sampler, ctypes.byref(array))
             token = int(self._read(array)["id"][array.selected])
         if not self._allows(grammar, token):
-            candidates, array = self._candidates(row)
-            ll.llama_sampler_apply(grammar, ctypes.byref(array))
-            ll.llama_sampler_apply(sampler, ctypes.byref(array))
-            token = int(self._read(array)["id"][array.selected])
+            allowed = self._best_allowed(grammar, row) if greedy_token is not None else None
+            if allowed is not None:
+                token = allowed
+            else:
+                candidates, array = self._candidates(row)
+                ll.llama_sampler_apply(grammar, ctypes.byref(array))
+                ll.llama_sampler_apply(sampler, ctypes.byref(array))
+                token = int(self._read(array)["id"][array.selected])
         ll.llama_sampler_accept(grammar, token)
         ll.llama_sampler_accept(sampler, token)
         return token
+
+    def _best_allowed(self, grammar, row: int) -> int | None:
+        """Greedy under a grammar: the likeliest of the GRAMMAR_FIRST likeliest tokens it allows, which
+        is the likeliest of all it allows; None when it allows none of them (then all are checked)."""
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self._n_vocab,))
+        ids = np.argpartition(logits, -GRAMMAR_FIRST)[-GRAMMAR_FIRST:]
+        few = np.empty(GRAMMAR_FIRST, dtype=_TOKEN_DATA)
+        few["id"], few["logit"], few["p"] = ids, logits[ids], 0.0
+        array = ll.llama_token_data_array(few.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), GRAMMAR_FIRST, -1, False)
+        ll.llama_sampler_apply(grammar, ctypes.byref(array))
+        kept = self._read(array)
+        finite = np.isfinite(kept["logit"])
+        if not finite.any():
+            return None
+        best = np.flatnonzero(finite)[np.argmax(kept["logit"][finite])]
+        return int(kept["id"][best])
 
     def _allows(self, grammar, token: int) -> bool:
         one = np.array([(token, 0.0, 0.0)], dtype=_TOKEN_DATA)
