@@ -5,6 +5,7 @@ thread; everything else on the engine thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -37,6 +38,7 @@ EARLY_CANCELS_KEPT = 256
 CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
 HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes a token)
 CELL_MAP_EVERY_S = 0.1  # the KV cell map is rebuilt at most this often while busy, and whenever the engine idles
+GRAMMAR_TOKEN_S = 0.05  # a grammar slower than this for one token stops its reply (a hostile grammar stalls the batch)
 CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
@@ -145,7 +147,18 @@ class Engine:
             problem = self._bad_tokens(request.reply_prefix)
         if problem is not None:
             return Prompt([], error=problem)
-        return self.prompts.prepare(request)
+        prompt = self.prompts.prepare(request)
+        if prompt.error is None and request.params.grammar is not None:
+            try:  # parsed here, not on the engine thread: a large grammar takes its time (0.5 s at 256 KiB)
+                prompt = dataclasses.replace(prompt, grammar=self.backend.samplers.grammar(request.params.grammar))
+            except ValueError as e:
+                return Prompt([], error=str(e))
+        return prompt
+
+    def discard(self, prompt: Prompt | None) -> None:
+        """A prompt built and never submitted: free what it holds."""
+        if prompt is not None and prompt.grammar is not None:
+            self.backend.samplers.free(prompt.grammar)
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""
@@ -158,6 +171,7 @@ class Engine:
         """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""
         stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
         if self._early_cancels.pop(request.request_id, False):
+            self.discard(prompt)
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
             return
         prompt = prompt or self.prepare(request)
@@ -169,12 +183,7 @@ class Engine:
         self._arrivals += 1
         seq = Sequence(request, prompt.tokens, stats, self._arrivals, prompt.stop)
         seq.notice = prompt.notice
-        if request.params.grammar is not None:
-            try:
-                seq.grammar = self.backend.samplers.grammar(request.params.grammar)
-            except ValueError as e:
-                self._emit([self._failed(request.request_id, stats, str(e), Fault.REQUEST)])
-                return
+        seq.grammar = prompt.grammar
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
         seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
         seq.draw = self._draw_for(request.params)
@@ -356,7 +365,12 @@ class Engine:
         for seq in seqs:
             token, probs = top.get(seq), None
             if seq.grammar is not None and seq.draw is not Draw.PROBS:
+                t0 = time.perf_counter()
                 token = self.backend.samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, token)
+                if time.perf_counter() - t0 > GRAMMAR_TOKEN_S:  # every other stream waits for it
+                    error = f"the grammar took over {GRAMMAR_TOKEN_S * 1000:.0f} ms to allow one token: the reply stops here"
+                    self._finish(seq, FinishReason.ERROR, events, error=error, fault=Fault.REQUEST)
+                    continue
             elif token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq)  # the chain bans end-of-generation tokens when told to
             self._take(seq, token, probs, events)

@@ -1,0 +1,49 @@
+"""A reply constrained by a grammar, in the engine on the tiny model: it follows the grammar, a
+grammar that does not parse is refused before the request runs, and a grammar too slow for one
+token stops its own reply while the others go on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import Started, run, user
+
+import app.engine.engine as engine_module
+from app.engine.events import Fault, FinishReason
+from app.engine.params import GREEDY, SamplingParams
+
+pytestmark = pytest.mark.tiny
+
+YES_NO = 'root ::= ("yes" | "no") " " ("yes" | "no")'
+
+
+def test_a_reply_follows_its_grammar_greedy_or_sampled_and_a_bad_one_is_refused(tiny_config):
+    async def main():
+        async with Started(tiny_config) as client:
+            greedy = await client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=YES_NO))
+            sampled = await client.complete(user("Well?"), SamplingParams(max_tokens=16, seed=1, grammar=YES_NO))
+            bad = await client.complete(user("Well?"), GREEDY.with_(max_tokens=4, grammar="root ::= ("))
+            return greedy, sampled, bad
+
+    greedy, sampled, bad = run(main())
+    for final in (greedy, sampled):
+        assert final.reason is FinishReason.STOP and final.text.split(" ")[0] in ("yes", "no")
+        assert final.text.split(" ")[1] in ("yes", "no"), final.text
+    assert bad.reason is FinishReason.ERROR and bad.fault is Fault.REQUEST and "does not parse" in bad.error
+    assert bad.stats.gen_tokens == 0
+
+
+def test_a_grammar_too_slow_for_a_token_stops_its_reply_and_the_others_go_on(tiny_config, monkeypatch):
+    monkeypatch.setattr(engine_module, "GRAMMAR_TOKEN_S", 0.0)  # every grammar is too slow now
+
+    async def main():
+        async with Started(tiny_config) as client:
+            return await asyncio.gather(
+                client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=YES_NO)),
+                client.complete(user("Go on."), GREEDY.with_(max_tokens=24, ignore_eos=True)),
+            )
+
+    slow, free = run(main())
+    assert slow.reason is FinishReason.ERROR and "to allow one token" in slow.error and slow.fault is Fault.REQUEST
+    assert free.reason is FinishReason.LENGTH and free.stats.gen_tokens == 24
