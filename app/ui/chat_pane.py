@@ -90,6 +90,7 @@ class ChatPane(QFrame):
         session.params_changed.connect(self._show_params)
         session.chat_changed.connect(lambda _chat: self._show_name(self.params))
         session.draft_restored.connect(self._on_draft_restored)
+        session.send_refused.connect(self._on_send_refused)
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -112,12 +113,19 @@ class ChatPane(QFrame):
         self.transcript = Transcript()
         self.transcript.show_probs = params.show_probs
         self.transcript.completion = params.completion
+        self.transcript.json_replies = params.json_replies
         self.transcript.sigTokenClicked.connect(self._offer_branch)
         layout.addWidget(self.transcript, 1)
         # offered when the model's own chat template failed on this chat (it looped, raised, ran long)
         self.template_button = _text_button("Use the built-in template", "", self._use_builtin_template)
         self.template_button.setVisible(False)
         layout.addWidget(self.template_button)
+        # why the last send was refused (an output format that cannot constrain a reply); the message stays typed
+        self.refusal_label = QLabel()
+        self.refusal_label.setWordWrap(True)
+        self.refusal_label.setStyleSheet(f"color: {theme.current().error.name()};")
+        self.refusal_label.setVisible(False)
+        layout.addWidget(self.refusal_label)
         self.input = MessageEdit()
         self._show_mode(params)
         self.input.setFixedHeight(44)
@@ -219,9 +227,12 @@ class ChatPane(QFrame):
             self._show_model(params)
             self.model_combo.blockSignals(False)
         self._show_mode(params)
-        drawn = (self.transcript.show_probs, self.transcript.completion)
-        if (params.show_probs, params.completion) != drawn:
+        if not self.refusal_label.isHidden() and params.format_problem() is None:
+            self.refusal_label.setVisible(False)  # the format was mended
+        drawn = (self.transcript.show_probs, self.transcript.completion, self.transcript.json_replies)
+        if (params.show_probs, params.completion, params.json_replies) != drawn:
             self.transcript.show_probs, self.transcript.completion = params.show_probs, params.completion
+            self.transcript.json_replies = params.json_replies
             if not self.is_busy:  # a streaming reply is drawn anew when it ends
                 self.transcript.redraw(self.chat.messages)
 
@@ -317,8 +328,14 @@ class ChatPane(QFrame):
 
     # -- one reply -----------------------------------------------------------------------------
 
+    def _on_send_refused(self, why: str) -> None:
+        self.refusal_label.setText(why)
+        self.refusal_label.setToolTip("Set the output format in ⚙")
+        self.refusal_label.setVisible(True)
+
     def _on_reply_started(self) -> None:
         self.template_button.setVisible(False)
+        self.refusal_label.setVisible(False)
         self.transcript.begin_reply(self.chat.messages)
         self._set_busy(True)
 

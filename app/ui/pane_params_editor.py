@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QIntValidator, QValidator
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QIntValidator, QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -51,6 +53,18 @@ class SliderSpec:
 
 
 SLIDERS = tuple(SliderSpec.of(f) for f in SLIDER_FIELDS)
+OUTPUTS = (  # (label, PaneParams.output_format)
+    ("Free text", "free"),
+    ("JSON", "json"),
+    ("JSON schema", "schema"),
+    ("Grammar (GBNF)", "grammar"),
+)
+OUTPUT_TIP = (
+    "The format every reply follows: free text; any JSON object; JSON valid under a schema; or text\n"
+    "a GBNF grammar allows. A constrained reply matches when it stops; one that max tokens cut is marked cut."
+)
+CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
+LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,7 @@ class PaneParamsEditor(QWidget):
             box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
             form.addRow("", box)
         self.high_priority, self.show_probs, self.completion, self.builtin_template = self.switches.values()
+        self._output_rows(form)
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
         self.copy_button.clicked.connect(self.sigCopyToAll)  # signal to signal: Qt drops `checked`
@@ -156,7 +171,103 @@ class PaneParamsEditor(QWidget):
         self.api_combo.blockSignals(True)
         self.api_combo.setCurrentIndex(max(self.api_combo.findData(params.remote_api), 0))
         self.api_combo.blockSignals(False)
+        self.output_combo.blockSignals(True)
+        self.output_combo.setCurrentIndex(max(self.output_combo.findData(params.output_format), 0))
+        self.output_combo.blockSignals(False)
+        if self.output_edit.toPlainText() != params.output_text:
+            self.output_edit.blockSignals(True)
+            self.output_edit.setPlainText(params.output_text)
+            self.output_edit.blockSignals(False)
+        self._show_output_rows()
         self.sigParamsChanged.emit(params)
+
+    # -- output format ---------------------------------------------------------------------------
+
+    def _output_rows(self, form: QFormLayout) -> None:
+        """Output: a format; for a schema or a grammar, its text (typed, or loaded from a file) and its check."""
+        self._form = form
+        self.output_combo = QComboBox(toolTip=OUTPUT_TIP)
+        for label, name in OUTPUTS:
+            self.output_combo.addItem(label, name)
+        self.output_combo.currentIndexChanged.connect(self._on_output_format)
+        form.addRow("Output", self.output_combo)
+        self.output_edit = QPlainTextEdit()
+        self.output_edit.setFixedHeight(96)
+        self.output_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.output_edit.setTabChangesFocus(True)
+        self.output_edit.textChanged.connect(self._on_output_text)
+        form.addRow("", self.output_edit)
+        self.load_button = QPushButton("Load…", toolTip="Load a JSON schema (.json) or a GBNF grammar (.gbnf) from a file")
+        self.load_button.clicked.connect(self._load_output_file)
+        self.output_check = QLabel()
+        self.output_check.setWordWrap(True)
+        self.output_check.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.output_check, 1)
+        layout.addWidget(self.load_button, 0, Qt.AlignmentFlag.AlignTop)
+        self._output_check_row = row
+        form.addRow("", row)
+        self._check_timer = QTimer(self, interval=CHECK_DELAY_MS, timeout=self._check_output)
+        self._check_timer.setSingleShot(True)
+
+    def _on_output_format(self, _index: int) -> None:
+        self._update(output_format=self.output_combo.currentData())
+        self._show_output_rows()
+
+    def _on_output_text(self) -> None:
+        self._update(output_text=self.output_edit.toPlainText())
+        self._check_timer.start()  # checked once typing pauses
+
+    def _show_output_rows(self) -> None:
+        fmt = self._params.output_format
+        shown = fmt in ("schema", "grammar")
+        self._form.setRowVisible(self.output_edit, shown)
+        self._form.setRowVisible(self._output_check_row, shown)
+        placeholder = {
+            "schema": 'A JSON schema, e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
+            "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no"',
+        }
+        self.output_edit.setPlaceholderText(placeholder.get(fmt, ""))
+        if shown:
+            self._check_output()
+
+    def _check_output(self) -> None:
+        """Say whether the schema or grammar can constrain a reply, or why not (in one line)."""
+        self._check_timer.stop()
+        problem = self._params.format_problem()
+        colours = theme.current()
+        if problem is None:
+            ok = (
+                "valid schema"
+                if self._params.output_format == "schema"
+                else "grammar within bounds (llama.cpp reads it as a reply starts)"
+            )
+            self.output_check.setText(f"✓ {ok}")
+            self.output_check.setStyleSheet(f"color: {colours.text.name()};")
+        else:
+            self.output_check.setText(f"✗ {problem}")
+            self.output_check.setStyleSheet(f"color: {colours.error.name()};")
+
+    def _load_output_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Load a JSON schema or a GBNF grammar", "", "Schema or grammar (*.json *.gbnf);;All files (*)"
+        )
+        if not path:
+            return
+        try:
+            with open(path, "rb") as f:
+                text = f.read(LOADED_BYTES).decode("utf-8", "replace")
+        except OSError as e:
+            self.output_check.setText(f"✗ could not read {Path(path).name}: {e.strerror or e}")
+            self.output_check.setStyleSheet(f"color: {theme.current().error.name()};")
+            return
+        fmt = "grammar" if Path(path).suffix.lower() == ".gbnf" else "schema"
+        if self.output_combo.currentData() != fmt:
+            self.output_combo.setCurrentIndex(self.output_combo.findData(fmt))
+        self.output_edit.setPlainText(text)
+        self._check_output()
 
     def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
         edits = {

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.engine.probs import TokenProbs
 from app.workspace.chat_store import NOTICE
-from app.workspace.markdown_stream import MarkdownStream
+from app.workspace.markdown_stream import MarkdownStream, json_reply
+from app.workspace.session import LENGTH_NOTE
 
 from . import theme
 from .markdown_render import COPY, PARAGRAPH_MARGIN, code_bar_format, code_from, markdown_fragment
@@ -102,6 +103,7 @@ class Transcript(QTextBrowser):
         self.token_probs: dict[int, tuple[str, list[TokenProbs]]] = {}
         self.show_probs = False
         self.completion = False  # the chat is one text: no names, no Markdown, the model's part coloured
+        self.json_replies = False  # finished replies are JSON: shown formatted, marked valid or not
         self.document().setDocumentMargin(6)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
@@ -123,15 +125,20 @@ class Transcript(QTextBrowser):
             self._shown, self._starts = [], []
             # a cleared chat or a regenerated reply: drop the token views of turns it no longer has
             self.token_probs = {i: drawn for i, drawn in self.token_probs.items() if i < len(turns) and turns[i][1] == drawn[0]}
-        for turn in turns[len(self._shown) :]:
+        for number, turn in enumerate(turns[len(self._shown) :], len(self._shown)):
+            if self.json_replies and turn[0] == "assistant" and not self.completion:
+                after = turns[number + 1] if number + 1 < len(turns) else ("", "")
+                cut = after[0] == NOTICE and after[1].startswith(LENGTH_NOTE)
+                turn = (turn[0], turn[1], cut)
             flows_on = self.completion and turn[0] != NOTICE and (not self._shown or self._shown[-1][0] != NOTICE)
             cursor = self._end() if flows_on else self._new_block()  # one text: what follows goes on in its line
             self._starts.append(cursor.position())
             self._insert_turn(cursor, *turn)
-            self._shown.append(turn)
+            self._shown.append(turn[:2])
         self._scroll_to_end()
 
-    def _insert_turn(self, cursor: QTextCursor, role: str, text: str) -> None:
+    def _insert_turn(self, cursor: QTextCursor, role: str, text: str, cut: bool | None = None) -> None:
+        """`cut`: for a JSON reply (None: not one), whether max tokens cut it."""
         index, colours = len(self._shown), theme.current()
         if self.completion and role != NOTICE:
             cursor.insertText(text, _completion_format(role, colours))
@@ -144,7 +151,8 @@ class Transcript(QTextBrowser):
                 cursor.insertBlock(QTextBlockFormat())
                 cursor.insertHtml(tokens_html(index, drawn[1], colours, text))
             else:
-                cursor.insertFragment(markdown_fragment(text, colours, under_name=True))
+                markdown = text if cut is None else json_reply(text, cut)
+                cursor.insertFragment(markdown_fragment(markdown, colours, under_name=True))
 
     def redraw(self, messages: list[dict[str, str]]) -> None:
         """Show `messages` afresh (after the token view was turned on or off)."""

@@ -1,8 +1,10 @@
 """A streaming reply's Markdown split as it comes: whole blocks that what follows cannot change, and the
-open tail after them; the code of fenced code blocks as written. No Qt: the transcript draws the parts."""
+open tail after them; the code of fenced code blocks as written; a finished JSON reply formatted and marked
+valid or not. No Qt: the transcript draws the parts."""
 
 from __future__ import annotations
 
+import json
 import re
 
 _FENCE = re.compile(r"( *)(`{3,}|~{3,})(.*)")
@@ -92,3 +94,24 @@ def _opening_fence(line: str) -> str:
     if found is None or (found[2][0] == "`" and "`" in found[3]):  # ```x``` is inline code
         return ""
     return found[2]
+
+
+VALID_JSON = "✓ valid JSON"
+CUT_JSON = "✗ cut at max tokens: not complete"
+
+
+def json_reply(text: str, cut_at_max_tokens: bool = False) -> str:
+    """A reply asked for as JSON, as Markdown: pretty-printed in a code block when it is valid JSON (as
+    written when not), then a mark: valid, not valid and why, or cut at max tokens."""
+    try:
+        shown, mark = json.dumps(json.loads(text), indent=2, ensure_ascii=False), VALID_JSON
+    except ValueError as e:  # JSONDecodeError, or a number too long to read
+        shown = text.strip()
+        mark = CUT_JSON if cut_at_max_tokens else f"✗ not valid JSON: {e}"
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", shown)), default=0))
+    return f"{fence}json\n{shown}\n{fence}\n\n{_escaped(mark)}\n"
+
+
+def _escaped(text: str) -> str:
+    """Plain text as Markdown that shows it as it is."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+\-.!|~])", r"\\\1", text)

@@ -1,14 +1,19 @@
-"""A pane's settings: its sliders, system prompt, mode and where it chats (the local engine or a URL)."""
+"""A pane's settings: its sliders, system prompt, mode, output format and where it chats (the local engine or a URL)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
+from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
 from app.engine.params import Priority, SamplingParams
 from app.engine.sampling_fields import SLIDER_FIELDS
 from app.remote import Endpoint
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
+# a reply's format: free text, any JSON object, JSON valid under a schema, or text a GBNF grammar allows
+OUTPUT_FORMATS = ("free", "json", "schema", "grammar")
+JSON_FORMATS = ("json", "schema")  # replies shown as formatted JSON with a valid/invalid mark
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,8 @@ class PaneParams:
     remote_model: str = ""
     remote_api_key: str = ""
     remote_api: str = "chat"  # "chat": /chat/completions; "responses": /responses (continues by previous_response_id)
+    output_format: str = "free"  # one of OUTPUT_FORMATS (any other, e.g. hand-edited: free)
+    output_text: str = ""  # the JSON schema (output_format "schema") or the GBNF grammar ("grammar")
 
     @property
     def priority(self) -> Priority:
@@ -44,9 +51,48 @@ class PaneParams:
             return None
         return Endpoint(self.remote_url.strip(), self.remote_model.strip(), self.remote_api_key.strip(), self.remote_api)
 
+    @property
+    def json_replies(self) -> bool:
+        """The replies are JSON documents (shown formatted, marked valid or not)."""
+        return self.output_format in JSON_FORMATS
+
+    def grammar(self) -> str | None:
+        """The GBNF grammar the replies follow; None for free text. Raises ConstraintError (one line:
+        why) when the schema or grammar cannot constrain a reply."""
+        if self.output_format == "json":
+            return JSON_OBJECT_GRAMMAR
+        if self.output_format == "schema":
+            if not self.output_text.strip():
+                raise ConstraintError("no JSON schema: type one in ⚙ or load it from a file")
+            try:
+                schema = json.loads(self.output_text)
+            except json.JSONDecodeError as e:
+                raise ConstraintError(f"the JSON schema is not JSON: {e}") from None
+            return schema_grammar(schema)
+        if self.output_format == "grammar":
+            return check_grammar(self.output_text)
+        return None
+
+    def format_problem(self) -> str | None:
+        """Why this pane's output format cannot constrain a reply; None when it can (or is free text)."""
+        if self.output_format not in OUTPUT_FORMATS[1:]:
+            return None
+        if self.endpoint() is not None:
+            return "an output format is followed by the local engine only: set it to free text for a remote endpoint"
+        try:
+            self.grammar()
+        except ConstraintError as e:
+            return str(e)
+        return None
+
     def sampling(self) -> SamplingParams:
+        """The request's sampling; with an output format, its grammar (ignore_eos stays off: the reply
+        ends where its format does). Raises ConstraintError for a format that cannot constrain a reply."""
         sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
-        return SamplingParams(n_probs=PROBS_SHOWN if self.show_probs else None, seed=self.seed, **sliders)
+        grammar = self.grammar()
+        return SamplingParams(
+            n_probs=PROBS_SHOWN if self.show_probs else None, seed=self.seed, grammar=grammar, ignore_eos=False, **sliders
+        )
 
     def with_(self, **changes) -> PaneParams:
         return replace(self, **changes)

@@ -26,6 +26,7 @@ from .pane_params import PaneParams
 from .source import ReplySource, Sources
 
 CHECKPOINT_S = 2.0  # a streaming reply is saved this often: a kill or a power cut loses at most this much
+LENGTH_NOTE = "cut at Max tokens"  # the notice after a reply that max tokens cut begins so
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class PaneSession:
         self.reply_started = Signal()  # a reply begins after the chat's messages as they are now
         self.reply_ended = Signal()  # FinishEvent, or None when the task was cancelled; the chat holds the outcome
         self.draft_restored = Signal()  # str: a refused turn's text, back in the message field
+        self.send_refused = Signal()  # str: why nothing was sent (an output format that cannot constrain a reply)
         metrics.add_pane(chat.chat_id)
 
     # -- state ---------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class PaneSession:
         """Add a user turn and start the reply; False while a reply is still running or when there is
         nothing to send. In completion mode the text is added as typed, and nothing typed lets the
         model go on with the text."""
-        if self.is_busy:
+        if self.is_busy or self._format_refused():
             return False
         if self._params.completion and (text or self.chat.messages):
             if text:
@@ -136,14 +138,22 @@ class PaneSession:
             self._source.cancel(self._request_id)
 
     def regenerate(self) -> bool:
-        if self.is_busy or self.chat.drop_last_reply() is None:
+        if self.is_busy or self._format_refused() or self.chat.drop_last_reply() is None:
             return False
         self._start_reply()
         return True
 
     def go_on_from(self, branch: Branch) -> None:
         """Start a reply from `branch`'s tokens (the chat holds the turns before it)."""
-        self._start_reply(branch)
+        if not self._format_refused():
+            self._start_reply(branch)
+
+    def _format_refused(self) -> bool:
+        """The pane's output format cannot constrain a reply (an invalid schema or grammar): say why, send nothing."""
+        problem = None if self.sampling_override is not None else self._params.format_problem()
+        if problem is not None:
+            self.send_refused.emit(f"Not sent: {problem}")
+        return problem is not None
 
     def rename(self, name: str) -> None:
         self.chat.rename(name)
@@ -268,7 +278,7 @@ class PaneSession:
             if final is None or (final.reason is FinishReason.CANCELLED and not note):
                 note = "stopped"
             elif final.reason is FinishReason.LENGTH and not note and not self._params.completion:  # completion: go on
-                note = f"cut at Max tokens ({self._params.max_tokens}): raise it in ⚙ for longer replies"
+                note = f"{LENGTH_NOTE} ({self._params.max_tokens}): raise it in ⚙ for longer replies"
             if note:
                 self.chat.add(NOTICE, note)
         self.chat_changed.emit(self.chat)
