@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from app.client import new_request_id
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
+from app.engine.llama.grammar import ConstraintError
 from app.engine.params import SamplingParams
 from app.engine.probs import TokenChoice, TokenProbs
 from app.engine.sequence import Request
@@ -240,6 +241,8 @@ class PaneSession:
                         final = event
         except EngineError as e:  # the engine is not running: the window's banner offers a restart
             final = refused(request_id, str(e))
+        except ConstraintError as e:  # the output format was spoilt between the send and its start
+            final = refused(request_id, f"the output format: {e}")
         finally:
             checkpoints.cancel()
             self._end_reply(final)
