@@ -19,6 +19,7 @@ from app.engine.params import (
     OverflowPolicy,
     Policy,
     ServingMode,
+    SpecType,
     default_threads,
 )
 from app.ui.settings import AppSettings
@@ -49,6 +50,9 @@ CHANGED = EngineConfig(
     n_threads_batch=2,
     cache_ram_mib=512,
     backend_sampling=True,
+    spec_type=SpecType.NGRAM,
+    spec_draft_n_max=8,
+    spec_draft_n_min=2,
 )
 
 
