@@ -98,6 +98,19 @@ def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_conf
 
 
 @pytest.mark.tiny
+def test_a_request_that_asks_not_to_draft_never_does(tiny_config):
+    async def main():
+        async with Started(tiny_config.with_(spec_type=SpecType.NGRAM)) as client:
+            params = GREEDY.with_(max_tokens=64, ignore_eos=True)
+            drafted = await client.complete(chats(1)[0], params)
+            plain = await client.complete(chats(1)[0], params.with_(speculate=False))
+            return drafted, plain
+
+    drafted, plain = run(main())
+    assert drafted.stats.drafted_tokens > 0 and plain.stats.drafted_tokens == 0 and plain.text == drafted.text
+
+
+@pytest.mark.tiny
 def test_after_a_drafted_reply_the_next_turn_finds_its_whole_history(tiny_config):
     messages = chats(1)[0]
     params = GREEDY.with_(max_tokens=64, ignore_eos=True)

@@ -121,4 +121,14 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         window.refresh_readouts()
         assert "drafts" not in pane.readout.text()
 
+        # the pane's own switch, in its ⚙ settings: off, this pane never drafts
+        set_params(window, GREEDY_100)
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        editor = pane.params_editor
+        assert editor.draft_ahead.isChecked() and pane.session.params.draft_ahead
+        qtbot.mouseClick(editor.draft_ahead, Qt.MouseButton.LeftButton)
+        assert not pane.session.params.draft_ahead
+        off = await _send(window, qtbot, pane, PROMPT)
+        assert off.gen_tokens == 100 and off.drafted_tokens == 0
+
     run_tiny_window(scenario, panes=1)

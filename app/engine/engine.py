@@ -292,7 +292,7 @@ class Engine:
     def _draft(self, plan: Plan) -> list[Sequence]:
         """Give the greedy sequences decoding in this step a draft of their next tokens (speculation.py),
         within the step's token budget, their room and their reply's length; return those drafting."""
-        decoding = [seq for seq, _ in plan if seq.is_decoding and seq.draw is Draw.ARGMAX]
+        decoding = [seq for seq, _ in plan if seq.is_decoding and seq.draw is Draw.ARGMAX and seq.params.speculate]
         if self.config.spec_type is SpecType.NONE or not decoding:
             return []
         n_step = sum(n for _, n in plan)

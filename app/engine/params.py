@@ -120,6 +120,7 @@ class SamplingParams:
     n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
     # a GBNF grammar every reply must follow (JSON, a JSON schema's, or one given: llama/grammar.py)
     grammar: str | None = None
+    speculate: bool = True  # may draft ahead where the engine speculates (--spec-type): off, never
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)

@@ -92,6 +92,12 @@ SWITCHES = (
         "Render the chat with the app's own ChatML template instead of the one in the model file:\n"
         "for a model whose template fails, loops or refuses the chat. Off: the model's own.",
     ),
+    Switch(
+        "draft_ahead", "Draft ahead (speculative)",
+        "Where the engine speculates (Engine panel: Speculative decoding), a greedy reply guesses\n"
+        "its next tokens from the chat and checks them in the same step: the same reply, sooner\n"
+        "when it quotes the chat. Off: this pane never drafts.",
+    ),
 )  # fmt: skip
 
 
@@ -137,7 +143,7 @@ class PaneParamsEditor(QWidget):
             box = self.switches[switch.name] = QCheckBox(switch.label, toolTip=switch.what)
             box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
             form.addRow("", box)
-        self.high_priority, self.show_probs, self.completion, self.builtin_template = self.switches.values()
+        self.high_priority, self.show_probs, self.completion, self.builtin_template, self.draft_ahead = self.switches.values()
         self._output_rows(form)
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")

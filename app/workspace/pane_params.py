@@ -33,6 +33,7 @@ class PaneParams:
     show_probs: bool = False  # the transcript tints each token of a reply by its probability
     completion: bool = False  # the chat is one text the model continues (a base model), not turns
     builtin_template: bool = False  # the chat rendered with the built-in ChatML template, not the model's
+    draft_ahead: bool = True  # a greedy reply drafts ahead where the engine speculates (its --spec-type)
     model: str = ""  # the loaded model it talks to, by name ("": the first loaded)
     remote_url: str = ""  # empty: the local engine
     remote_model: str = ""
@@ -91,7 +92,12 @@ class PaneParams:
         sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
         grammar = self.grammar()
         return SamplingParams(
-            n_probs=PROBS_SHOWN if self.show_probs else None, seed=self.seed, grammar=grammar, ignore_eos=False, **sliders
+            n_probs=PROBS_SHOWN if self.show_probs else None,
+            seed=self.seed,
+            grammar=grammar,
+            ignore_eos=False,
+            speculate=self.draft_ahead,
+            **sliders,
         )
 
     def with_(self, **changes) -> PaneParams:
