@@ -1,5 +1,6 @@
-"""Fields that constrain a reply, which `serve` does not honour yet (tool calls), are a 400 naming
-them, never dropped; the values that ask for nothing pass. (Structured output: test_server_structured.py.)"""
+"""Fields that constrain a reply, which `serve` does not honour (the legacy `functions`, tools on a
+plain completion), are a 400 naming them, never dropped; the values that ask for nothing pass.
+(Structured output: test_server_structured.py; tool calls: test_server_tools.py.)"""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ pytestmark = pytest.mark.tiny
 HI = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 REFUSED = {
-    "tools": {"tools": [TOOL]},
-    "tool_choice": {"tool_choice": "required"},
     "functions": {"extra_body": {"functions": [TOOL["function"]]}},
+    "function_call": {"extra_body": {"function_call": {"name": "get_time"}}},
 }
 
 
@@ -36,5 +36,5 @@ def test_constraints_not_honoured_are_400s_naming_them_and_neutral_values_pass(t
     refused, neutral = serve(tiny_config, body)
     for name, (message, param) in refused.items():
         field = name.split()[-1]
-        assert param == field and f"'{field}' is not supported by this server yet" in message, name
+        assert param == field and f"'{field}' is not supported by this server" in message, name
     assert neutral.choices[0].finish_reason == "length"  # the server went on serving

@@ -16,6 +16,7 @@ from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json, requested_model
 from .responses import NotFound, ResponseShape, kept_of, parse_response
 from .shaping import Shape, error_body
+from .tool_calls import reply_of
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
 # a streamed reply whose client reads nothing while this long (the socket's buffers full) is cut,
@@ -94,7 +95,22 @@ async def _serve(request: web.Request, server, job: Job, model: str) -> web.Stre
         for final in finals:
             if not final.ok:
                 return refusal(final)
-        return web.json_response(shape.completion(finals, [reply.probs for reply in replies]), dumps=dumps)
+        answer = shape.completion(finals, [reply.probs for reply in replies])
+        if job.tools is not None:
+            for choice, final in zip(answer["choices"], finals):
+                _as_tool_reply(choice, choice["message"], final)
+        return web.json_response(answer, dumps=dumps)
+
+
+def _as_tool_reply(choice: dict, message: dict, final: FinishEvent) -> list[dict]:
+    """A reply in the generic tool format, as OpenAI's: its calls, or its answer's text."""
+    content, calls = reply_of(final.text)
+    message["content"] = content
+    if calls:
+        message["tool_calls"] = calls
+        if final.reason is FinishReason.STOP:
+            choice["finish_reason"] = "tool_calls"
+    return calls
 
 
 async def _first_events(streams) -> list[Event]:
@@ -152,6 +168,9 @@ async def _send_events(response, shape: Shape, job: Job, replies: list[Reply]) -
     if shape.is_chat:
         for reply in replies:
             await _send(response, shape.chunk(None, first=True, index=reply.index, **nulls))
+    if job.tools is not None:
+        await _send_tool_calls(response, shape, job, replies)
+        return
     finals: dict[int, FinishEvent] = {}
     # closed on any way out, so that no read of a stream is still running when the streams close
     async with aclosing(_merged(replies)) as events:
@@ -168,6 +187,42 @@ async def _send_events(response, shape: Shape, job: Job, replies: list[Reply]) -
                 return
     if job.include_usage:
         await _send(response, shape.usage_chunk([finals[i] for i in sorted(finals)]))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+
+
+async def _send_tool_calls(response, shape: Shape, job: Job, replies: list[Reply]) -> None:
+    """A reply that may call tools, streamed once it is whole (it is JSON the client never sees):
+    each call's id, type and name first, then its arguments, then the last chunk; or its answer's text."""
+    nulls = {"usage": None} if job.include_usage else {}
+    finals = []
+    for reply in replies:
+        final = await reply.final()
+        if not final.ok:
+            await _send(response, _refusal_body(final)[1])
+            await response.write_eof()
+            return
+        last = shape.last_chunk(final, job.include_usage, reply.index)
+        choice = last["choices"][0]
+        calls = _as_tool_reply(choice, {}, final)
+        for i, call in enumerate(calls):
+            head = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            for delta in (head, {"index": i, "function": {"arguments": call["function"]["arguments"]}}):
+                chunk = shape.chunk(None, index=reply.index, **nulls)
+                chunk["choices"][0]["delta"] = {"tool_calls": [delta]}
+                await _send(response, chunk)
+        if not calls:
+            content, _ = reply_of(final.text)
+            await _send(response, shape.chunk(content, index=reply.index, **nulls))
+        await _send(response, last)
+        finals.append(final)
+    if job.include_usage:
+        await _send(response, shape.usage_chunk(finals))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
 

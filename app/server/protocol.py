@@ -15,6 +15,7 @@ from app.engine.probs import MAX_TOP
 from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
 
 from .output_format import FormatError, grammar_of
+from .tool_calls import ToolError, Tools, parse_tools, plain_message, with_instructions
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
@@ -49,6 +50,7 @@ class Job:
     conversation_id: str | None = None
     n: int = 1  # choices: the prompt is read once, then sampled n ways
     post_sampling_probs: bool = False  # llama-server's: probabilities after the samplers, not log-probabilities
+    tools: Tools | None = None  # the functions its reply may call (tool_calls.py)
 
     def choice_params(self, index: int) -> SamplingParams:
         """Choice `index` samples with a seed of its own (the request's seed plus the index)."""
@@ -85,12 +87,32 @@ def parse_chat(body: dict, n_ctx_seq: int) -> Job:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
-    _refuse_unsupported(body)
-    messages = tuple(message_of(m, i) for i, m in enumerate(raw))
+    _refuse_unsupported(body, CHAT_HONOURS)
+    messages = tuple(message_of(plain_message(m), i) for i, m in enumerate(raw))
+    conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
+    tools, grammar = _tools(body), _grammar(body)
+    if tools is not None:
+        if grammar is not None:
+            raise BadRequest("send tools or a response format, not both", "tools")
+        messages, grammar = with_instructions(messages, tools), _tool_grammar(tools)
     check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
-    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=_grammar(body))
-    job = Job(params, messages=messages, conversation_id=_conversation_of(messages), **_streaming(body), **_choices(body))
+    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar)
+    job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
+
+
+def _tools(body: dict) -> Tools | None:
+    try:
+        return parse_tools(body)
+    except ToolError as e:
+        raise BadRequest(str(e), e.param) from None
+
+
+def _tool_grammar(tools: Tools) -> str:
+    try:
+        return tools.grammar()
+    except ToolError as e:
+        raise BadRequest(str(e), e.param) from None
 
 
 def parse_completion(body: dict, n_ctx_seq: int) -> Job:
@@ -119,13 +141,16 @@ UNSUPPORTED = {
 }
 
 
-def _refuse_unsupported(body: dict) -> None:
+CHAT_HONOURS = ("tools", "tool_choice")  # a chat calls tools (tool_calls.py); a completion cannot
+
+
+def _refuse_unsupported(body: dict, honoured: tuple[str, ...] = ()) -> None:
     for name, asks_nothing in UNSUPPORTED.items():
         value = body.get(name)
-        if value is not None and not asks_nothing(value):
+        if name not in honoured and value is not None and not asks_nothing(value):
             raise BadRequest(
-                f"'{name}' is not supported by this server yet (tool calls are not implemented): the reply "
-                f"would not follow it; send the request without '{name}'",
+                f"'{name}' is not supported by this server (tools are called through chat completions' 'tools' "
+                f"and 'tool_choice'): the reply would not follow it; send the request without '{name}'",
                 name,
             )
 

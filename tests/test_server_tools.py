@@ -1,0 +1,102 @@
+"""Tool calls through `serve`, with the official `openai` client and the bundled model (whose chat
+template has no tool syntax): the generic format (tool_calls.py) constrains the reply, so
+`required` and a named function always yield a call whose arguments follow the function's
+parameters; it comes back as `tool_calls` (streamed: id, type and name first, then the arguments)
+with `finish_reason: "tool_calls"`; a tool's result is taken back; a bad tool spec is a 400."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from test_server_responses import serve
+
+pytestmark = pytest.mark.model
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather now in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "The time now", "parameters": {"type": "object", "properties": {}}},
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_a_required_or_named_tool_is_always_called_with_arguments_that_follow_its_parameters(config):
+    async def body(api, _url):
+        required = await api.chat.completions.create(
+            model="m", messages=ASK, max_tokens=60, temperature=0, tools=[WEATHER, TIME], tool_choice="required"
+        )
+        named = await api.chat.completions.create(
+            model="m",
+            messages=ASK,
+            max_tokens=60,
+            temperature=0,
+            tools=[WEATHER, TIME],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
+        deltas, finish = [], None
+        stream = await api.chat.completions.create(
+            model="m", messages=ASK, max_tokens=60, temperature=0, tools=[WEATHER], tool_choice="required", stream=True
+        )
+        async for chunk in stream:
+            for c in chunk.choices:
+                deltas += c.delta.tool_calls or []
+                finish = c.finish_reason or finish
+        call = named.choices[0].message.tool_calls[0]
+        back = ASK + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny", "celsius": 21}'},
+        ]
+        answer = await api.chat.completions.create(model="m", messages=back, max_tokens=40, temperature=0, tools=[WEATHER])
+        return required, named, deltas, finish, answer
+
+    required, named, deltas, finish, answer = serve(config, body)
+    for reply in (required, named):
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        call = choice.message.tool_calls[0]
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name in ("get_weather", "get_time")
+        if call.function.name == "get_weather":
+            assert isinstance(json.loads(call.function.arguments)["city"], str)
+    assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
+    # streamed: the call's id, type and name first, then its arguments
+    assert deltas[0].id.startswith("call_") and deltas[0].function.name == "get_weather" and deltas[0].function.arguments == ""
+    assert json.loads("".join(d.function.arguments or "" for d in deltas))["city"] and finish == "tool_calls"
+    # with the result back and tool_choice auto, a call or an answer: either way in OpenAI's shape
+    choice = answer.choices[0]
+    assert choice.message.tool_calls or isinstance(choice.message.content, str)
+
+
+def test_bad_tool_specs_are_400s_naming_them(config):
+    nameless = {"type": "function", "function": {"parameters": {"type": "object"}}}
+    cases = {
+        "nameless": {"tools": [nameless]},
+        "too many": {"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1000)]},
+        "unknown choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+        "tools and a format": {"tools": [WEATHER], "response_format": {"type": "json_object"}},
+    }
+
+    async def body(api, _url):
+        said = {}
+        for name, fields in cases.items():
+            with pytest.raises(openai.BadRequestError) as info:
+                await api.chat.completions.create(model="m", messages=ASK, max_tokens=4, **fields)
+            said[name] = (info.value.body["message"], info.value.body.get("param"))
+        free = await api.chat.completions.create(model="m", messages=ASK, max_tokens=4, tools=[WEATHER], tool_choice="none")
+        return said, free
+
+    said, free = serve(config, body)
+    assert "function.name must be" in said["nameless"][0] and said["nameless"][1] == "tools[0]"
+    assert "at most 128 tools" in said["too many"][0]
+    assert "not in 'tools'" in said["unknown choice"][0] and said["unknown choice"][1] == "tool_choice"
+    assert "not both" in said["tools and a format"][0]
+    assert free.choices[0].message.tool_calls is None  # tool_choice none: free text
