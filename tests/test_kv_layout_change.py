@@ -130,6 +130,25 @@ def test_when_every_chat_fits_again_the_layout_goes_back_to_streams_and_the_long
 
 
 @pytest.mark.tiny
+def test_the_layout_goes_back_to_streams_as_the_engine_goes_idle_not_at_the_next_request(two_streams):
+    one = GREEDY.with_(max_tokens=1)  # a reply of one step: no step after its admission
+
+    async def main():
+        async with Started(two_streams) as client:
+            await client.complete(user(LONG_TEXT + "Summarize."), one, conversation_id="long")
+            for name in ("x", "y"):  # y takes the long chat's slot: every chat fits a stream now
+                await client.complete(user(f"{name}: hello there."), one, conversation_id=name)
+            for _ in range(200):
+                if client.snapshot.layout_changes == 2:
+                    break
+                await asyncio.sleep(0.01)
+            return client.snapshot
+
+    snapshot = run(main())
+    assert snapshot.layout_changes == 2 and snapshot.kv_layout.startswith("a stream per sequence")
+
+
+@pytest.mark.tiny
 def test_a_chat_saved_to_ram_in_streams_comes_back_in_one_pool(two_streams):
     params = GREEDY.with_(max_tokens=8, ignore_eos=True)
     # long enough to be worth keeping in RAM, and sharing nothing with the long chat but the template

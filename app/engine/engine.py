@@ -265,6 +265,9 @@ class Engine:
             self._on_decode_failure(rc, plan, events)
         self._record_step(parts, t0, t1, t2)
         self._emit(events)
+        if not self.scheduler.has_work():  # going idle: a change of layout the chats now allow keeps no one waiting
+            self._fit_layout()
+            self.snapshot = self._snapshot()
         return True
 
     def _fit_layout(self) -> None:
