@@ -158,7 +158,7 @@ class Engine:
     def discard(self, prompt: Prompt | None) -> None:
         """A prompt built and never submitted: free what it holds."""
         if prompt is not None and prompt.grammar is not None:
-            self.backend.samplers.free(prompt.grammar)
+            self.backend.samplers.free_grammar(prompt.grammar)
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""
@@ -430,7 +430,7 @@ class Engine:
             self.backend.samplers.free(seq.sampler)
             seq.sampler = None
         if seq.grammar is not None:
-            self.backend.samplers.free(seq.grammar)
+            self.backend.samplers.free_grammar(seq.grammar)
             seq.grammar = None
         seq.stats.t_finish = time.monotonic()
         self.conversations.add(seq.stats)

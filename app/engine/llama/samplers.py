@@ -63,6 +63,11 @@ class Samplers:
             raise ValueError(f"the grammar does not parse: {reason}")
         return sampler
 
+    @staticmethod
+    def free_grammar(grammar) -> None:
+        """Free a sampler made by `grammar` (never attached to the graph: any thread may free it)."""
+        ll.llama_sampler_free(grammar)
+
     def sample_constrained(self, sampler, grammar, row: int, greedy_token: int | None = None) -> int:
         """Draw with the chain (or take the greedy top token), and keep it if the grammar allows it;
         else draw again from the tokens the grammar allows. Checking one token first spares the
