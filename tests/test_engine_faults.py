@@ -195,20 +195,27 @@ _params = st.builds(
     stop=st.lists(_text, max_size=3).map(tuple),
     ignore_eos=st.booleans(),
     n_probs=st.sampled_from([None, 0, 3]),
+    grammar=st.sampled_from([None, None, 'root ::= ("yes" | "no")+', "root ::= ("]),
+    speculate=st.booleans(),
 )
-# a chat, or a plain prompt: "" is no token at all with this model (it adds no BOS)
-_input = st.one_of(st.lists(_message, max_size=6), st.just(""), _text)
+# a chat, or a plain prompt: "" is no token at all with this model (it adds no BOS); or one longer
+# than a stream of the automatic engine below (it moves every chat to one pool)
+_long = st.integers(1030, 1500).map(lambda n: "word " * n)
+_input = st.one_of(st.lists(_message, max_size=6), st.just(""), _text, _long)
 _request = st.tuples(_input, _params, st.booleans(), st.sampled_from([None, "a", "b"]))
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["one pool", "a stream per sequence"])
+@pytest.fixture(scope="module", params=[True, False, None], ids=["one pool", "a stream per sequence", "automatic, drafting"])
 def shared_engine(tiny_model_path, request):
-    """One engine for every generated example, in each KV layout: it must survive all of them."""
+    """One engine for every generated example, in each KV layout (automatic: streams of 1,024 cells
+    that a long prompt moves to one pool, with n-gram drafts): it must survive all of them."""
     from app.client import EngineClient
-    from app.engine.params import EngineConfig
+    from app.engine.params import EngineConfig, SpecType
 
     loop = asyncio.new_event_loop()
     config = EngineConfig(tiny_model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2, kv_unified=request.param)
+    if request.param is None:
+        config = config.with_(capacity=2, spec_type=SpecType.NGRAM)
     client = EngineClient(config)
     loop.run_until_complete(client.start())
     yield loop, client
