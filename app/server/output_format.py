@@ -10,8 +10,8 @@ from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check
 FORMAT_FIELDS = ("response_format", "json_schema", "grammar")
 
 
-class FormatError(ValueError):
-    """A format that cannot be honoured: the message, and the field that asked for it."""
+class FieldError(ValueError):
+    """A field of a request that cannot be honoured (a format, a tool): the message, and the field."""
 
     def __init__(self, message: str, param: str):
         super().__init__(message)
@@ -22,7 +22,7 @@ def grammar_of(body: dict) -> str | None:
     """The GBNF grammar the reply must follow, or None for free text."""
     asked = [name for name in FORMAT_FIELDS if body.get(name) not in (None, "")]
     if len(asked) > 1:
-        raise FormatError(f"send one of {', '.join(FORMAT_FIELDS)}, not {' and '.join(asked)}", asked[1])
+        raise FieldError(f"send one of {', '.join(FORMAT_FIELDS)}, not {' and '.join(asked)}", asked[1])
     if not asked:
         return None
     name = asked[0]
@@ -33,7 +33,7 @@ def grammar_of(body: dict) -> str | None:
             return schema_grammar(body["json_schema"])
         return _response_format(body["response_format"])
     except ConstraintError as e:
-        raise FormatError(str(e), name) from None
+        raise FieldError(str(e), name) from None
 
 
 def text_format_grammar(text: object) -> str | None:
@@ -41,23 +41,23 @@ def text_format_grammar(text: object) -> str | None:
     `schema` and `strict` beside the type (not nested, as in chat's response_format)."""
     form = text.get("format") if isinstance(text, dict) else None
     if not isinstance(form, dict):
-        raise FormatError("'text' must be an object with a 'format' object", "text")
+        raise FieldError("'text' must be an object with a 'format' object", "text")
     kind = form.get("type")
     try:
         if kind == "json_schema":
             if "schema" not in form:
-                raise FormatError("'text.format' of type json_schema must hold a 'schema'", "text")
+                raise FieldError("'text.format' of type json_schema must hold a 'schema'", "text")
             return schema_grammar(form["schema"])
         return _response_format(form)
     except ConstraintError as e:
-        raise FormatError(str(e), "text") from None
-    except FormatError as e:
-        raise FormatError(str(e).replace("'response_format", "'text.format"), "text") from None
+        raise FieldError(str(e), "text") from None
+    except FieldError as e:
+        raise FieldError(str(e).replace("'response_format", "'text.format"), "text") from None
 
 
 def _response_format(value: object) -> str | None:
     if not isinstance(value, dict):
-        raise FormatError("'response_format' must be an object with a 'type'", "response_format")
+        raise FieldError("'response_format' must be an object with a 'type'", "response_format")
     kind = value.get("type")
     if kind == "text":
         return None
@@ -66,6 +66,6 @@ def _response_format(value: object) -> str | None:
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
-            raise FormatError("'response_format.json_schema' must be an object holding a 'schema'", "response_format")
+            raise FieldError("'response_format.json_schema' must be an object holding a 'schema'", "response_format")
         return schema_grammar(spec["schema"])
-    raise FormatError(f"'response_format.type' must be text, json_object or json_schema; got {kind!r}", "response_format")
+    raise FieldError(f"'response_format.type' must be text, json_object or json_schema; got {kind!r}", "response_format")

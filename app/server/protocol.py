@@ -14,8 +14,8 @@ from app.engine.params import SamplingParams
 from app.engine.probs import MAX_TOP
 from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
 
-from .output_format import FormatError, grammar_of
-from .tool_calls import ToolError, Tools, parse_tools, plain_message, with_instructions
+from .output_format import FieldError, grammar_of
+from .tool_calls import Tools, parse_tools, plain_message, with_instructions
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
@@ -90,28 +90,22 @@ def parse_chat(body: dict, n_ctx_seq: int) -> Job:
     _refuse_unsupported(body, CHAT_HONOURS)
     messages = tuple(message_of(plain_message(m), i) for i, m in enumerate(raw))
     conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
-    tools, grammar = _tools(body), _grammar(body)
+    tools, grammar = honoured(parse_tools, body), honoured(grammar_of, body)
     if tools is not None:
         if grammar is not None:
             raise BadRequest("send tools or a response format, not both", "tools")
-        messages, grammar = with_instructions(messages, tools), _tool_grammar(tools)
+        messages, grammar = with_instructions(messages, tools), honoured(tools.grammar)
     check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar)
     job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
 
 
-def _tools(body: dict) -> Tools | None:
+def honoured(read, *args):
+    """What `read` makes of a request's field (a format, its tools), or the 400 saying why it cannot."""
     try:
-        return parse_tools(body)
-    except ToolError as e:
-        raise BadRequest(str(e), e.param) from None
-
-
-def _tool_grammar(tools: Tools) -> str:
-    try:
-        return tools.grammar()
-    except ToolError as e:
+        return read(*args)
+    except FieldError as e:
         raise BadRequest(str(e), e.param) from None
 
 
@@ -126,7 +120,7 @@ def parse_completion(body: dict, n_ctx_seq: int) -> Job:
     _refuse_unsupported(body)
     check_text(prompt, "prompt")
     check_size(len(prompt), n_ctx_seq, "prompt")
-    params = sampling(body).with_(n_probs=_completion_probs(body), grammar=_grammar(body))
+    params = sampling(body).with_(n_probs=_completion_probs(body), grammar=honoured(grammar_of, body))
     return _check_kept_probs(Job(params, prompt=prompt, **_streaming(body), **_choices(body)), n_ctx_seq)
 
 
@@ -144,10 +138,10 @@ UNSUPPORTED = {
 CHAT_HONOURS = ("tools", "tool_choice")  # a chat calls tools (tool_calls.py); a completion cannot
 
 
-def _refuse_unsupported(body: dict, honoured: tuple[str, ...] = ()) -> None:
+def _refuse_unsupported(body: dict, allowed: tuple[str, ...] = ()) -> None:
     for name, asks_nothing in UNSUPPORTED.items():
         value = body.get(name)
-        if name not in honoured and value is not None and not asks_nothing(value):
+        if name not in allowed and value is not None and not asks_nothing(value):
             raise BadRequest(
                 f"'{name}' is not supported by this server (tools are called through chat completions' 'tools' "
                 f"and 'tool_choice'): the reply would not follow it; send the request without '{name}'",
@@ -169,13 +163,6 @@ def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
             "max_tokens",
         )
     return job
-
-
-def _grammar(body: dict) -> str | None:
-    try:
-        return grammar_of(body)
-    except FormatError as e:
-        raise BadRequest(str(e), e.param) from None
 
 
 def sampling(body: dict) -> SamplingParams:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from app.engine.events import FinishEvent, FinishReason
 
-from .output_format import FormatError, text_format_grammar
-from .protocol import MAX_MESSAGES, BadRequest, Job, check_size, check_text, get_field, message_of, sampling, shown
+from .output_format import text_format_grammar
+from .protocol import MAX_MESSAGES, BadRequest, Job, check_size, check_text, get_field, honoured, message_of, sampling, shown
 
 # stored responses whose conversations are kept for `previous_response_id` (and GET): beyond this,
 # the least recently used is dropped; their messages share their common turns, so a chain costs its text once
@@ -118,10 +118,7 @@ def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses) -> ResponseR
     check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "input")
     limit = get_field(body, "max_output_tokens", int, None)
     text = body.get("text")
-    try:
-        grammar = None if text is None else text_format_grammar(text)
-    except FormatError as e:
-        raise BadRequest(str(e), e.param) from None
+    grammar = None if text is None else honoured(text_format_grammar, text)
     params = sampling(_sampling_body(body, limit)).with_(grammar=grammar)
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
     job = Job(params, messages=messages, conversation_id=conversation_id, stream=get_field(body, "stream", bool, False))

@@ -16,16 +16,10 @@ from dataclasses import dataclass
 
 from app.engine.llama.grammar import ConstraintError, schema_grammar
 
+from .output_format import FieldError
+
 MAX_TOOLS = 128  # tools described in one request: each one's description goes into the prompt
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-
-
-class ToolError(ValueError):
-    """A tool spec that cannot be honoured: the message, and the field that holds it."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,7 @@ class Tools:
         try:
             return schema_grammar(schema)
         except ConstraintError as e:
-            raise ToolError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
+            raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
 
 
 def parse_tools(body: dict) -> Tools | None:
@@ -70,34 +64,34 @@ def parse_tools(body: dict) -> Tools | None:
     if tools in (None, []) or choice == "none":
         return None
     if not isinstance(tools, list):
-        raise ToolError("'tools' must be a list of functions", "tools")
+        raise FieldError("'tools' must be a list of functions", "tools")
     if len(tools) > MAX_TOOLS:
-        raise ToolError(f"at most {MAX_TOOLS} tools in one request; got {len(tools)}", "tools")
+        raise FieldError(f"at most {MAX_TOOLS} tools in one request; got {len(tools)}", "tools")
     functions = tuple(_function(t, i) for i, t in enumerate(tools))
     names = [f["name"] for f in functions]
     if len(set(names)) != len(names):
-        raise ToolError("two tools have the same name", "tools")
+        raise FieldError("two tools have the same name", "tools")
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
         if name not in names:
-            raise ToolError(f"'tool_choice' names a function that is not in 'tools': {name!r}", "tool_choice")
+            raise FieldError(f"'tool_choice' names a function that is not in 'tools': {name!r}", "tool_choice")
         return Tools(functions, name)
     if choice not in ("auto", "required"):
-        raise ToolError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
+        raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
     return Tools(functions, choice)
 
 
 def _function(tool: object, index: int) -> dict:
     where = f"tools[{index}]"
     if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
-        raise ToolError(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
+        raise FieldError(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
     spec = tool["function"]
     name = spec.get("name")
     if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
-        raise ToolError(f"{where}.function.name must be 1 to 64 letters, digits, _ or -; got {name!r}", where)
+        raise FieldError(f"{where}.function.name must be 1 to 64 letters, digits, _ or -; got {name!r}", where)
     parameters = spec.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
-        raise ToolError(f"{where}.function.parameters must be a JSON schema object", where)
+        raise FieldError(f"{where}.function.parameters must be a JSON schema object", where)
     description = spec.get("description")
     out = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
     if isinstance(description, str):

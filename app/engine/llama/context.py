@@ -57,6 +57,9 @@ class LlamaBackend:
         self._layout_kept = False  # a change of layout failed: no more are tried
         with recording_load() as load_log:
             self.model = self._load_model(config)
+            # a KV cache's sequence states (seq_state.py moves them), not a recurrent model's (asked once:
+            # `movable` is read every step)
+            self._kv_states = not ll.llama_model_is_recurrent(self.model) and not ll.llama_model_is_hybrid(self.model)
             self.kv_shape = kv_shape(self.model)
             self.ctx = self._open_context(config)
         self.memory = ll.llama_get_memory(self.ctx)
@@ -261,14 +264,7 @@ class LlamaBackend:
     def movable(self) -> bool:
         """Whether the layout may change while chats run: set to automatic, several sequences, and
         a KV cache whose sequence states seq_state.py can move (not a recurrent model's state)."""
-        model = self.model
-        return (
-            self.config.kv_unified is None
-            and not self._layout_kept
-            and self.config.capacity > 1
-            and not ll.llama_model_is_recurrent(model)
-            and not ll.llama_model_is_hybrid(model)
-        )
+        return self.config.kv_unified is None and not self._layout_kept and self.config.capacity > 1 and self._kv_states
 
     @property
     def n_stream(self) -> int:
