@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dark", action="store_true", help="a dark palette, as a dark desktop theme gives")
     parser.add_argument("--fan-out", metavar="SETTING=VALUES", help="fan the first prompt out, e.g. temperature=0..1.5 step 0.5")
     parser.add_argument("--probs", action="store_true", help="every pane shows its tokens' probabilities")
+    parser.add_argument("--schema", metavar="JSON", help="every pane's replies follow this JSON schema file (greedy)")
     args = parser.parse_args(argv)
     if args.dark:
         from PySide6.QtWidgets import QApplication

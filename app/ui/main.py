@@ -152,6 +152,11 @@ async def run_demo(window: MainWindow, args) -> None:
     if getattr(args, "probs", False):
         for pane in window.panes:
             pane.params_editor.set_params(pane.params.with_(show_probs=True))
+    if getattr(args, "schema", None):
+        with open(args.schema, encoding="utf-8") as f:
+            schema = f.read()
+        for pane in window.panes:
+            pane.params_editor.set_params(pane.params.with_(output_format="schema", output_text=schema, temperature=0.0))
     for i, prompt in enumerate(prompts):
         fan_out = getattr(args, "fan_out", None)
         if fan_out and i == 0:
