@@ -1,19 +1,25 @@
-"""The live plots are built from their table: a new plot is one `PlotSpec` and its series."""
+"""The live plots are built from their table: a new plot is one `PlotSpec` and its series. The drafts
+plot is checked on what a real engine that speculates reports."""
 
 from __future__ import annotations
 
-import pytest
+import time
 
+import numpy as np
+import pytest
+from helpers import Started, run, user
+
+from app.engine.params import GREEDY, SpecType
 from app.ui.plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
-from app.ui.plots import PlotsPanel
+from app.ui.plots import RIGHT_AXIS_WIDTH, PlotsPanel
 from app.workspace.metrics import MetricsStore
 
-DRAFTS = PlotSpec(
-    "drafts",
-    "Draft tokens accepted per pane",
+EXTRA = PlotSpec(
+    "extra",
+    "Extra tokens per pane",
     "tok",
     per_pane=True,
-    series=(LineSpec("drafted", "tok_rate"), PointsSpec("first", "ttft", size=5)),
+    series=(LineSpec("counted", "tok_rate"), PointsSpec("first", "ttft", size=5)),
 )
 STEPS = PlotSpec(
     "steps", "Engine: step time", "s", per_pane=False, series=(LineSpec("step", "engine_rate", "#00aa00"),), log_y=True
@@ -35,17 +41,17 @@ def test_the_panel_draws_the_table_in_order(qtbot):
 def test_a_new_plot_is_one_entry_with_its_series(qtbot):
     metrics = MetricsStore()
     pane = metrics.add_pane("p")
-    specs = (*PLOTS, DRAFTS, STEPS)
+    specs = (*PLOTS, EXTRA, STEPS)
     panel = PlotsPanel(metrics, specs=specs)
     qtbot.addWidget(panel)
     panel.add_pane("p", "#1f77b4")
     assert [panel.ci.getItem(row, 0).titleLabel.text for row in range(len(specs))] == [spec.title for spec in specs]
-    drafts, steps = panel.drafts_plot, panel.steps_plot
-    drafted, step = panel.pane_curves["p"]["drafted"], panel.engine_curves["step"]
-    assert all(item in drafts.items for item in drafted.items) and panel.point_sets["first"] in drafts.items
+    extra, steps = panel.extra_plot, panel.steps_plot
+    counted, step = panel.pane_curves["p"]["counted"], panel.engine_curves["step"]
+    assert all(item in extra.items for item in counted.items) and panel.point_sets["first"] in extra.items
     assert all(item in steps.items for item in step.items)
     assert step.body.items[0].pen().color().name() == "#00aa00"
-    assert drafted.body.items[0].pen().color().name() == "#1f77b4"  # a pane's line: its pane's colour
+    assert counted.body.items[0].pen().color().name() == "#1f77b4"  # a pane's line: its pane's colour
 
     now = panel.t0
     for _ in range(20):
@@ -55,11 +61,11 @@ def test_a_new_plot_is_one_entry_with_its_series(qtbot):
         panel.refresh(now)
     pane.ttft.push(now, 0.5)
     panel.refresh(now)
-    x, y = drafted.getData()
+    x, y = counted.getData()
     assert len(x) == 20 and set(y) == {3.0}  # fed from its ring, every tick
     assert set(step.getData()[1]) == {2.0}  # log10 on a log axis
     assert panel.points("p", "first")[1].tolist() == [0.5]
-    assert drafts.viewRange()[1] == pytest.approx([-0.1, 5.1])  # 0 to a round value, padded
+    assert extra.viewRange()[1] == pytest.approx([-0.1, 5.1])  # 0 to a round value, padded
     assert steps.viewRange()[1] == pytest.approx([1.98, 3.02])  # whole decades
 
     # the last plot shows the time axis, and the others follow it
@@ -70,7 +76,7 @@ def test_a_new_plot_is_one_entry_with_its_series(qtbot):
         assert plot.getViewBox().linkedView(0) is steps.getViewBox()
 
     panel.remove_pane("p")
-    assert not any(item in drafts.items for item in drafted.items) and panel.points("p", "first")[0].size == 0
+    assert not any(item in extra.items for item in counted.items) and panel.points("p", "first")[0].size == 0
 
 
 @pytest.mark.unit
@@ -84,3 +90,93 @@ def test_series_names_are_unique_among_the_panes_and_among_the_engine():
     for per_pane in (True, False):
         names = [series.name for spec in PLOTS if spec.per_pane is per_pane for series in spec.series]
         assert len(names) == len(set(names))
+
+
+@pytest.mark.unit
+def test_a_right_axis_needs_its_unit_and_its_points():
+    with pytest.raises(ValueError, match="right axis"):
+        PlotSpec("r", "R", "", per_pane=True, series=(PointsSpec("x", "ttft", size=5, right=True),))
+    with pytest.raises(ValueError, match="right axis"):
+        PlotSpec("r", "R", "", per_pane=True, series=(PointsSpec("x", "ttft", size=5),), right_unit="tok")
+
+
+REPEATING = "repeat after me: " + "the mill and the river " * 6  # greedy, the tiny model's reply repeats: drafts hit
+
+
+async def _replies(config, asks) -> tuple[MetricsStore, list]:
+    """Run `asks` ((pane, params), ...) one after the other on an engine of `config`, with a
+    MetricsStore listening as the window's does; its finals."""
+    metrics = MetricsStore()
+    finals = []
+    async with Started(config) as client:
+        client.add_listener(metrics.on_events)
+        for i, (pane, params) in enumerate(asks):
+            metrics.track(f"r{i}", pane, time.monotonic())
+            finals.append(await client.complete(user(REPEATING), params, conversation_id=f"{pane}{i}", request_id=f"r{i}"))
+    return metrics, finals
+
+
+@pytest.mark.gui
+def test_the_drafts_plot_shows_each_drafted_replys_acceptance_and_tokens_per_step(qtbot, tiny_config):
+    params = GREEDY.with_(max_tokens=80, ignore_eos=True)
+    asks = [("a", params), ("a", params.with_(max_tokens=60)), ("b", params.with_(speculate=False))]
+    metrics, finals = run(_replies(tiny_config.with_(spec_type=SpecType.NGRAM), asks))
+    drafted = [f.stats for f in finals[:2]]
+    assert all(st.accepted_tokens > 0 for st in drafted) and finals[2].stats.drafted_tokens == 0
+
+    panel = PlotsPanel(metrics)
+    qtbot.addWidget(panel)
+    panel.resize(400, 700)
+    panel.show()
+    assert not panel.drafts_plot.isVisible()  # nothing drafted yet: the row stays folded away
+    for pane, colour in (("a", "#1f77b4"), ("b", "#d62728")):
+        panel.add_pane(pane, colour)
+    panel.refresh(time.monotonic())
+    qtbot.waitUntil(lambda: panel.drafts_plot.isVisible() and panel.drafts_plot.height() > 60)
+
+    # a point per drafted reply, at its end: the share accepted (in %), and gen / (gen - accepted)
+    x, y = panel.points("a", "accepted")
+    assert np.allclose(x, [st.t_finish - panel.t0 for st in drafted])
+    assert np.allclose(y, [100 * st.accepted_tokens / st.drafted_tokens for st in drafted])
+    steps = [st.gen_tokens / (st.gen_tokens - st.accepted_tokens) for st in drafted]
+    assert np.allclose(panel.points("a", "step_tokens")[1], steps) and min(steps) > 1
+    assert panel.points("b", "accepted")[0].size == panel.points("b", "step_tokens")[0].size == 0  # not zeros
+    accepted, step_tokens = panel.point_sets["accepted"], panel.point_sets["step_tokens"]
+    assert np.allclose(accepted.getData()[1], y) and np.allclose(step_tokens.getData()[1], steps)
+    assert [b.color().name() for b in accepted.data["brush"]] == ["#1f77b4"] * 2  # the pane's colour
+    assert step_tokens.opts["symbol"] == "t1" and accepted.opts["symbol"] == "o"
+
+    # acceptance against the left axis in %, tokens per step against the right one, fitted to them
+    drafts = panel.drafts_plot
+    assert accepted in drafts.items and step_tokens.getViewBox() is panel.right_views["drafts"]
+    assert drafts.viewRange()[1] == [0, 105]
+    low, high = panel.right_views["drafts"].viewRange()[1]
+    assert low < 0 < max(steps) < high <= 2.1 * max(steps)
+    assert drafts.getAxis("right").labelText == "tok/step" and drafts.getAxis("left").labelText == "%"
+
+    # every row leaves the right axis's room, so "now" is at the same x in all of them
+    def view_right_edges():
+        return {round(plot.vb.sceneBoundingRect().right()) for plot in (panel.rate_plot, drafts, panel.batch_plot)}
+
+    qtbot.waitUntil(lambda: len(view_right_edges()) == 1)
+    assert panel.width() - view_right_edges().pop() >= RIGHT_AXIS_WIDTH
+    assert panel.right_views["drafts"].sceneBoundingRect() == drafts.vb.sceneBoundingRect()
+
+    # the readout's figure is the last reply's
+    assert metrics.panes["a"].tokens_per_step == pytest.approx(steps[-1])
+
+
+@pytest.mark.gui
+def test_without_drafts_the_drafts_plot_stays_folded_away(qtbot, tiny_config):
+    metrics, finals = run(_replies(tiny_config, [("a", GREEDY.with_(max_tokens=40, ignore_eos=True))]))
+    assert finals[0].stats.drafted_tokens == 0  # speculation off, as by default
+    panel = PlotsPanel(metrics)
+    qtbot.addWidget(panel)
+    panel.resize(400, 700)
+    panel.show()
+    panel.add_pane("a", "#1f77b4")
+    panel.refresh(time.monotonic())
+    qtbot.wait(50)
+    assert len(panel.points("a", "ttft")[0]) == 1  # the reply was plotted
+    assert not panel.drafts_plot.isVisible() and panel.drafts_plot.height() == 0 and len(metrics.panes["a"].draft_accepted) == 0
+    assert not panel.rate_plot.getAxis("right").isVisible()  # no room kept for an axis not shown

@@ -89,6 +89,8 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         window.refresh_readouts()
         share = round(100 * stats.accepted_tokens / stats.drafted_tokens)
         assert f" · drafts {share}% of {stats.drafted_tokens}" in pane.readout.text()
+        per_step = stats.gen_tokens / (stats.gen_tokens - stats.accepted_tokens)  # each step: its token and the accepted guesses
+        assert f" · {per_step:.1f} tok/step" in pane.readout.text() and per_step > 1
         assert "drafts: of the tokens the last reply drafted ahead" in pane.readout.toolTip()
 
         # the timeline: each drafted part's guesses stacked on its decode token, hatched in the pane's colour

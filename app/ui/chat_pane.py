@@ -43,7 +43,8 @@ MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where 
 READOUT_LEGEND = (
     "tok/s: the tokens this pane got in the last second\nTTFT: time to the first token\n"
     "KV hit: the chat's prompt found in the KV cache\nctx: tokens in context\n"
-    "drafts: of the tokens the last reply drafted ahead (speculative decoding), the share accepted"
+    "drafts: of the tokens the last reply drafted ahead (speculative decoding), the share accepted\n"
+    "tok/step: the tokens the last reply got per decode step (1 without drafts)"
 )
 
 
@@ -287,6 +288,7 @@ class ChatPane(QFrame):
         if m.drafted_tokens:  # the last reply drafted: how much of it was right (none drafted: not said)
             share = f"{100 * m.draft_acceptance:.0f}%"
             drafts = (
+                f"{whole} · drafts {share} of {m.drafted_tokens} · {m.tokens_per_step:.1f} tok/step",
                 f"{whole} · drafts {share} of {m.drafted_tokens}",
                 f"{rate} · TTFT {ttft} · KV hit {hit} · drafts {share}",
                 f"{rate} · {ttft} · hit {hit} · drafts {share}",

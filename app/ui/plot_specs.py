@@ -33,6 +33,8 @@ class PointsSpec:
     ring: str  # the Ring's attribute of PaneMetrics
     size: int  # in pixels
     scale: float = 1.0  # drawn as the ring's values times this
+    symbol: str = "o"  # pyqtgraph's: "o" a dot, "t1" a triangle pointing up
+    right: bool = False  # against the plot's right axis (its `right_unit`), fitted on its own
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,16 @@ class PlotSpec:
     log_y: bool = False  # a decade axis; the panel feeds log10 of the values
     # fixed; None fits it to the points shown, in whole decades on a log axis, else from 0 to a round value
     y_range: tuple[float, float] | None = None
+    right_unit: str = ""  # a right axis for the point sets marked `right`, from 0 to a round value; "": none
+    # the row stays folded away until its first point: a plot of what only some settings make
+    folded_until_points: bool = False
 
     def __post_init__(self):
         if not self.per_pane and any(isinstance(s, PointsSpec) for s in self.series):
             raise ValueError(f"plot {self.name!r}: points are drawn per pane only")
+        right = [s for s in self.series if isinstance(s, PointsSpec) and s.right]
+        if bool(right) != bool(self.right_unit):
+            raise ValueError(f"plot {self.name!r}: a right axis needs both its unit and its point sets")
 
 
 PLOTS = (
@@ -71,6 +79,19 @@ PLOTS = (
         per_pane=True,
         series=(PointsSpec("hit", "kv_hit", size=6, scale=100),),  # in %, as the readouts say it
         y_range=(0, 105),
+    ),
+    PlotSpec(  # speculative decoding (--spec-type): shown from the first reply that drafted
+        "drafts",
+        "Drafts: accepted % ● / tokens per step ▲",
+        "%",
+        per_pane=True,
+        series=(
+            PointsSpec("accepted", "draft_accepted", size=6, scale=100),
+            PointsSpec("step_tokens", "step_tokens", size=8, symbol="t1", right=True),
+        ),
+        y_range=(0, 105),
+        right_unit="tok/step",
+        folded_until_points=True,
     ),
     PlotSpec("engine", "Engine: generated tokens/s", "tok/s", per_pane=False, series=(LineSpec("rate", "engine_rate"),)),
     PlotSpec(

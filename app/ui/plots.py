@@ -1,5 +1,5 @@
-"""Live plots, a row for each entry of `plot_specs.PLOTS`: per-pane tokens/s, latency and KV hit
-rate, and the engine's tokens/s and batch size.
+"""Live plots, a row for each entry of `plot_specs.PLOTS`: per-pane tokens/s, latency, KV hit rate
+and drafts (once a reply drafted), and the engine's tokens/s and batch size.
 
 Curves are made once and fed from the window's one 10 Hz timer. Without a GPU every redraw is
 paid in CPU taken from the engine, so a tick does as little as it can: the x range is fixed at the
@@ -31,6 +31,9 @@ RIGHT_MARGIN_S = 1.0  # room right of now, so a point just added is drawn whole
 BODY_PIECES = 6  # items a line's body is cut in: a tick's repaint strokes about a sixth of it
 SLIDE_MARGIN_S = 2.0  # items hold this much left of the window, so a line enters from the edge
 PREFERRED_WIDTH = 400  # as the window opens: on a 1366 px laptop screen eight panes get 230 px each
+LEFT_AXIS_WIDTH = 38
+RIGHT_AXIS_WIDTH = 34  # a right axis's; while one shows, every plot keeps this margin, so their times line up
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's largest widget size: no maximum
 
 
 class Line:
@@ -137,7 +140,10 @@ def _plot(layout: pg.GraphicsLayoutWidget, row: int, spec: PlotSpec) -> pg.PlotI
     plot.disableAutoRange()  # the panel fits y itself from what it feeds: autorange rescans every item
     plot.setMouseEnabled(x=False, y=False)
     plot.hideButtons()
-    plot.getAxis("left").setWidth(38)
+    # the title spans the axes too: only its width, not its width and both axes', is what a plot needs
+    plot.layout.removeItem(plot.titleLabel)
+    plot.layout.addItem(plot.titleLabel, 0, 0, 1, 3)
+    plot.getAxis("left").setWidth(LEFT_AXIS_WIDTH)
     if spec.unit:
         plot.getAxis("left").setLabel(spec.unit)
     if spec.y_range is not None:
@@ -147,6 +153,37 @@ def _plot(layout: pg.GraphicsLayoutWidget, row: int, spec: PlotSpec) -> pg.PlotI
         # redrawn only when its range changes, not on every curve update
         plot.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
     return plot
+
+
+def _right_view(plot: pg.PlotItem, unit: str) -> pg.ViewBox:
+    """A second view over the plot's, with its own y range, read on the plot's right axis."""
+    view = pg.ViewBox(enableMouse=False, enableMenu=False)
+    view.setParentItem(plot)  # shown and hidden with its plot
+    view.disableAutoRange()
+    view.setXLink(plot)
+    axis = plot.getAxis("right")
+    axis.linkToView(view)
+    axis.setLabel(unit)
+    axis.setWidth(RIGHT_AXIS_WIDTH)
+    axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    plot.showAxis("right")
+    plot.vb.sigResized.connect(lambda vb: view.setGeometry(vb.geometry()))  # the plot's view's place, in the plot
+    return view
+
+
+def _keep_right_margin(plot: pg.PlotItem) -> None:
+    """An empty right axis as wide as a real one, so this plot's times are where the other rows' are."""
+    axis = plot.getAxis("right")
+    axis.setWidth(RIGHT_AXIS_WIDTH)
+    axis.setTicks([])
+    axis.setPen(pg.mkPen(None))
+    plot.showAxis("right")
+
+
+def _fold(plot: pg.PlotItem, folded: bool) -> None:
+    """Hide a row and give its height to the others (a hidden item alone keeps its minimum)."""
+    plot.setVisible(not folded)
+    plot.setMaximumHeight(0 if folded else QWIDGETSIZE_MAX)
 
 
 class PlotsPanel(pg.GraphicsLayoutWidget):
@@ -161,6 +198,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self._rows = [(spec, _plot(self, row, spec)) for row, spec in enumerate(specs)]
         for spec, plot in self._rows:
             setattr(self, f"{spec.name}_plot", plot)
+        self.right_views = {spec.name: _right_view(plot, spec.right_unit) for spec, plot in self._rows if spec.right_unit}
+        self._folded = {spec.name for spec, _ in self._rows if spec.folded_until_points}
+        for name in self._folded:
+            _fold(getattr(self, f"{name}_plot"), True)
+        self._line_up_right_edges()
         self.legend = self.addLabel("", row=len(specs), col=0, justify="left")  # each pane's colour and name
         # its text must never widen the plots past the dock: it wraps in lines, and its width is ignored
         self.legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -182,6 +224,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         self.point_sets: dict[str, pg.ScatterPlotItem] = {}
         self._points: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}  # point set -> pane -> (x, y)
         self._plot_of: dict[str, pg.PlotItem] = {}  # a pane's line -> its plot
+        self._row_of: dict[str, str] = {}  # a point set -> its plot's name
         self._pane_series: list[tuple[LineSpec | PointsSpec, bool]] = []  # with its plot's log_y, fed for each pane
         self._engine_series: list[tuple[LineSpec, bool]] = []
         self._brushes: dict[str, object] = {}
@@ -201,9 +244,10 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if isinstance(series, LineSpec):
             self._plot_of[series.name] = plot
         else:
-            self.point_sets[series.name] = pg.ScatterPlotItem(size=series.size, pen=None)
-            plot.addItem(self.point_sets[series.name])
+            self.point_sets[series.name] = pg.ScatterPlotItem(size=series.size, pen=None, symbol=series.symbol)
+            (self.right_views[spec.name] if series.right else plot).addItem(self.point_sets[series.name])
             self._points[series.name] = {}
+            self._row_of[series.name] = spec.name
 
     def sizeHint(self) -> QSize:
         return QSize(PREFERRED_WIDTH, super().sizeHint().height())
@@ -274,7 +318,9 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             self._feed(self.engine_curves[series.name], getattr(self.metrics, series.ring), now, sliding, log_y)
         for spec, plot in self._rows:
             if spec.y_range is None:
-                self._fit_y(spec, plot, list(self._extents(spec)))
+                self._fit_y(spec.name, plot, list(self._extents(spec)), spec.log_y)
+            if spec.right_unit:
+                self._fit_y(f"{spec.name}:right", self.right_views[spec.name], list(self._extents(spec, right=True)))
         if sliding:
             self._x_right = right
             for series in self._all_series():
@@ -288,9 +334,11 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         for curves in self.pane_curves.values():
             yield from curves.values()
 
-    def _extents(self, spec: PlotSpec):
-        """(min, max) of y of each item in a plot, None for an empty one."""
+    def _extents(self, spec: PlotSpec, right: bool = False):
+        """(min, max) of y of each item against a plot's left axis (its right one: `right`), None for an empty one."""
         for series in spec.series:
+            if (isinstance(series, PointsSpec) and series.right) is not right:
+                continue
             if isinstance(series, PointsSpec):
                 yield self._point_extent.get(series.name)
             elif spec.per_pane:
@@ -298,19 +346,20 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             else:
                 yield self.engine_curves[series.name].extent
 
-    def _fit_y(self, spec: PlotSpec, plot: pg.PlotItem, extents: list[tuple[float, float] | None]) -> None:
-        """Set y to a round range around the items' points, only when that range changes."""
+    def _fit_y(self, key: str, view, extents: list[tuple[float, float] | None], log_y: bool = False) -> None:
+        """Set a plot's (or a right view's) y to a round range around the items' points, only when
+        that range changes; `key` names the range."""
         extents = [e for e in extents if e is not None]
         if not extents:
             return
         low, high = min(e[0] for e in extents), max(e[1] for e in extents)
-        if spec.log_y:  # log10 values: whole decades
+        if log_y:  # log10 values: whole decades
             rng = (math.floor(low), max(math.ceil(high), math.floor(low) + 1))
         else:
             rng = (0.0, _round_up(high))
-        if self._y_range.get(spec.name) != rng:
-            self._y_range[spec.name] = rng
-            plot.setYRange(*rng, padding=0.02)
+        if self._y_range.get(key) != rng:
+            self._y_range[key] = rng
+            view.setYRange(*rng, padding=0.02)
 
     def _feed(self, series: LiveSeries, ring: Ring, now: float, sliding: bool, log_y: bool) -> None:
         """Give a series its new points: all of the last window when the range slides (or the first
@@ -346,6 +395,18 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         if len(shown):
             self._point_extent[name] = (float(shown.min()), float(shown.max()))
         item.setData(x=x, y=y, brush=brushes)
+        if len(x) and self._row_of[name] in self._folded:
+            self._folded.discard(self._row_of[name])
+            _fold(getattr(self, f"{self._row_of[name]}_plot"), False)
+            self._line_up_right_edges()
+
+    def _line_up_right_edges(self) -> None:
+        """While a shown row has a right axis, every other keeps as much room, so their times line up."""
+        shown = [(spec, plot) for spec, plot in self._rows if spec.name not in self._folded]
+        if any(spec.right_unit for spec, _ in shown):
+            for spec, plot in shown:
+                if not spec.right_unit:
+                    _keep_right_margin(plot)
 
     def _shown(self, ring: Ring, now: float, log_y: bool) -> tuple[np.ndarray, np.ndarray]:
         """The ring's points of the last window and a margin, in plot coordinates."""

@@ -59,6 +59,10 @@ class PaneMetrics:
     ttft: Ring = field(default_factory=Ring)
     itl: Ring = field(default_factory=Ring)
     kv_hit: Ring = field(default_factory=Ring)
+    # a point per reply that drafted (speculative decoding): its accepted share of the drafted tokens,
+    # and the tokens each of its decode steps gave; a reply that drafted nothing adds none
+    draft_accepted: Ring = field(default_factory=Ring)
+    step_tokens: Ring = field(default_factory=Ring)
     recent_tokens: deque = field(default_factory=deque)  # (t, n) inside the rate window
     last_token_t: dict = field(default_factory=dict)  # request_id -> time of its last token
     # the readout's "tok/s": the pane's tokens whose time (when the engine drew them; a remote
@@ -77,11 +81,18 @@ class PaneMetrics:
     # guessed ahead and verified, and of those the right ones
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    tokens_per_step: float = math.nan  # the last reply's, where it drafted
 
     @property
     def draft_acceptance(self) -> float:
         """The last reply's accepted share of its drafted tokens; NaN when none were drafted."""
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else math.nan
+
+
+def tokens_per_step(gen_tokens: int, accepted_tokens: int) -> float:
+    """The tokens a reply got per decode step of its sequence: each step gives one token of its own
+    and the guesses accepted with it, so the steps are the tokens less the accepted ones."""
+    return gen_tokens / max(gen_tokens - accepted_tokens, 1)
 
 
 @dataclass
@@ -119,6 +130,7 @@ class MetricsStore:
         metrics = self.add_pane(pane)
         metrics.gen_tokens = 0
         metrics.drafted_tokens = metrics.accepted_tokens = 0  # a new reply: its figures come with its end
+        metrics.tokens_per_step = math.nan
         self._requests[request_id] = _Tracked(pane, t_submit, metrics.context_tokens)
         while len(self._requests) > TRACKED_KEPT:  # a request that never reached the engine has no final event
             del self._requests[next(iter(self._requests))]
@@ -158,14 +170,19 @@ class MetricsStore:
     def _on_finish(self, ev: FinishEvent, m: PaneMetrics) -> None:
         m.last_token_t.pop(ev.request_id, None)
         st = ev.stats
+        t = st.t_finish if not math.isnan(st.t_finish) else st.t_submit
         m.drafted_tokens, m.accepted_tokens = st.drafted_tokens, st.accepted_tokens
+        if st.drafted_tokens:
+            m.tokens_per_step = tokens_per_step(st.gen_tokens, st.accepted_tokens)
+            m.draft_accepted.push(t, st.accepted_tokens / st.drafted_tokens)
+            m.step_tokens.push(t, m.tokens_per_step)
         if st.prompt_tokens:
             m.context_tokens = st.prompt_tokens + st.gen_tokens
         if not math.isnan(st.kv_hit_rate):
             m.kv_hit_rate = st.conversation_hit_rate  # the readout: the chat so far
             m.conversation_cached = st.conversation_cached_tokens
             m.conversation_prompt = st.conversation_cached_tokens + st.conversation_evaluated_tokens
-            m.kv_hit.push(st.t_finish if not math.isnan(st.t_finish) else st.t_submit, st.kv_hit_rate)
+            m.kv_hit.push(t, st.kv_hit_rate)
 
     # -- the plot timer ------------------------------------------------------------------------
 
