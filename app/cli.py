@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from .engine.config_fields import CONFIG_FIELDS
 from .engine.errors import ModelLoadError
-from .engine.params import EngineConfig, Policy, ServingMode
+from .engine.params import EngineConfig, Policy, ServingMode, SpecType
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -95,6 +95,8 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         if field.flags and field.name in vars(args):  # bench's own --mode, --policy share a name
             value = getattr(args, field.name)
             changes[field.name] = field.text.parse(value) if isinstance(value, str) else value
+    if changes.get("spec_draft_model") and "spec_type" not in changes:  # as llama.cpp: -md alone drafts with it
+        changes["spec_type"] = SpecType.DRAFT
     problem = EngineConfig(model_path="", **changes).problem()
     if problem:
         raise ValueError(problem)

@@ -53,7 +53,11 @@ CHANGED = EngineConfig(
     spec_type=SpecType.NGRAM,
     spec_draft_n_max=8,
     spec_draft_n_min=2,
+    spec_draft_model="/models/small, draft.gguf",
+    spec_draft_p_min=0.25,
 )
+# what a flag given alone sets beside its own field (as llama.cpp, -md alone drafts with that model)
+IMPLIED = {"spec_draft_model": {"spec_type": SpecType.DRAFT}}
 
 
 @pytest.mark.unit
@@ -169,7 +173,7 @@ def _argument(field) -> list[str]:
 @pytest.mark.parametrize(("field", "flag"), [pytest.param(f, flag, id=flag) for f in FLAGGED for flag in f.flags])
 def test_each_flag_parses_to_its_field(command, field, flag):
     args = build_parser().parse_args([*command, flag, *_argument(field)])
-    assert engine_overrides(args) == {field.name: getattr(CHANGED, field.name)}
+    assert engine_overrides(args) == {field.name: getattr(CHANGED, field.name), **IMPLIED.get(field.name, {})}
 
 
 @pytest.mark.unit

@@ -131,6 +131,22 @@ ON_OFF = Text(lambda text: _word(_ON_OFF, text), lambda value: "true" if value e
 GPU_LAYERS = Text(_gpu_layers, lambda n: "auto" if n is None else "all" if n == GPU_LAYERS_ALL else str(n))
 POLICY_HELP = "the order in which sequences get a step's token budget:\n" + "\n".join(f"{p.value}: {p.help}" for p in Policy)
 
+def _draft_model(text: str) -> str | None:
+    """A draft model's GGUF file, or none."""
+    text = text.strip()
+    return None if text.lower() in ("", "none") else text
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
 CONFIG_FIELDS = (
     # the engine's own, set by each command's options (--model, --parallel, --batch, bench's --mode ...)
     ConfigField("model_path", "Model", help="the GGUF model file", text=Text(_path)),
@@ -218,8 +234,9 @@ CONFIG_FIELDS = (
     ConfigField(
         "spec_type",
         "Speculative decoding",
-        help="draft tokens ahead and verify them in the batch: none (default), or ngram-simple (the tokens "
-        "that followed the last few earlier in the chat; greedy replies only, the same reply either way)",
+        help="draft tokens ahead and verify them in the batch: none (default), ngram-simple (the tokens "
+        "that followed the last few earlier in the chat) or draft-simple (a draft model's guesses, -md); "
+        "greedy replies only, the same reply either way",
         text=choice(SpecType),
         flags=("--spec-type",),
     ),
@@ -234,10 +251,28 @@ CONFIG_FIELDS = (
     ConfigField(
         "spec_draft_n_min",
         "Draft tokens, fewest",
-        help="fewer found and nothing is drafted (default 0)",
+        help="above 0: a draft of at least this many tokens at every step, whatever the measured costs say, "
+        "and none where fewer are found; 0 (default): drafts as long as they pay, measured here",
         text=whole(0),
         flags=("--spec-draft-n-min",),
         metavar="N",
+    ),
+    ConfigField(
+        "spec_draft_model",
+        "Draft model",
+        help="a small GGUF model with this model's vocabulary that drafts for it (draft-simple; giving one "
+        "without --spec-type chooses draft-simple, as llama.cpp does)",
+        text=Text(_draft_model, lambda path: path or "none"),
+        flags=("-md", "--model-draft", "--spec-draft-model"),
+        metavar="FNAME",
+    ),
+    ConfigField(
+        "spec_draft_p_min",
+        "Draft confidence, least",
+        help="a draft model's guess it finds less likely than this ends the draft (default 0)",
+        text=Text(_probability, repr),
+        flags=("--spec-draft-p-min", "--draft-p-min"),
+        metavar="P",
     ),
     ConfigField("use_mlock", "mlock", help="keep the model in RAM (no swapping)", text=ON_OFF, flags=("--mlock",), switch=True),
     ConfigField(

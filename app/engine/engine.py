@@ -28,7 +28,7 @@ from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence, SequenceStatus
-from .speculation import NgramDrafter, StepCost
+from .speculation import COST_WEIGHT, Drafter, NgramDrafter, StepCost
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -88,6 +88,7 @@ class Engine:
         self._generated = 0
         self._drafted = self._accepted = 0
         self.step_cost = StepCost()  # what a decode of n tokens takes here: whether a draft pays
+        self.guess_s = 0.0  # what the draft model takes per guess (measured: llama/draft.py)
         self._n_steps = 0
         self._step_s = self._decode_s = 0.0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
@@ -298,21 +299,37 @@ class Engine:
         decoding = [seq for seq, _ in plan if seq.is_decoding and seq.draw is Draw.ARGMAX and seq.params.speculate]
         if self.config.spec_type is SpecType.NONE or not decoding:
             return []
+        model = self.backend.draft
         n_step = sum(n for _, n in plan)
         cells = min(self.kv.free_cells, self.backend.n_ctx) - n_step
-        drafting = []
+        lengths: list[tuple[Sequence, int]] = []
         for seq in decoding:
             if seq.drafter is None:
-                seq.drafter = NgramDrafter(self.config.spec_draft_n_min, self.config.spec_draft_n_max)
+                kind = NgramDrafter if model is None else Drafter
+                seq.drafter = kind(self.config.spec_draft_n_min, self.config.spec_draft_n_max)
             own_room = self.backend.n_ctx_seq - len(seq.tokens)  # its stream's, or the pool's
             left = seq.params.max_tokens - seq.num_generated - 1  # the token after the draft is one more
             room = min(self.config.n_batch - n_step, cells, own_room, left)
-            seq.draft = seq.drafter.draft(seq.tokens, seq.drafter.length(self.step_cost, n_step, room))
-            if seq.draft:
-                n_step += len(seq.draft)
-                cells -= len(seq.draft)
-                drafting.append(seq)
-        return drafting
+            n = seq.drafter.length(self.step_cost, n_step, room, self.guess_s if model else 0.0)
+            if model is None:
+                seq.draft = seq.drafter.draft(seq.tokens, n)
+                n = len(seq.draft)
+            elif n < max(1, self.config.spec_draft_n_min):
+                continue
+            lengths.append((seq, n))
+            n_step += n  # a draft model's may end sooner
+            cells -= n
+        if model is not None and lengths:
+            self._guess(model, lengths)
+        return [seq for seq, _ in lengths if seq.draft]
+
+    def _guess(self, model, lengths: list[tuple[Sequence, int]]) -> None:
+        """Drafts from the draft model for every sequence in `lengths` at once; what a guess costs kept."""
+        drafts = model.draft([(seq.slot_id, seq.tokens, n) for seq, n in lengths], self.config.spec_draft_p_min)
+        if model.guess_s:
+            self.guess_s = model.guess_s if not self.guess_s else self.guess_s + COST_WEIGHT * (model.guess_s - self.guess_s)
+        for (seq, _), draft in zip(lengths, drafts, strict=True):
+            seq.draft = draft if len(draft) >= self.config.spec_draft_n_min else []
 
     def _verify(self, seq: Sequence, events: list[Event]) -> None:
         """Take the tokens the greedy choice confirms: at each drafted row the top token, as long as it

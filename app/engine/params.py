@@ -61,6 +61,7 @@ class SpecType(str, Enum):
 
     NONE = "none"
     NGRAM = "ngram-simple"  # the tokens that followed the sequence's last few tokens earlier in it
+    DRAFT = "draft-simple"  # a small model's greedy guesses (spec_draft_model, llama.cpp's -md)
 
 
 # llama.cpp's -kvu as a setting: on (one pool), off (a stream per sequence), or auto (pool.choose_layout)
@@ -202,11 +203,14 @@ class EngineConfig:
     # Off by default: measured slower than drawing on the host, on the CPU and on an H200
     # (docs/performance.md); a request wanting token probabilities samples on the host either way
     backend_sampling: bool = False
-    # speculative decoding (llama.cpp's --spec-type, --spec-draft-n-max, --spec-draft-n-min): greedy
-    # replies draft tokens from their own prompt and reply, verified in the shared batch
+    # speculative decoding (llama.cpp's --spec-type, --spec-draft-n-max, --spec-draft-n-min, -md,
+    # --spec-draft-p-min): greedy replies draft tokens from their own prompt and reply, or with a
+    # small model of the same vocabulary, verified in the shared batch
     spec_type: SpecType = SpecType.NONE
     spec_draft_n_max: int = 16
     spec_draft_n_min: int = 0
+    spec_draft_model: str | None = None
+    spec_draft_p_min: float = 0.0  # a draft model's guess less likely than this (to it) ends the draft
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
@@ -237,6 +241,10 @@ class EngineConfig:
             return f"the RAM cache is a number of MiB, or 0 for none; got {self.cache_ram_mib}"
         if self.n_threads < 1 or (self.n_threads_batch is not None and self.n_threads_batch < 1):
             return "thread counts must be 1 or more"
+        if self.spec_type is SpecType.DRAFT and not self.spec_draft_model:
+            return "speculative decoding with a draft model needs one: give its GGUF file (-md FILE)"
+        if not 0.0 <= self.spec_draft_p_min <= 1.0:
+            return f"the draft's least probability is between 0 and 1; got {self.spec_draft_p_min}"
         return None
 
     @property

@@ -68,7 +68,7 @@ class Sequence:
         self.grammar = None  # llama.cpp's grammar sampler, when its replies must follow one
         self.draw = Draw.CHAIN
         self.row = -1  # batch row whose logits this sequence samples in the current step
-        self.drafter = None  # speculation.NgramDrafter, made at its first draft
+        self.drafter = None  # speculation.Drafter (an NgramDrafter without a draft model), made at its first draft
         self.draft: list[int] = []  # tokens guessed after its next one, verified in the current step
         self.stream = TextStream(request.params.stop + stop)
         self.stats = stats

@@ -22,10 +22,11 @@ import llama_cpp as ll
 from ..errors import ModelLoadError
 from ..model_file import check_gguf_file
 from ..model_info import ModelInfo
-from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
+from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SpecType
 from ..pool import POOL_STEP, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
 from .batch import Batch
 from .devices import build_has_amx, build_info
+from .draft import DraftModel
 from .log_capture import forget_tail, last_error, placement_from_log, recording_load
 from .model_facts import description, kv_shape, meta_value
 from .runtime import init_backend
@@ -54,6 +55,7 @@ class LlamaBackend:
         self.config = config
         self.build = build_info()
         self.notices: list[str] = []
+        self.draft: DraftModel | None = None
         self._layout_kept = False  # a change of layout failed: no more are tried
         with recording_load() as load_log:
             self.model = self._load_model(config)
@@ -72,6 +74,17 @@ class LlamaBackend:
         self.notices = list(self.info.notices)
         self.vocab = Vocab(self.model)  # the tokenizer: the prompt thread reads it
         self.samplers = Samplers(self.ctx, self.vocab, self.batch, config.capacity)
+        if config.spec_type is SpecType.DRAFT:
+            self.draft = self._load_draft(config)
+
+    def _load_draft(self, config: EngineConfig) -> DraftModel:
+        """The draft model beside this one (its own context, as many cells); this one is freed if it fails."""
+        try:
+            threads = (config.n_threads, config.threads_batch)
+            return DraftModel(config.spec_draft_model, self.model, self.n_ctx, config.capacity, config.n_batch, threads, self.n_gpu_layers)
+        except ModelLoadError:
+            self.close()
+            raise
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -309,6 +322,9 @@ class LlamaBackend:
         return None
 
     def close(self) -> None:
+        if self.draft:
+            self.draft.close()
+            self.draft = None
         if self.ctx:
             ll.llama_free(self.ctx)
             self.ctx = None
