@@ -205,17 +205,26 @@ _input = st.one_of(st.lists(_message, max_size=6), st.just(""), _text, _long)
 _request = st.tuples(_input, _params, st.booleans(), st.sampled_from([None, "a", "b"]))
 
 
-@pytest.fixture(scope="module", params=[True, False, None], ids=["one pool", "a stream per sequence", "automatic, drafting"])
+@pytest.fixture(
+    scope="module",
+    params=["one pool", "streams", "automatic, drafting", "draft model"],
+    ids=["one pool", "a stream per sequence", "automatic, drafting", "one pool, a draft model drafting"],
+)
 def shared_engine(tiny_model_path, request):
     """One engine for every generated example, in each KV layout (automatic: streams of 1,024 cells
-    that a long prompt moves to one pool, with n-gram drafts): it must survive all of them."""
+    that a long prompt moves to one pool, with n-gram drafts), and with a draft model guessing at
+    every step: it must survive all of them."""
     from app.client import EngineClient
     from app.engine.params import EngineConfig, SpecType
 
     loop = asyncio.new_event_loop()
-    config = EngineConfig(tiny_model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2, kv_unified=request.param)
-    if request.param is None:
-        config = config.with_(capacity=2, spec_type=SpecType.NGRAM)
+    config = EngineConfig(tiny_model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2, kv_unified=True)
+    config = {
+        "one pool": config,
+        "streams": config.with_(kv_unified=False),
+        "automatic, drafting": config.with_(kv_unified=None, capacity=2, spec_type=SpecType.NGRAM),
+        "draft model": config.with_(spec_type=SpecType.DRAFT, spec_draft_model=tiny_model_path, spec_draft_n_min=2),
+    }[request.param]
     client = EngineClient(config)
     loop.run_until_complete(client.start())
     yield loop, client

@@ -134,3 +134,37 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         assert off.gen_tokens == 100 and off.drafted_tokens == 0
 
     run_tiny_window(scenario, panes=1)
+
+
+def test_a_draft_model_is_picked_in_the_panel_and_drafts_for_the_pane(run_tiny_window, qtbot):
+    async def scenario(window):
+        set_params(window, GREEDY_100)
+        (pane,) = window.panes
+        qtbot.mouseClick(_toolbar_button(window, window.engine_dock.toggleViewAction()), Qt.MouseButton.LeftButton)
+        panel = window.engine_panel
+        assert not panel.spec_draft_model.isEnabled() and not panel.spec_draft_p_min.isEnabled()
+        assert panel.spec_draft_model.toolTip().startswith("-md, --model-draft, --spec-draft-model: ")
+
+        # draft-simple without a draft model is not applied, and says why
+        _choose(qtbot, panel.spec_type, "draft-simple")
+        assert panel.spec_draft_model.isEnabled() and panel.spec_draft_p_min.isEnabled()
+        qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+        await until(lambda: "needs one" in panel.status.text(), what="the refusal")
+        assert window.client.config.spec_type is SpecType.NONE
+
+        # the model drafting for itself, 4 guesses at every step: each one right
+        qtbot.mouseClick(panel.spec_draft_model, Qt.MouseButton.LeftButton)
+        qtbot.keyClicks(panel.spec_draft_model, window.client.config.model_path)
+        _type_number(qtbot, panel.spec_draft_n_min, "4")
+        panel.status.setText("")
+        qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+        await until(lambda: panel.status.text() == "reloaded", what="the reload")
+        config = window.client.config
+        assert (config.spec_type, config.spec_draft_model) == (SpecType.DRAFT, config.model_path)
+
+        stats = await _send(window, qtbot, pane, PROMPT)
+        assert stats.gen_tokens == 100 and stats.drafted_tokens > 40 and stats.accepted_tokens == stats.drafted_tokens
+        window.refresh_readouts()
+        assert f" · drafts 100% of {stats.drafted_tokens}" in pane.readout.text()
+
+    run_tiny_window(scenario, panes=1)

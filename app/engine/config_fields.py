@@ -131,6 +131,7 @@ ON_OFF = Text(lambda text: _word(_ON_OFF, text), lambda value: "true" if value e
 GPU_LAYERS = Text(_gpu_layers, lambda n: "auto" if n is None else "all" if n == GPU_LAYERS_ALL else str(n))
 POLICY_HELP = "the order in which sequences get a step's token budget:\n" + "\n".join(f"{p.value}: {p.help}" for p in Policy)
 
+
 def _draft_model(text: str) -> str | None:
     """A draft model's GGUF file, or none."""
     text = text.strip()

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QFrame,
@@ -108,6 +109,13 @@ def _chosen(combo: QComboBox, name: str):
     return FIELDS[name].text.parse(combo.currentData())
 
 
+def _pick_gguf(parent: QWidget, title: str, field: QLineEdit) -> None:
+    """A file dialog for a GGUF file, opening where `field`'s file is; the pick goes into `field`."""
+    path, _ = QFileDialog.getOpenFileName(parent, title, os.path.dirname(field.text()), "GGUF models (*.gguf);;All files (*)")
+    if path:
+        field.setText(path)
+
+
 class EnginePanel(QWidget):
     """Edits an EngineConfig; Apply reloads the client (chats stay, replies in flight get a notice)."""
 
@@ -181,7 +189,7 @@ class EnginePanel(QWidget):
     def _llama_rows(self, form: QFormLayout) -> None:
         """llama.cpp's own settings, with its names: -ngl, -mg, -fa, -ctk/-ctv, -kvu, --mlock, --no-mmap;
         the KV cache's reuse and RAM tier (llama-server's --cache-ram), --backend-sampling, and
-        speculative decoding (--spec-type, --spec-draft-n-max/-min)."""
+        speculative decoding (--spec-type, --spec-draft-n-max/-min, -md, --spec-draft-p-min)."""
         self.gpu_layers = QLineEdit(placeholderText="automatic")
         self.main_gpu = _spin(0, 15)
         main_gpu = (_label("main_gpu"), 0), (_explained(self.main_gpu, "main_gpu"), 0)
@@ -214,6 +222,11 @@ class EnginePanel(QWidget):
         self.spec_draft_n_max.valueChanged.connect(self.spec_draft_n_min.setMaximum)  # the fewest never above the most
         _add(form, "spec_draft_n_max", self.spec_draft_n_max)
         _add(form, "spec_draft_n_min", self.spec_draft_n_min)
+        self.spec_draft_model = QLineEdit(placeholderText="a small GGUF with this model's vocabulary")
+        pick = QToolButton(text="…", toolTip="Pick the draft model's GGUF file", clicked=self._browse_draft)
+        form.addRow(_label("spec_draft_model"), _row((_explained(self.spec_draft_model, "spec_draft_model"), 1), (pick, 0)))
+        self.spec_draft_p_min = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=1.0, singleStep=0.05)
+        _add(form, "spec_draft_p_min", self.spec_draft_p_min)
 
     def _model_row(self) -> QWidget:
         self.model_path = QLineEdit()
@@ -265,6 +278,8 @@ class EnginePanel(QWidget):
             getattr(self, name).setChecked(getattr(config, name))
         self.spec_draft_n_max.setValue(config.spec_draft_n_max)  # first: it bounds the fewest
         self.spec_draft_n_min.setValue(config.spec_draft_n_min)
+        self.spec_draft_model.setText(config.spec_draft_model or "")
+        self.spec_draft_p_min.setValue(config.spec_draft_p_min)
         self._show_spec()
         for button in self.mode_buttons.values():
             button.blockSignals(True)
@@ -298,6 +313,9 @@ class EnginePanel(QWidget):
             f"KV layout: {escape(layout).replace(NBSP, '&nbsp;')}",  # rich text takes U+00A0 for a space
             escape(info.placement()),
         ]
+        config = self.client.config
+        if config.spec_type is SpecType.DRAFT and config.spec_draft_model:
+            lines.append(f"Drafting with {escape(os.path.basename(config.spec_draft_model))} (speculative decoding)")
         if info.build is not None:
             lines.append(f"Build: {escape(info.build.summary())}")
             self.gpu_layers.setPlaceholderText("automatic: all" if info.build.gpu_offload else "automatic: 0 (CPU-only build)")
@@ -338,6 +356,8 @@ class EnginePanel(QWidget):
             spec_type=_chosen(self.spec_type, "spec_type"),
             spec_draft_n_max=self.spec_draft_n_max.value(),
             spec_draft_n_min=self.spec_draft_n_min.value(),
+            spec_draft_model=FIELDS["spec_draft_model"].text.parse(self.spec_draft_model.text()),
+            spec_draft_p_min=self.spec_draft_p_min.value(),
             overflow=_chosen(self.overflow, "overflow"),
         )
         problem = config.problem()
@@ -353,11 +373,10 @@ class EnginePanel(QWidget):
             raise ValueError(f"{FIELDS['gpu_layers'].label}: {e}") from None
 
     def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Pick a GGUF model", os.path.dirname(self.model_path.text()), "GGUF models (*.gguf);;All files (*)"
-        )
-        if path:
-            self.model_path.setText(path)
+        _pick_gguf(self, "Pick a GGUF model", self.model_path)
+
+    def _browse_draft(self) -> None:
+        _pick_gguf(self, "Pick a draft model (a small GGUF with this model's vocabulary)", self.spec_draft_model)
 
     @asyncSlot()
     async def apply(self) -> None:
@@ -430,9 +449,11 @@ class EnginePanel(QWidget):
 
     def _show_spec(self) -> None:
         """The draft lengths are for drafting: greyed while speculative decoding is off."""
-        drafting = _chosen(self.spec_type, "spec_type") is not SpecType.NONE
-        self.spec_draft_n_max.setEnabled(drafting)
-        self.spec_draft_n_min.setEnabled(drafting)
+        kind = _chosen(self.spec_type, "spec_type")
+        self.spec_draft_n_max.setEnabled(kind is not SpecType.NONE)
+        self.spec_draft_n_min.setEnabled(kind is not SpecType.NONE)
+        self.spec_draft_model.setEnabled(kind is SpecType.DRAFT)
+        self.spec_draft_p_min.setEnabled(kind is SpecType.DRAFT)
 
     def _show_itl_target(self) -> None:
         self.itl_target.setEnabled(self.adaptive.isChecked())

@@ -81,7 +81,9 @@ class LlamaBackend:
         """The draft model beside this one (its own context, as many cells); this one is freed if it fails."""
         try:
             threads = (config.n_threads, config.threads_batch)
-            return DraftModel(config.spec_draft_model, self.model, self.n_ctx, config.capacity, config.n_batch, threads, self.n_gpu_layers)
+            return DraftModel(
+                config.spec_draft_model, self.model, self.n_ctx, config.capacity, config.n_batch, threads, self.n_gpu_layers
+            )
         except ModelLoadError:
             self.close()
             raise

@@ -31,7 +31,9 @@ VOCAB_CHECK_FROM = 5
 
 
 class DraftModel:
-    def __init__(self, path: str, target_model, n_ctx: int, capacity: int, n_batch: int, threads: tuple[int, int], gpu_layers: int):
+    def __init__(
+        self, path: str, target_model, n_ctx: int, capacity: int, n_batch: int, threads: tuple[int, int], gpu_layers: int
+    ):
         """Load `path` and make its context; ModelLoadError when it cannot be, or when its vocabulary is
         not the target's."""
         check_gguf_file(path)
@@ -183,7 +185,10 @@ def vocab_difference(target_model, draft_model) -> str | None:
     t, d = ll.llama_model_get_vocab(target_model), ll.llama_model_get_vocab(draft_model)
     if ll.llama_vocab_type(t) != ll.llama_vocab_type(d):
         return "its tokenizer is of another kind"
-    for name, add, token in (("BOS", ll.llama_vocab_get_add_bos, ll.llama_vocab_bos), ("EOS", ll.llama_vocab_get_add_eos, ll.llama_vocab_eos)):
+    for name, add, token in (
+        ("BOS", ll.llama_vocab_get_add_bos, ll.llama_vocab_bos),
+        ("EOS", ll.llama_vocab_get_add_eos, ll.llama_vocab_eos),
+    ):
         if add(t) != add(d) or (add(t) and token(t) != token(d)):
             return f"its {name} token differs"
     n_t, n_d = ll.llama_vocab_n_tokens(t), ll.llama_vocab_n_tokens(d)
@@ -195,4 +200,3 @@ def vocab_difference(target_model, draft_model) -> str | None:
             there, here = (text(v, i).decode("utf-8", errors="replace") for v in (d, t))
             return f"token {i} is {there!r} there, {here!r} here"
     return None
-
