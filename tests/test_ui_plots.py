@@ -180,3 +180,17 @@ def test_without_drafts_the_drafts_plot_stays_folded_away(qtbot, tiny_config):
     assert len(panel.points("a", "ttft")[0]) == 1  # the reply was plotted
     assert not panel.drafts_plot.isVisible() and panel.drafts_plot.height() == 0 and len(metrics.panes["a"].draft_accepted) == 0
     assert not panel.rate_plot.getAxis("right").isVisible()  # no room kept for an axis not shown
+
+
+@pytest.mark.gui
+def test_a_log_axis_says_its_values_not_a_power_of_ten_times_a_scale(qtbot):
+    metrics = MetricsStore()
+    pane = metrics.add_pane("p")
+    panel = PlotsPanel(metrics)
+    qtbot.addWidget(panel)
+    panel.add_pane("p", "#1f77b4")
+    pane.ttft.push(panel.t0 + 1, 0.035)  # 35 ms: its decade is 0.01 to 0.1 s
+    panel.refresh(panel.t0 + 1)
+    axis = panel.latency_plot.getAxis("left")
+    assert panel.latency_plot.viewRange()[1] == pytest.approx([-2.02, -0.98])
+    assert axis.autoSIPrefixScale == 1 and "x0.001" not in axis.labelString()

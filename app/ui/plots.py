@@ -127,7 +127,12 @@ class LiveSeries:
 
 
 class DecadeAxis(pg.AxisItem):
-    """A log axis with a tick and a label at each power of ten only: minor labels pile up."""
+    """A log axis with a tick and a label at each power of ten only: minor labels pile up. Its labels
+    say the values themselves (0.01, 0.1 s), never a power of ten times an SI scale."""
+
+    def __init__(self, orientation: str):
+        super().__init__(orientation)
+        self.enableAutoSIPrefix(False)
 
     def tickValues(self, minVal, maxVal, size):
         return [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
