@@ -3,6 +3,7 @@ on the tiny model, here and in the second process (what is checked is what goes 
 
 from __future__ import annotations
 
+import json
 import math
 import stat
 
@@ -13,10 +14,12 @@ from PySide6.QtTest import QTest
 from spawn import free_port, running, serve_command
 from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, start_long_reply, until
 
+from app.engine.events import FinishReason
 from app.ui.main_window import API_KEY
 from app.ui.pane_params_editor import PaneParamsEditor
 from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import NOTICE
+from app.workspace.markdown_stream import VALID_JSON
 from app.workspace.pane_params import PaneParams
 
 pytestmark = pytest.mark.gui
@@ -78,6 +81,78 @@ def test_a_pane_set_to_the_responses_api_goes_on_from_its_last_response(run_tiny
 
     (last,) = run_tiny_window(scenario, panes=1)
     assert last.response_id.startswith("resp_") and last.turns[-2]["content"] == "And of Spain?"
+
+
+ANSWER_SCHEMA = (  # a reply of bounded length, even from the tiny model's random weights
+    '{"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"}},'
+    ' "required": ["answer", "sure"], "additionalProperties": false}'
+)
+
+
+def _type_into(qtbot, field, text: str) -> None:
+    """Click into a field, replace what it holds by typing, as a person does."""
+    qtbot.mouseClick(field.viewport() if hasattr(field, "viewport") else field, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(field, text)
+
+
+def _pick(qtbot, combo, label: str) -> None:
+    """Open a combo box with the mouse and pick `label` with the keyboard."""
+    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+    combo.view().setCurrentIndex(combo.model().index(combo.findText(label), 0))
+    qtbot.keyClick(combo.view(), Qt.Key.Key_Return)
+    assert combo.currentText() == label
+
+
+async def _send(qtbot, pane, text: str):
+    """Type a message, click Send, and wait for the reply's end; its final event."""
+    finals = []
+    pane.sigReplyFinished.connect(finals.append)
+    _type_into(qtbot, pane.input, text)
+    qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
+    await until(lambda: finals and not pane.is_busy, 60, "the remote reply")
+    pane.sigReplyFinished.disconnect(finals.append)
+    return finals[0]
+
+
+def test_a_remote_pane_held_to_a_schema_gets_json_with_its_keys_and_a_refusal_is_said(run_tiny_window, qtbot, second_serve):
+    async def scenario(window):
+        (pane,) = window.panes
+        set_params(window, TINY_QUICK.with_(temperature=0.0, max_tokens=120))
+        steps_before = window.client.snapshot.steps
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        editor = pane.params_editor
+        _type_into(qtbot, editor.endpoint_edits["remote_url"], second_serve)
+        qtbot.keyClick(editor.endpoint_edits["remote_url"], Qt.Key.Key_Return)  # the edit is applied
+        _pick(qtbot, editor.output_combo, "JSON schema")
+        _type_into(qtbot, editor.output_edit, ANSWER_SCHEMA)
+        await until(lambda: editor.output_check.text().startswith("✓ sent with each request"), 5, "the schema's check")
+        assert pane.params.remote_url == second_serve and pane.params.output_format == "schema"
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)  # the settings fold away
+
+        final = await _send(qtbot, pane, "Are you sure?")
+        assert final.reason is FinishReason.STOP and window.client.snapshot.steps == steps_before  # the remote's reply
+        reply = json.loads(pane.chat.messages[-1]["content"])
+        assert set(reply) == {"answer", "sure"} and reply["answer"] in ("yes", "no") and isinstance(reply["sure"], bool)
+        assert VALID_JSON in pane.transcript.toPlainText()
+
+        # a schema the endpoint refuses: its 400 is said in the pane, naming the format, and the message is kept
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        _type_into(qtbot, editor.output_edit, '{"type": "objectx"}')
+        await until(lambda: editor.output_check.text().startswith("✓"), 5, "the schema's check")
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        final = await _send(qtbot, pane, "And now?")
+        assert final.reason is FinishReason.ERROR
+        notice = pane.chat.messages[-1]
+        assert notice["role"] == NOTICE and notice["content"].startswith(f"not answered: {second_serve}")
+        assert (
+            "answered 400 (asked for a JSON schema in ⚙ Output): the JSON schema cannot be turned into a grammar"
+            in notice["content"]
+        )
+        assert pane.input.toPlainText() == "And now?"  # given back to send again
+        assert [m["role"] for m in pane.chat.messages] == ["user", "assistant", NOTICE]
+
+    run_tiny_window(scenario, panes=1)
 
 
 def test_a_dead_endpoint_shows_the_reason_and_the_other_panes_go_on(run_tiny_window):

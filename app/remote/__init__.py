@@ -9,6 +9,18 @@ reason, and the client goes on serving the next one.
 from .chat_api import _read_line
 from .client import CONVERSATIONS_KEPT, RemoteClient
 from .endpoint import Endpoint, RemoteError
+from .output_format import FormatError, FormattedSampling, OutputFormat, parse_schema
 from .wire import _Reply
 
-__all__ = ["CONVERSATIONS_KEPT", "Endpoint", "RemoteClient", "RemoteError", "_Reply", "_read_line"]
+__all__ = [
+    "CONVERSATIONS_KEPT",
+    "Endpoint",
+    "FormatError",
+    "FormattedSampling",
+    "OutputFormat",
+    "RemoteClient",
+    "RemoteError",
+    "_Reply",
+    "_read_line",
+    "parse_schema",
+]

@@ -10,6 +10,7 @@ from app.engine.params import SamplingParams
 from app.engine.sampling_fields import SAMPLING_FIELDS
 
 from .endpoint import Endpoint, RemoteError
+from .output_format import output_of
 from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/chat/completions"
@@ -48,6 +49,9 @@ def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: Samplin
             body.update(dict.fromkeys(f.sent_as, value))
     optional = {"model": endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
     body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
+    output = output_of(params)
+    if output is not None:
+        body.update(output.chat_fields())
     return body
 
 

@@ -19,6 +19,7 @@ from app.engine.stats import ConversationTotals, RequestStats
 from . import chat_api
 from .chat_api import ChatApi
 from .endpoint import Endpoint, RemoteError
+from .output_format import output_of
 from .responses_api import ResponsesApi
 from .wire import _Budget, _check_status, _count_tokens, _next_line, _parse_json, _read_body, _Reply, _valid_text
 
@@ -80,7 +81,8 @@ class RemoteClient:
             return f"{self.host} takes no priorities (turn ⚙ High priority off for this pane)"
         if request.reply_prefix:
             return f"a branch goes on from the local engine's tokens, which {self.host} does not take"
-        return None
+        output = output_of(request.params)
+        return None if output is None else output.problem()
 
     def _tell(self, event: Event) -> None:
         for listener in tuple(self._listeners):
@@ -134,7 +136,7 @@ class RemoteClient:
         async with await self._answer(reply, budget, bodies) as response:
             if reply.cancelled:
                 return
-            await _check_status(response, budget)
+            await _check_status(response, budget, output_of(params))
             if response.content_type == "application/json":  # the server ignored "stream": one whole reply
                 self.api.read_whole(_parse_json(await _read_body(response, budget, self.endpoint.max_bytes)), reply)
                 yield "".join(reply.pieces)

@@ -12,6 +12,7 @@ from app.engine.events import FinishReason
 from app.engine.params import SamplingParams
 
 from .endpoint import Endpoint, RemoteError
+from .output_format import output_of
 from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/responses"
@@ -104,6 +105,9 @@ def _body(endpoint: Endpoint, params: SamplingParams, instructions: str | None, 
     }
     optional = {"model": endpoint.model, "instructions": instructions, "previous_response_id": previous_id}
     body.update({k: v for k, v in optional.items() if v})
+    output = output_of(params)
+    if output is not None:
+        body.update(output.responses_fields())
     return body
 
 

@@ -18,6 +18,7 @@ from app.engine.events import FinishReason
 from app.engine.stats import RequestStats
 
 from .endpoint import Endpoint, RemoteError
+from .output_format import OutputFormat
 
 PIECES_PER_TOKEN = 4  # a server streams about one piece a token; four times max_tokens is runaway
 ERROR_BODY_BYTES = 64 * 1024  # of an HTTP error's body, enough for its message
@@ -111,7 +112,9 @@ async def _read_body(response: aiohttp.ClientResponse, budget: _Budget, limit: i
     return bytes(body)
 
 
-async def _check_status(response: aiohttp.ClientResponse, budget: _Budget) -> None:
+async def _check_status(response: aiohttp.ClientResponse, budget: _Budget, output: OutputFormat | None = None) -> None:
+    """A RemoteError with the server's message for an HTTP error; a 400 to a request that asked for
+    an output format names it, as it is often what the endpoint refuses."""
     if response.status < 400:
         return
     text = (await _read_body(response, budget, ERROR_BODY_BYTES)).decode("utf-8", "replace")
@@ -119,7 +122,8 @@ async def _check_status(response: aiohttp.ClientResponse, budget: _Budget) -> No
         message = str(json.loads(text)["error"]["message"])[:200]
     except (ValueError, KeyError, TypeError, RecursionError):
         message = text.strip()[:200] or response.reason
-    raise RemoteError(f"{response.url} answered {response.status}: {message}")
+    asked = f" (asked for {output.label} in ⚙ Output)" if output is not None and response.status == 400 else ""
+    raise RemoteError(f"{response.url} answered {response.status}{asked}: {message}")
 
 
 def sse_data(line: str, what: str, bad_json: str):

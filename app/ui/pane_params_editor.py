@@ -245,16 +245,19 @@ class PaneParamsEditor(QWidget):
         problem = self._params.format_problem()
         colours = theme.current()
         if problem is None:
-            ok = (
-                "valid schema"
-                if self._params.output_format == "schema"
-                else "grammar within bounds (llama.cpp reads it as a reply starts)"
-            )
-            self.output_check.setText(f"✓ {ok}")
+            self.output_check.setText(f"✓ {self._output_ok()}")
             self.output_check.setStyleSheet(f"color: {colours.text.name()};")
         else:
             self.output_check.setText(f"✗ {problem}")
             self.output_check.setStyleSheet(f"color: {colours.error.name()};")
+
+    def _output_ok(self) -> str:
+        """What a schema or grammar that passed the check is good for: a remote endpoint checks its own."""
+        if self._params.endpoint() is not None:
+            return "sent with each request: the endpoint checks it, and the pane says what it refuses"
+        if self._params.output_format == "schema":
+            return "valid schema"
+        return "grammar within bounds (llama.cpp reads it as a reply starts)"
 
     def _load_output_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -283,13 +286,13 @@ class PaneParamsEditor(QWidget):
         }
         edits["remote_api_key"].setEchoMode(QLineEdit.EchoMode.Password)
         for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
-            edit.editingFinished.connect(lambda name=name, edit=edit: self._update(**{name: edit.text().strip()}))
+            edit.editingFinished.connect(lambda name=name, edit=edit: self._update_endpoint(**{name: edit.text().strip()}))
             form.addRow(label, edit)
         self.api_combo = QComboBox()
         for label, api in (("Chat completions", "chat"), ("Responses", "responses")):
             self.api_combo.addItem(label, api)
         self.api_combo.setToolTip("The endpoint's API; Responses sends only each new turn after the last response's id")
-        self.api_combo.currentIndexChanged.connect(lambda _: self._update(remote_api=self.api_combo.currentData()))
+        self.api_combo.currentIndexChanged.connect(lambda _: self._update_endpoint(remote_api=self.api_combo.currentData()))
         form.addRow("API", self.api_combo)
         self.key_warning = QLabel()
         self.key_warning.setWordWrap(True)
@@ -299,6 +302,12 @@ class PaneParamsEditor(QWidget):
         for name in ("remote_url", "remote_api_key"):
             edits[name].textChanged.connect(self._show_key_warning)  # as typed, before the edit is applied
         return edits
+
+    def _update_endpoint(self, **changes) -> None:
+        """A change of where the pane chats: the output format's check depends on it (a remote checks its own)."""
+        self._update(**changes)
+        if self._params.output_format in ("schema", "grammar"):
+            self._check_output()
 
     def _show_key_warning(self) -> None:
         """Warn while the key would travel readable by anyone on the way: plain http, not to this machine."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
 from app.engine.params import Priority, SamplingParams
 from app.engine.sampling_fields import SLIDER_FIELDS
-from app.remote import Endpoint
+from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
 # a reply's format: free text, any JSON object, JSON valid under a schema, or text a GBNF grammar allows
@@ -63,23 +62,26 @@ class PaneParams:
         if self.output_format == "json":
             return JSON_OBJECT_GRAMMAR
         if self.output_format == "schema":
-            if not self.output_text.strip():
-                raise ConstraintError("no JSON schema: type one in ⚙ or load it from a file")
             try:
-                schema = json.loads(self.output_text)
-            except json.JSONDecodeError as e:
-                raise ConstraintError(f"the JSON schema is not JSON: {e}") from None
-            return schema_grammar(schema)
+                return schema_grammar(parse_schema(self.output_text))
+            except FormatError as e:
+                raise ConstraintError(str(e)) from None
         if self.output_format == "grammar":
             return check_grammar(self.output_text)
         return None
 
+    def remote_output(self) -> OutputFormat | None:
+        """The output format as a remote endpoint is asked for it; None for free text."""
+        return OutputFormat(self.output_format, self.output_text) if self.output_format in OUTPUT_FORMATS[1:] else None
+
     def format_problem(self) -> str | None:
-        """Why this pane's output format cannot constrain a reply; None when it can (or is free text)."""
-        if self.output_format not in OUTPUT_FORMATS[1:]:
+        """Why this pane's output format cannot constrain a reply; None when it can (or is free text).
+        A remote endpoint checks a schema or grammar itself: here only that there is one to send."""
+        output, endpoint = self.remote_output(), self.endpoint()
+        if output is None:
             return None
-        if self.endpoint() is not None:
-            return "an output format is followed by the local engine only: set it to free text for a remote endpoint"
+        if endpoint is not None:
+            return output.problem()
         try:
             self.grammar()
         except ConstraintError as e:
@@ -87,18 +89,23 @@ class PaneParams:
         return None
 
     def sampling(self) -> SamplingParams:
-        """The request's sampling; with an output format, its grammar (ignore_eos stays off: the reply
-        ends where its format does). Raises ConstraintError for a format that cannot constrain a reply."""
+        """The request's sampling; with an output format, its grammar, or for a remote endpoint the
+        format itself (ignore_eos stays off: the reply ends where its format does). Raises
+        ConstraintError for a format that cannot constrain a reply."""
         sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
-        grammar = self.grammar()
-        return SamplingParams(
+        common = dict(
             n_probs=PROBS_SHOWN if self.show_probs else None,
             seed=self.seed,
-            grammar=grammar,
             ignore_eos=False,
             speculate=self.draft_ahead,
             **sliders,
         )
+        if self.endpoint() is not None:
+            problem = self.format_problem()
+            if problem is not None:
+                raise ConstraintError(problem)
+            return FormattedSampling(output=self.remote_output(), **common)
+        return SamplingParams(grammar=self.grammar(), **common)
 
     def with_(self, **changes) -> PaneParams:
         return replace(self, **changes)
