@@ -1,8 +1,10 @@
 """Tool calls through `serve`, with the official `openai` client and the bundled model (whose chat
 template has no tool syntax): the generic format (tool_calls.py) constrains the reply, so
 `required` and a named function always yield a call whose arguments follow the function's
-parameters; it comes back as `tool_calls` (streamed: id, type and name first, then the arguments)
-with `finish_reason: "tool_calls"`; a tool's result is taken back; a bad tool spec is a 400."""
+parameters; it comes back as `tool_calls` (streamed: id, type and name first, then the arguments in
+fragments as they are written) with `finish_reason: "tool_calls"`; a tool's result is taken back; a
+bad tool spec, or a field that cannot be honoured, is a 400. (The families' own syntaxes:
+test_server_native_tools.py.)"""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def test_a_required_or_named_tool_is_always_called_with_arguments_that_follow_it
         )
         deltas, finish = [], None
         stream = await api.chat.completions.create(
-            model="m", messages=ASK, max_tokens=60, temperature=0, tools=[WEATHER], tool_choice="required", stream=True
+            model="m", messages=ASK, max_tokens=60, temperature=0, tools=[WEATHER, TIME], tool_choice="required", stream=True
         )
         async for chunk in stream:
             for c in chunk.choices:
@@ -56,9 +58,18 @@ def test_a_required_or_named_tool_is_always_called_with_arguments_that_follow_it
             {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny", "celsius": 21}'},
         ]
         answer = await api.chat.completions.create(model="m", messages=back, max_tokens=40, temperature=0, tools=[WEATHER])
-        return required, named, deltas, finish, answer
+        one = await api.chat.completions.create(
+            model="m",
+            messages=ASK,
+            max_tokens=60,
+            temperature=0,
+            tools=[WEATHER, TIME],
+            tool_choice="required",
+            parallel_tool_calls=False,
+        )
+        return required, named, deltas, finish, answer, one
 
-    required, named, deltas, finish, answer = serve(config, body)
+    required, named, deltas, finish, answer, one = serve(config, body)
     for reply in (required, named):
         choice = reply.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -68,9 +79,16 @@ def test_a_required_or_named_tool_is_always_called_with_arguments_that_follow_it
         if call.function.name == "get_weather":
             assert isinstance(json.loads(call.function.arguments)["city"], str)
     assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
-    # streamed: the call's id, type and name first, then its arguments
-    assert deltas[0].id.startswith("call_") and deltas[0].function.name == "get_weather" and deltas[0].function.arguments == ""
-    assert json.loads("".join(d.function.arguments or "" for d in deltas))["city"] and finish == "tool_calls"
+    # streamed: each call's id, type and name first, then its arguments in fragments as they are written
+    assert deltas[0].id.startswith("call_") and deltas[0].index == 0 and deltas[0].function.arguments == ""
+    heads = [d for d in deltas if d.id]
+    assert [d.index for d in heads] == list(range(len(heads))) and finish == "tool_calls"
+    for head in heads:
+        fragments = [d.function.arguments for d in deltas if d.index == head.index and not d.id]
+        arguments = json.loads("".join(fragments))
+        assert len(fragments) > 1 or arguments == {}
+        assert isinstance(arguments["city"], str) if head.function.name == "get_weather" else arguments == {}
+    assert len(one.choices[0].message.tool_calls) == 1  # parallel_tool_calls false: one call
     # with the result back and tool_choice auto, a call or an answer: either way in OpenAI's shape
     choice = answer.choices[0]
     assert choice.message.tool_calls or isinstance(choice.message.content, str)
@@ -83,13 +101,19 @@ def test_bad_tool_specs_are_400s_naming_them(config):
         "too many": {"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1000)]},
         "unknown choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
         "tools and a format": {"tools": [WEATHER], "response_format": {"type": "json_object"}},
+        "parallel not a boolean": {"tools": [WEATHER], "parallel_tool_calls": "yes"},
+        "strict not a boolean": {"tools": [{"type": "function", "function": {"name": "f", "strict": "very"}}]},
+        "a call back without a function": {
+            "tools": [WEATHER],
+            "messages": ASK + [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function"}]}],
+        },
     }
 
     async def body(api, _url):
         said = {}
         for name, fields in cases.items():
             with pytest.raises(openai.BadRequestError) as info:
-                await api.chat.completions.create(model="m", messages=ASK, max_tokens=4, **fields)
+                await api.chat.completions.create(**{"model": "m", "messages": ASK, "max_tokens": 4, **fields})
             said[name] = (info.value.body["message"], info.value.body.get("param"))
         free = await api.chat.completions.create(model="m", messages=ASK, max_tokens=4, tools=[WEATHER], tool_choice="none")
         return said, free
@@ -99,4 +123,9 @@ def test_bad_tool_specs_are_400s_naming_them(config):
     assert "at most 128 tools" in said["too many"][0]
     assert "not in 'tools'" in said["unknown choice"][0] and said["unknown choice"][1] == "tool_choice"
     assert "not both" in said["tools and a format"][0]
+    assert (
+        said["parallel not a boolean"][1] == "parallel_tool_calls"
+        and "strict must be a boolean" in said["strict not a boolean"][0]
+    )
+    assert "tool_calls[0] must be" in said["a call back without a function"][0]
     assert free.choices[0].message.tool_calls is None  # tool_choice none: free text

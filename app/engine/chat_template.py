@@ -27,7 +27,7 @@ CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
 RENDER_SECONDS = 2.0
 FALLBACK_ADVICE = "chat with the built-in template (ChatML) instead"
 
-Message = dict[str, str]
+Message = dict[str, object]  # role and content; an assistant turn may hold tool_calls, a tool result its call's id
 
 
 class ChatTemplateError(RequestError):
@@ -69,15 +69,19 @@ class ChatTemplate:
     def stop_strings(self) -> tuple[str, ...]:
         return CHATML_STOPS if self.is_fallback else ()
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24) -> str:
+    def render(
+        self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24, tools: list | None = None
+    ) -> str:
         """The prompt text; ChatTemplateError if the template raises, runs over its seconds or
-        writes more than `max_chars`."""
+        writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders them."""
         variables = {
             "messages": list(messages),
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self._bos,
             "eos_token": self._eos,
         }
+        if tools:  # else undefined, as with Hugging Face's renderer: templates test `if tools`
+            variables["tools"] = tools
         if self._sandbox is not None:
             job = {"source": self.source, "variables": variables, "max_chars": max_chars}
             answer = self._run(job, self.seconds)

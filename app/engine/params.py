@@ -122,6 +122,9 @@ class SamplingParams:
     # a GBNF grammar every reply must follow (JSON, a JSON schema's, or one given: llama/grammar.py)
     grammar: str | None = None
     speculate: bool = True  # may draft ahead where the engine speculates (--spec-type): off, never
+    # the functions a chat's own template is given as its `tools` (OpenAI's list, as JSON): serve's
+    # tool calls with a template that renders them; None: the template sees no tools
+    tools: str | None = None
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
@@ -150,6 +153,8 @@ class SamplingParams:
             return "every stop string must be a non-empty string"
         if self.grammar is not None and not isinstance(self.grammar, str):
             return "the grammar must be GBNF text, or unset"
+        if self.tools is not None and not isinstance(self.tools, str):
+            return "the tools must be JSON text, or unset"
         if self.grammar is not None and self.ignore_eos:
             return "ignore_eos cannot go with a format to follow: the reply ends where its format does"
         return None

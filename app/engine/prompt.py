@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,14 +97,15 @@ class PromptBuilder:
             self._check_fits(len(tokens))
             return tokens, None
         messages = list(request.messages)
-        tokens = self._render(self.template_for(request), messages, self._history_of(request))
+        tokens = self._render(self.template_for(request), messages, request, self._history_of(request))
         if self.policy is OverflowPolicy.STOP or self._fits(len(tokens), request):
             self._check_fits(len(tokens))
             return tokens, None
         return self._drop_oldest_turns(messages, request, len(tokens))
 
     def _check_markers(self, request: Request) -> None:
-        texts = [request.prompt or ""] if request.messages is None else [m.get("content", "") for m in request.messages]
+        texts = [request.prompt or ""] if request.messages is None else [_texts_of(m) for m in request.messages]
+        texts.append(request.params.tools or "")
         counts = {marker: sum(text.count(marker) for text in texts) for marker in self._special_texts}
         total = sum(counts.values())
         if total > MAX_MARKERS_IN_REQUEST:
@@ -114,10 +116,12 @@ class PromptBuilder:
     def _history_of(self, request: Request):
         return self._history.get(request.conversation_id) if self._history is not None else None
 
-    def _render(self, template: ChatTemplate, messages: list[Message], history=None) -> list[int]:
+    def _render(self, template: ChatTemplate, messages: list[Message], request: Request, history=None) -> list[int]:
         if not messages:
             raise RequestError("the conversation is empty")
-        text = template.render(messages, max_chars=self._render_budget(messages))
+        tools = json.loads(request.params.tools) if request.params.tools else None
+        budget = self._render_budget(messages) + 2 * len(request.params.tools or "")
+        text = template.render(messages, max_chars=budget, tools=tools)
         if history:
             return self._encode_after(history, text)
         return self._encode(text)
@@ -176,7 +180,7 @@ class PromptBuilder:
         tried: dict[int, list[int]] = {}
 
         def fits(k: int) -> bool:
-            tried[k] = self._render(template, head + body[cuts[k] :])
+            tried[k] = self._render(template, head + body[cuts[k] :], request)
             return self._fits(len(tried[k]), request)
 
         k = _first_fitting(len(cuts), fits, self._guess(head, body, cuts, request, n_whole))
@@ -198,6 +202,13 @@ class PromptBuilder:
             if self._fits(int(kept), request):
                 return k
         return len(cuts) - 1
+
+
+def _texts_of(message: Message) -> str:
+    """A message's texts: its content, or all of it where it holds more (an assistant turn's tool calls)."""
+    if len(message) <= 2:
+        return message.get("content", "")
+    return json.dumps(message, ensure_ascii=False)
 
 
 def _unencodable(e: UnicodeEncodeError) -> RequestError:

@@ -45,6 +45,17 @@ def _limit_memory() -> None:
         pass
 
 
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    """JSON as Hugging Face's templates expect it: not HTML-escaped (Jinja's own writes < as \\u003c)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(form: str) -> str:
+    import datetime
+
+    return datetime.datetime.now().strftime(form)
+
+
 class OverBudget(Exception):
     """The render wrote more characters than its budget."""
 
@@ -55,6 +66,9 @@ class Renderer:
 
         self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self._env.globals["raise_exception"] = self._raise
+        # what Hugging Face's renderer gives templates, which tool-calling templates use
+        self._env.globals["strftime_now"] = _strftime_now
+        self._env.filters["tojson"] = _tojson
         self._compiled: dict[str, object] = {}  # source -> template: one model's template, compiled once
 
     @staticmethod

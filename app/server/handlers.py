@@ -16,7 +16,9 @@ from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json, requested_model
 from .responses import NotFound, ResponseShape, kept_of, parse_response
 from .shaping import Shape, error_body
-from .tool_calls import reply_of
+from .tool_calls import Tools, asks_for_tools, reply_of
+from .tool_parse import ToolStream
+from .tool_syntax import GENERIC, model_syntax
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
 # a streamed reply whose client reads nothing while this long (the socket's buffers full) is cut,
@@ -25,11 +27,19 @@ SEND_DEADLINE_S = 30.0
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, parse_chat)
+    server = request.app[SERVER]
+    body = parse_json(await request.read())
+    model, info = server.pick_model(requested_model(body))
+    # the tool syntax of the model's template: its file's header is read once (off the loop), then kept
+    syntax = await asyncio.to_thread(model_syntax, info.path) if asks_for_tools(body) and info.has_chat_template else GENERIC
+    return await _complete(request, model, parse_chat(body, info.n_ctx_seq, syntax))
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, parse_completion)
+    server = request.app[SERVER]
+    body = parse_json(await request.read())
+    model, info = server.pick_model(requested_model(body))
+    return await _complete(request, model, parse_completion(body, info.n_ctx_seq))  # a request is one sequence: its room
 
 
 async def models(request: web.Request) -> web.Response:
@@ -70,11 +80,8 @@ async def metrics(request: web.Request) -> web.Response:
 # -- one completion ----------------------------------------------------------------------------
 
 
-async def _complete(request: web.Request, parse) -> web.StreamResponse:
+async def _complete(request: web.Request, model: str, job: Job) -> web.StreamResponse:
     server = request.app[SERVER]
-    body = parse_json(await request.read())
-    model, info = server.pick_model(requested_model(body))
-    job: Job = parse(body, info.n_ctx_seq)  # a request is one sequence: its room, not the whole pool's
     with server.admit(job.n):
         return await _serve(request, server, job, model)
 
@@ -98,19 +105,18 @@ async def _serve(request: web.Request, server, job: Job, model: str) -> web.Stre
         answer = shape.completion(finals, [reply.probs for reply in replies])
         if job.tools is not None:
             for choice, final in zip(answer["choices"], finals):
-                _as_tool_reply(choice, choice["message"], final)
+                _as_tool_reply(choice, final, job.tools)
         return web.json_response(answer, dumps=dumps)
 
 
-def _as_tool_reply(choice: dict, message: dict, final: FinishEvent) -> list[dict]:
-    """A reply in the generic tool format, as OpenAI's: its calls, or its answer's text."""
-    content, calls = reply_of(final.text)
-    message["content"] = content
+def _as_tool_reply(choice: dict, final: FinishEvent, tools: Tools) -> None:
+    """A whole reply that may call tools, as OpenAI's: its content and its calls."""
+    content, calls = reply_of(final.text, tools)
+    choice["message"]["content"] = content
     if calls:
-        message["tool_calls"] = calls
+        choice["message"]["tool_calls"] = calls
         if final.reason is FinishReason.STOP:
             choice["finish_reason"] = "tool_calls"
-    return calls
 
 
 async def _first_events(streams) -> list[Event]:
@@ -192,39 +198,42 @@ async def _send_events(response, shape: Shape, job: Job, replies: list[Reply]) -
 
 
 async def _send_tool_calls(response, shape: Shape, job: Job, replies: list[Reply]) -> None:
-    """A reply that may call tools, streamed once it is whole (it is JSON the client never sees):
-    each call's id, type and name first, then its arguments, then the last chunk; or its answer's text."""
+    """Replies that may call tools, streamed as they are written: content as it comes, each call's
+    id, type and name once its name is whole, then its arguments' text as the model writes it."""
     nulls = {"usage": None} if job.include_usage else {}
-    finals = []
-    for reply in replies:
-        final = await reply.final()
-        if not final.ok:
-            await _send(response, _refusal_body(final)[1])
-            await response.write_eof()
-            return
-        last = shape.last_chunk(final, job.include_usage, reply.index)
-        choice = last["choices"][0]
-        calls = _as_tool_reply(choice, {}, final)
-        for i, call in enumerate(calls):
-            head = {
-                "index": i,
-                "id": call["id"],
-                "type": "function",
-                "function": {"name": call["function"]["name"], "arguments": ""},
-            }
-            for delta in (head, {"index": i, "function": {"arguments": call["function"]["arguments"]}}):
-                chunk = shape.chunk(None, index=reply.index, **nulls)
-                chunk["choices"][0]["delta"] = {"tool_calls": [delta]}
-                await _send(response, chunk)
-        if not calls:
-            content, _ = reply_of(final.text)
-            await _send(response, shape.chunk(content, index=reply.index, **nulls))
-        await _send(response, last)
-        finals.append(final)
+    texts = {reply.index: "" for reply in replies}
+    streams = {reply.index: ToolStream(job.tools.syntax, job.tools.new_id) for reply in replies}
+    finals: dict[int, FinishEvent] = {}
+    async with aclosing(_merged(replies)) as events:
+        async for reply, event in events:
+            reply.take_probs()  # a reply with tools tells no token probabilities
+            if isinstance(event, TokenEvent):
+                if event.text:
+                    texts[reply.index] += event.text
+                    await _send_deltas(response, shape, reply.index, streams[reply.index].feed(texts[reply.index]), nulls)
+                continue
+            if not event.ok:
+                await _send(response, _refusal_body(event)[1])
+                await response.write_eof()
+                return
+            stream = streams[reply.index]
+            await _send_deltas(response, shape, reply.index, stream.feed(event.text, final=True), nulls)
+            last = shape.last_chunk(event, job.include_usage, reply.index)
+            if stream.has_calls and event.reason is FinishReason.STOP:
+                last["choices"][0]["finish_reason"] = "tool_calls"
+            await _send(response, last)
+            finals[reply.index] = event
     if job.include_usage:
-        await _send(response, shape.usage_chunk(finals))
+        await _send(response, shape.usage_chunk([finals[i] for i in sorted(finals)]))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
+
+
+async def _send_deltas(response, shape: Shape, index: int, deltas: list[dict], nulls: dict) -> None:
+    for delta in deltas:
+        chunk = shape.chunk(None, index=index, **nulls)
+        chunk["choices"][0]["delta"] = delta
+        await _send(response, chunk)
 
 
 async def _merged(replies: list[Reply]):

@@ -15,7 +15,8 @@ from app.engine.probs import MAX_TOP
 from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
 
 from .output_format import FieldError, grammar_of
-from .tool_calls import Tools, parse_tools, plain_message, with_instructions
+from .tool_calls import Tools, calls_in, generic_message, parse_tools, with_instructions
+from .tool_syntax import GENERIC, Syntax
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
 MAX_CHARS_PER_TOKEN = 64
@@ -80,23 +81,34 @@ def requested_model(body: dict) -> str | None:
     return check_text(name, "model") if name else None
 
 
-def parse_chat(body: dict, n_ctx_seq: int) -> Job:
-    """`n_ctx_seq`: the tokens one sequence may hold (its stream, with a stream per sequence), prompt and reply."""
+def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
+    """`n_ctx_seq`: the tokens one sequence may hold (its stream, with a stream per sequence), prompt
+    and reply; `syntax`: the tool-call syntax the model's template writes (tool_syntax.py)."""
     raw = get_field(body, "messages", list, None)
     if not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     _refuse_unsupported(body, CHAT_HONOURS)
-    messages = tuple(message_of(plain_message(m), i) for i, m in enumerate(raw))
+    tools, grammar = honoured(parse_tools, body, syntax), honoured(grammar_of, body)
+    if tools is not None and tools.syntax.is_native:  # the template reads calls and results itself
+        messages = tuple(native_message(m, i) for i, m in enumerate(raw))
+    else:
+        messages = tuple(message_of(honoured(generic_message, m, i), i) for i, m in enumerate(raw))
     conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
-    tools, grammar = honoured(parse_tools, body), honoured(grammar_of, body)
     if tools is not None:
         if grammar is not None:
             raise BadRequest("send tools or a response format, not both", "tools")
-        messages, grammar = with_instructions(messages, tools), honoured(tools.grammar)
-    check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "messages")
-    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar)
+        grammar = honoured(tools.grammar)
+        if not tools.syntax.is_native:
+            messages = with_instructions(messages, tools)
+    template_tools = tools.template_tools() if tools is not None else None
+    check_size(
+        sum(len(m["content"]) + len(json.dumps(m.get("tool_calls", ""))) for m in messages) + len(template_tools or ""),
+        n_ctx_seq,
+        "messages",
+    )
+    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar, tools=template_tools)
     job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
 
@@ -226,6 +238,23 @@ def message_of(item, index: int) -> dict[str, str]:
     if role is None:
         raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {shown(given)}", f"{where}.role")
     return {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
+
+
+def native_message(item, index: int) -> dict:
+    """A message as a template with a tool syntax reads it: an assistant turn's calls (arguments as
+    objects) and a tool's result (`role: "tool"`, with its call's id) kept as they are."""
+    where = f"messages[{index}]"
+    if isinstance(item, dict) and item.get("role") == "tool":
+        message = message_of({**item, "role": "user"}, index) | {"role": "tool"}
+        call_id = item.get("tool_call_id")
+        if call_id is not None:
+            message["tool_call_id"] = check_text(call_id if isinstance(call_id, str) else shown(call_id), f"{where}.tool_call_id")
+        return message
+    message = message_of(item, index)
+    if message["role"] == "assistant" and item.get("tool_calls"):
+        message["tool_calls"] = honoured(calls_in, item, where)
+        check_text(json.dumps(message["tool_calls"], ensure_ascii=False), f"{where}.tool_calls")
+    return message
 
 
 def _content(content, where: str) -> str:

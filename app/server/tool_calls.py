@@ -1,72 +1,94 @@
-"""Tool calls in one generic format any model can follow: the tools are described to the model in
-a system message, and its reply is constrained by a grammar to a JSON object, either
-{"tool_call": {"name": ..., "arguments": {...}}} or (with `tool_choice: "auto"`) {"response": "..."}.
-`required` and a named function allow calls only, so they always yield a call; the arguments
-follow each function's `parameters` schema. The reply is returned as OpenAI's `tool_calls` with
-`finish_reason: "tool_calls"`; a `role: "tool"` result and an assistant turn holding calls are
-given back to the model in the same format. (Models' own tool syntaxes, through their chat
-templates, are not used: the generic format works with every template, and the grammar holds the
-model to it.)"""
+"""Tool calls on chat completions: a request's `tools`, `tool_choice` and `parallel_tool_calls`, the
+conversation as the model reads it, and the reply as OpenAI's `tool_calls`.
+
+Two ways, by the model's chat template (tool_syntax.py tells which):
+- native: a template that knows a tool syntax (Hermes / Qwen, Llama 3.x, Mistral Nemo) renders the
+  tools, the assistant turns that called them and the `role: "tool"` results itself; the model
+  writes calls in its own syntax. `required` and a named function hold the reply to that syntax
+  with a grammar from its first token; with `auto` the model writes freely and its calls are read
+  out of the text.
+- generic, for any other template: the tools are described in a system message, and a grammar holds
+  every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
+Either way `required` and a named function always yield a call whose arguments follow the
+function's `parameters`."""
 
 from __future__ import annotations
 
 import json
+import secrets
+import string
 import uuid
 from dataclasses import dataclass
 
-from app.engine.llama.grammar import ConstraintError, schema_grammar
+from app.engine.llama.grammar import ConstraintError
 
 from .output_format import FieldError
+from .tool_parse import Scan, scan
+from .tool_syntax import GENERIC, MISTRAL_NEMO, Syntax, call_grammar
 
 MAX_TOOLS = 128  # tools described in one request: each one's description goes into the prompt
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+MAX_CALLS_IN_TURN = 128  # calls one assistant turn of the conversation may hold
+NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
+_ALNUM = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True)
 class Tools:
-    functions: tuple[dict, ...]  # each {"name", "description", "parameters"}
+    functions: tuple[dict, ...]  # each {"name", "description"?, "parameters"}
     choice: str  # "auto", "required", or the one function's name that must be called
+    syntax: Syntax = GENERIC  # how the model is told of them and writes its calls
+
+    def grammar(self) -> str | None:
+        """The grammar the reply must follow (None: free text, calls read out of it)."""
+        try:
+            return call_grammar(self.syntax, self.functions, self.choice)
+        except ConstraintError as e:
+            raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
+
+    def template_tools(self) -> str | None:
+        """The tools as the model's own template reads them (OpenAI's list, as JSON); None in the
+        generic format, where a system message describes them."""
+        if not self.syntax.is_native:
+            return None
+        return json.dumps([{"type": "function", "function": f} for f in self.functions])
 
     def instructions(self) -> str:
-        """The system message that describes the tools and the reply's format to the model."""
+        """The generic format's system message: the tools, and the reply's format."""
         listed = "\n".join(json.dumps(f) for f in self.functions)
-        call = '{"tool_call": {"name": "<function name>", "arguments": {<the arguments>}}}'
+        call = '{"tool_calls": [{"name": "<function name>", "arguments": {<the arguments>}}]}'
+        many = " (one or more calls)" if self.syntax.parallel else " (one call)"
         if self.choice == "auto":
-            how = f'Reply with one JSON object: either {call} to call a function, or {{"response": "<your answer>"}}.'
+            how = f'Reply with one JSON object: either {call}{many} to call functions, or {{"response": "<your answer>"}}.'
         elif self.choice == "required":
-            how = f"Reply with one JSON object calling one of them: {call}."
+            how = f"Reply with one JSON object calling them: {call}{many}."
         else:
             how = f"Reply with one JSON object calling {self.choice}: {call}."
         return f"You can call these functions:\n{listed}\n{how}"
 
-    def grammar(self) -> str:
-        calls = [
-            {
-                "type": "object",
-                "properties": {"name": {"const": f["name"]}, "arguments": f.get("parameters") or {"type": "object"}},
-                "required": ["name", "arguments"],
-            }
-            for f in self.functions
-            if self.choice in ("auto", "required") or f["name"] == self.choice
-        ]
-        call = {"type": "object", "properties": {"tool_call": {"anyOf": calls}}, "required": ["tool_call"]}
-        answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
-        schema = {"anyOf": [call, answer]} if self.choice == "auto" else call
-        try:
-            return schema_grammar(schema)
-        except ConstraintError as e:
-            raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
+    def new_id(self) -> str:
+        """A call's id; Mistral's templates take back only ids of 9 letters and digits."""
+        if self.syntax.family == MISTRAL_NEMO.family:
+            return "".join(secrets.choice(_ALNUM) for _ in range(9))
+        return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def parse_tools(body: dict) -> Tools | None:
-    """The request's `tools` and `tool_choice`; None when no tool may be called."""
+def asks_for_tools(body: dict) -> bool:
+    return body.get("tools") not in (None, []) and body.get("tool_choice") != "none"
+
+
+def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
+    """The request's `tools`, `tool_choice` and `parallel_tool_calls` for a model whose template
+    writes `syntax`; None when no tool may be called."""
     tools, choice = body.get("tools"), body.get("tool_choice", "auto")
-    if tools in (None, []) or choice == "none":
+    if not asks_for_tools(body):
         return None
     if not isinstance(tools, list):
         raise FieldError("'tools' must be a list of functions", "tools")
     if len(tools) > MAX_TOOLS:
         raise FieldError(f"at most {MAX_TOOLS} tools in one request; got {len(tools)}", "tools")
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise FieldError("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
     functions = tuple(_function(t, i) for i, t in enumerate(tools))
     names = [f["name"] for f in functions]
     if len(set(names)) != len(names):
@@ -75,10 +97,14 @@ def parse_tools(body: dict) -> Tools | None:
         name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
         if name not in names:
             raise FieldError(f"'tool_choice' names a function that is not in 'tools': {name!r}", "tool_choice")
-        return Tools(functions, name)
-    if choice not in ("auto", "required"):
+        choice = name
+    elif choice not in ("auto", "required"):
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
-    return Tools(functions, choice)
+    if choice == "auto" and any(f["strict"] for f in functions):
+        # strict arguments: a native syntax is not held to the schema under `auto`; the generic format is, by its grammar
+        syntax = GENERIC
+    functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
+    return Tools(functions, choice, syntax.with_parallel(parallel))
 
 
 def _function(tool: object, index: int) -> dict:
@@ -92,55 +118,90 @@ def _function(tool: object, index: int) -> dict:
     parameters = spec.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
         raise FieldError(f"{where}.function.parameters must be a JSON schema object", where)
+    strict = spec.get("strict", False)
+    if not isinstance(strict, (bool, type(None))):
+        raise FieldError(f"{where}.function.strict must be a boolean", where)
     description = spec.get("description")
-    out = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
-    if isinstance(description, str):
+    if description is not None and not isinstance(description, str):
+        raise FieldError(f"{where}.function.description must be a string", where)
+    out = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}, "strict": bool(strict)}
+    if description:
         out["description"] = description
     return out
 
 
-def with_instructions(messages: tuple[dict[str, str], ...], tools: Tools) -> tuple[dict[str, str], ...]:
-    """The chat with the tools described: in its system message, or in one put first."""
+# -- the conversation ---------------------------------------------------------------------------
+
+
+def calls_in(item: dict, where: str) -> list[dict]:
+    """An assistant turn's `tool_calls`, checked: each {"id", "type": "function", "function":
+    {"name", "arguments"}} with its arguments as an object (as templates read them)."""
+    calls = item.get("tool_calls")
+    if not isinstance(calls, list) or len(calls) > MAX_CALLS_IN_TURN:
+        raise FieldError(f"{where}.tool_calls must be a list of at most {MAX_CALLS_IN_TURN} calls", where)
+    out = []
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or call.get("type", "function") != "function"
+        ):
+            raise FieldError(f'{where}.tool_calls[{i}] must be {{"type": "function", "function": {{"name": ...}}}}', where)
+        arguments = function.get("arguments") or "{}"
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                raise FieldError(f"{where}.tool_calls[{i}].function.arguments is not JSON", where) from None
+        identity = call.get("id")
+        out.append(
+            {
+                "id": identity if isinstance(identity, str) else "",
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
+    return out
+
+
+def generic_message(item: object, index: int) -> object:
+    """A tool result (`role: "tool"`) or an assistant turn holding calls, as the model reads them in
+    the generic format; any other item as it is."""
+    if not isinstance(item, dict):
+        return item
+    if item.get("role") == "tool":
+        return {"role": "user", "content": f"Result of tool call {item.get('tool_call_id', '')}: {_text(item.get('content'))}"}
+    if item.get("role") == "assistant" and item.get("tool_calls"):
+        calls = calls_in(item, f"messages[{index}]")
+        written = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls]
+        return {"role": "assistant", "content": json.dumps({"tool_calls": written})}
+    return item
+
+
+def _text(content: object) -> str:
+    if isinstance(content, list):  # text parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def with_instructions(messages: tuple[dict, ...], tools: Tools) -> tuple[dict, ...]:
+    """The chat with the tools described (generic format): in its system message, or in one put first."""
     text = tools.instructions()
     if messages and messages[0]["role"] == "system":
         return ({"role": "system", "content": f"{messages[0]['content']}\n\n{text}"}, *messages[1:])
     return ({"role": "system", "content": text}, *messages)
 
 
-def plain_message(item: object) -> object:
-    """A tool result (`role: "tool"`) or an assistant turn holding calls, as the model reads them in
-    the generic format; any other item as it is."""
-    if not isinstance(item, dict):
-        return item
-    if item.get("role") == "tool":
-        return {"role": "user", "content": f"Result of tool call {item.get('tool_call_id', '')}: {item.get('content') or ''}"}
-    calls = item.get("tool_calls")
-    if item.get("role") == "assistant" and isinstance(calls, list) and calls:
-        function = calls[0].get("function", {}) if isinstance(calls[0], dict) else {}
-        try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except (TypeError, ValueError):
-            arguments = function.get("arguments")
-        return {"role": "assistant", "content": json.dumps({"tool_call": {"name": function.get("name"), "arguments": arguments}})}
-    return item
+# -- the reply ----------------------------------------------------------------------------------
 
 
-def reply_of(text: str) -> tuple[str | None, list[dict]]:
-    """(content, tool_calls) of a reply in the generic format; a reply that is not (cut short) is content."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text, []
-    if isinstance(value, dict) and isinstance(value.get("tool_call"), dict):
-        call = value["tool_call"]
-        arguments = json.dumps(call.get("arguments", {}))
-        return None, [
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": call.get("name"), "arguments": arguments},
-            }
-        ]
-    if isinstance(value, dict) and isinstance(value.get("response"), str):
-        return value["response"], []
-    return text, []
+def reply_of(text: str, tools: Tools) -> tuple[str | None, list[dict]]:
+    """(content, tool_calls) of a whole reply, as OpenAI's message has them."""
+    found: Scan = scan(text, tools.syntax)
+    calls = [
+        {"id": tools.new_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in found.calls
+        if c.name is not None
+    ]
+    return found.content or (None if calls else ""), calls

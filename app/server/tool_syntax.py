@@ -1,0 +1,153 @@
+"""The tool-call syntaxes of model families, told apart by their chat template's source (as
+llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in that syntax.
+
+- Hermes 2 Pro, Qwen 2.5, Qwen 3: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block a call
+- Llama 3.1 / 3.2 / 3.3: `{"name": ..., "parameters": {...}}`, the whole reply, maybe after `<|python_tag|>`
+- Mistral Nemo: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...]`
+- any other template: the generic format, a JSON object the grammar holds every reply to:
+  `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from app.engine.llama.grammar import check_grammar, schema_grammar
+from app.models.gguf_meta import read_gguf
+
+
+class Wrapper(Enum):
+    OBJECT = auto()  # each call its own object (after the trigger, or the reply's start)
+    ARRAY = auto()  # the calls in one JSON array
+    GENERIC = auto()  # the generic format's object
+
+
+@dataclass(frozen=True)
+class Syntax:
+    family: str  # the models that write it, for messages and docs
+    wrapper: Wrapper
+    arguments_key: str = "arguments"
+    trigger: str | None = None  # the text that opens calls anywhere in a reply
+    closer: str = ""  # the text that ends a call's block
+    # at the reply's start, a call may come bare, after one of these: a trigger that is a control
+    # token is written as no text (Mistral's [TOOL_CALLS], Llama's <|python_tag|>)
+    start_prefixes: tuple[str, ...] = ()
+    start_char: str = "{"
+    parallel: bool = True  # several calls in one reply
+    takes_several: bool = True  # the family's template renders several calls in one turn
+
+    @property
+    def is_native(self) -> bool:
+        """Calls written in the model's own syntax, and tools rendered by its own template."""
+        return self.wrapper is not Wrapper.GENERIC
+
+    def with_parallel(self, parallel: bool) -> Syntax:
+        return dataclasses.replace(self, parallel=parallel and self.takes_several)
+
+
+HERMES = Syntax(
+    "Hermes 2 Pro / Qwen 2.5 / Qwen 3", Wrapper.OBJECT, trigger="<tool_call>", closer="</tool_call>", start_prefixes=("",)
+)
+# its templates raise on an assistant turn of several calls ("This model only supports single tool-calls at once!")
+LLAMA_3 = Syntax(
+    "Llama 3.1 / 3.2 / 3.3",
+    Wrapper.OBJECT,
+    arguments_key="parameters",
+    start_prefixes=("<|python_tag|>", ""),
+    takes_several=False,
+)
+MISTRAL_NEMO = Syntax("Mistral Nemo", Wrapper.ARRAY, trigger="[TOOL_CALLS]", start_prefixes=("",), start_char="[")
+GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
+
+
+def detect(source: str | None) -> Syntax:
+    """The syntax a chat template's source teaches, as llama.cpp tells them apart (the first match
+    wins); the generic format for a template with none of them, or none at all."""
+    if not source or "tools" not in source:
+        return GENERIC
+    if "<tool_call>" in source and not ("<function=" in source and "<parameter=" in source):  # Qwen3-Coder's XML
+        return HERMES
+    if "<|start_header_id|>ipython<|end_header_id|>" in source:
+        return LLAMA_3
+    if "[TOOL_CALLS]" in source:
+        return MISTRAL_NEMO
+    return GENERIC
+
+
+def model_syntax(path: str) -> Syntax:
+    """The syntax of the chat template in a model file (its header read once, then kept while the file is the same)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return GENERIC
+    return _file_syntax(path, status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _file_syntax(path: str, _mtime_ns: int, _size: int) -> Syntax:
+    template = read_gguf(path).metadata.get("tokenizer.chat_template")  # an unreadable file: no metadata
+    return detect(template if isinstance(template, str) else None)
+
+
+def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> str | None:
+    """The GBNF grammar of a reply under `tool_choice` (`auto`, `required` or a function's name):
+    with `auto` the generic format's (a call or an answer), and none for a native syntax (the model
+    writes freely; its calls are read out of the text)."""
+    callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
+    objects = [_call_schema(f, syntax.arguments_key) for f in callable_]
+    if not syntax.is_native:
+        return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
+    if choice == "auto":
+        return None
+    call = _renamed(schema_grammar({"anyOf": objects}), "root", "tc-call")
+    return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
+
+
+def _call_schema(function: dict, arguments_key: str) -> dict:
+    properties = {"name": {"const": function["name"]}, arguments_key: function["parameters"]}
+    return {"type": "object", "properties": properties, "required": ["name", arguments_key]}
+
+
+def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
+    many = {"type": "array", "items": {"anyOf": objects}, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+    calls = {"type": "object", "properties": {"tool_calls": many}, "required": ["tool_calls"]}
+    if choice != "auto":
+        return calls
+    answer = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
+    return {"anyOf": [calls, answer]}
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text)  # GBNF reads JSON's escapes
+
+
+def _hermes_root(parallel: bool) -> str:
+    more = ' ("\\n" tc-block)*' if parallel else ""
+    opening, closing = _literal("<tool_call>\n"), _literal("\n</tool_call>")
+    return f"root ::= tc-block{more}\ntc-block ::= {opening} tc-call {closing}"
+
+
+def _mistral_root(parallel: bool) -> str:
+    more = ' (", " tc-call)*' if parallel else ""
+    return f'root ::= "[TOOL_CALLS][" tc-call{more} "]"'
+
+
+_NATIVE_ROOTS = {
+    HERMES.family: _hermes_root,
+    LLAMA_3.family: lambda _parallel: "root ::= tc-call",
+    MISTRAL_NEMO.family: _mistral_root,
+}
+
+# GBNF's pieces: a quoted literal, a character class, a name, anything else
+_GBNF_PIECE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_-]+|.', re.S)
+
+
+def _renamed(grammar: str, old: str, new: str) -> str:
+    """`grammar` with its rule `old` called `new` (its definition and every reference, never a literal)."""
+    return "".join(new if m.group() == old else m.group() for m in _GBNF_PIECE.finditer(grammar))

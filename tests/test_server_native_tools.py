@@ -1,0 +1,195 @@
+"""Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
+tiny model carrying a Hermes / Qwen, Llama 3.x or Mistral Nemo style chat template (tool_templates.py).
+Its weights are noise, so only what the grammar forces is asserted: with `required` or a named
+function every reply is a call in the family's syntax, whose arguments follow the schema; several
+calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
+arguments in fragments; and the template itself renders the tools, the calls and their results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tool_templates
+from conftest import write_tiny_model
+from helpers import run
+from serving import Serving
+from test_server_responses import openai_client
+
+from app.engine.chat_template import ChatTemplate
+from app.engine.params import EngineConfig, OverflowPolicy
+from app.engine.prompt import PromptBuilder
+from app.engine.sequence import Request
+from app.server.protocol import parse_chat
+from app.server.tool_syntax import HERMES, LLAMA_3, MISTRAL_NEMO, model_syntax
+
+CITIES = ["Paris", "London", "Tokyo"]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather now in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": CITIES}, "days": {"enum": [1, 2, 3]}},
+            "required": ["city", "days"],
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+SYNTAXES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO}
+MARKS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", '"name"')  # a call's syntax, never content
+
+
+@pytest.fixture(scope="module")
+def family_models(model_path, tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("families")
+    paths = {}
+    for family, source in tool_templates.FAMILIES.items():
+        template = folder / f"{family}.jinja"
+        template.write_text(source)
+        paths[family] = write_tiny_model(model_path, folder / f"{family}.gguf", "--chat-template", str(template))
+    return paths
+
+
+def _serve(path: str, body):
+    async def main():
+        config = EngineConfig(model_path=path, n_ctx=4096, n_batch=256, capacity=8, n_threads=2)
+        async with Serving(config) as (_client, _server, url):
+            api = openai_client(url)
+            try:
+                return await body(api)
+            finally:
+                await api.close()
+
+    return run(main())
+
+
+def _follows_weather(arguments: str) -> bool:
+    values = json.loads(arguments)
+    return values["city"] in CITIES and values["days"] in (1, 2, 3)
+
+
+def _follows_schema(call) -> bool:
+    """A call of one of the tools, its arguments following that tool's parameters."""
+    if call.function.name == "get_time":
+        return json.loads(call.function.arguments) == {}
+    return call.function.name == "get_weather" and _follows_weather(call.function.arguments)
+
+
+async def _streamed(api, **fields) -> tuple[list, str, str | None]:
+    """A streamed reply's tool-call deltas, its content and its finish reason."""
+    deltas, content, finish = [], "", None
+    async for chunk in await api.chat.completions.create(model="m", stream=True, **fields):
+        for choice in chunk.choices:
+            deltas += choice.delta.tool_calls or []
+            content += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    return deltas, content, finish
+
+
+@pytest.mark.tiny
+@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral"])
+def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_models, family):
+    path = family_models[family]
+    assert model_syntax(path).family == SYNTAXES[family].family
+    # one call a reply: random weights could chain calls up to max_tokens (several: the test below)
+    asked = {"messages": ASK, "max_tokens": 60, "temperature": 0, "tools": [WEATHER, TIME], "parallel_tool_calls": False}
+
+    async def body(api):
+        required = await api.chat.completions.create(model="m", tool_choice="required", **asked)
+        named = await api.chat.completions.create(
+            model="m", tool_choice={"type": "function", "function": {"name": "get_weather"}}, **asked
+        )
+        streamed = await _streamed(api, tool_choice={"type": "function", "function": {"name": "get_weather"}}, **asked)
+        call = named.choices[0].message.tool_calls[0]
+        back = ASK + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "sunny", "celsius": 21}'},
+        ]
+        answer = await api.chat.completions.create(model="m", tool_choice="required", **{**asked, "messages": back})
+        return required, named, streamed, answer
+
+    required, named, (deltas, content, finish), answer = _serve(path, body)
+    for reply in (required, named, answer):
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and not choice.message.content, choice
+        assert all(call.type == "function" and _follows_schema(call) for call in choice.message.tool_calls)
+    assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
+    if family == "mistral":  # its template takes back only such ids
+        assert all(len(c.id) == 9 and c.id.isalnum() for c in named.choices[0].message.tool_calls)
+    # streamed: each call's id, type and name first (arguments empty), then its arguments in fragments
+    heads = [d for d in deltas if d.id]
+    assert [d.index for d in heads] == list(range(len(heads))) and heads[0].function.name == "get_weather"
+    assert all(d.type == "function" and d.function.arguments == "" for d in heads)
+    fragments = [d.function.arguments for d in deltas if not d.id and d.index == 0]
+    assert len(fragments) > 1 and _follows_weather("".join(fragments))
+    assert finish == "tool_calls" and not any(mark in content for mark in MARKS)
+
+
+@pytest.mark.tiny
+@pytest.mark.parametrize("family", ["hermes", "mistral"])
+def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_one(family_models, family):
+    # sampled, one reply at a time (a drawn token the grammar refuses costs a pass over the vocabulary),
+    # seed after seed until a reply holds several calls; its stream then tells the same calls
+    asked = {"messages": ASK, "max_tokens": 90, "temperature": 1.0, "tools": [WEATHER, TIME], "tool_choice": "required"}
+
+    async def body(api):
+        for seed in range(12):
+            several = (await api.chat.completions.create(model="m", seed=seed, **asked)).choices[0]
+            if len(several.message.tool_calls or []) >= 2:
+                break
+        deltas, _, _ = await _streamed(api, seed=seed, **asked)
+        one = [
+            (await api.chat.completions.create(model="m", seed=s, parallel_tool_calls=False, **asked)).choices[0]
+            for s in range(3)
+        ]
+        return several, deltas, one
+
+    several, deltas, one = _serve(family_models[family], body)
+    calls = several.message.tool_calls
+    assert len(calls) >= 2 and len({c.id for c in calls}) == len(calls)
+    closed = calls if several.finish_reason == "tool_calls" else calls[:-1]  # the last may be cut by max_tokens
+    assert all(_follows_schema(c) for c in closed)
+    # streamed: the same calls, their heads indexed 0..n-1 in order
+    heads = [d for d in deltas if d.id]
+    assert [d.index for d in heads] == list(range(len(calls))) and [d.function.name for d in heads] == [
+        c.function.name for c in calls
+    ]
+    assert all(len(c.message.tool_calls) == 1 and c.finish_reason == "tool_calls" for c in one)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral"])
+def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
+    """The request as `serve` reads it, rendered by the family's template: what the model reads."""
+    call = {
+        "id": "abcDEF123",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
+    }
+    body = {
+        "messages": ASK
+        + [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny, 21 C"},
+        ],
+        "tools": [WEATHER],
+        "tool_choice": "auto",
+    }
+    job = parse_chat(body, 4096, SYNTAXES[family])
+    assert job.params.grammar is None  # auto, in a native syntax: free text, calls read out of it
+    template = ChatTemplate(tool_templates.FAMILIES[family], model="a test template")
+    try:
+        builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)
+        tokens, _ = builder.build(Request("r", job.params, messages=job.messages))
+    finally:
+        template.close()
+    prompt = bytes(tokens).decode()
+    arguments_key = SYNTAXES[family].arguments_key
+    assert (
+        f'{{"name": "get_weather", "{arguments_key}": {{"city": "Paris", "days": 1}}' in prompt
+    )  # the call, as the family writes it
+    assert "sunny, 21 C" in prompt and '"description": "The weather now in a city"' in prompt
+    assert "You can call these functions" not in prompt  # not the generic format's description

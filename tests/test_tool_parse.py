@@ -1,0 +1,157 @@
+"""Reading tool calls out of a reply (tool_parse.py), for each family's syntax, and telling the family
+from a template (tool_syntax.py): pure functions over text. Any text reads as content and calls
+without raising; calls written in a family's syntax come back whole and never leak into content; a
+stream of any text, cut anywhere, sends exactly what the whole reply reads as."""
+
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+import tool_templates
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from app.server.tool_parse import ToolStream, scan, value_end
+from app.server.tool_syntax import GENERIC, HERMES, LLAMA_3, MISTRAL_NEMO, Syntax, detect
+
+pytestmark = pytest.mark.unit
+
+SYNTAXES = [HERMES, LLAMA_3, MISTRAL_NEMO, GENERIC, HERMES.with_parallel(False)]
+# text rich in what the syntaxes are made of, so that generated replies hit their corners
+PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
+PIECES += [
+    '{"tool_calls": [',
+    '{"response": "',
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    ",",
+    ":",
+    " ",
+    "\n",
+    "a",
+    "é",
+    "<",
+    "\\u00e9",
+    "\\ud83d",
+]
+replies = st.one_of(st.text(max_size=60), st.lists(st.sampled_from(PIECES), max_size=24).map("".join))
+
+
+def stream(text: str, syntax: Syntax, cuts: list[int]) -> tuple[str, list[dict]]:
+    """What a stream of `text`, fed in pieces ending at `cuts`, sends: its content and its calls."""
+    ids = iter(range(1000))
+    tool_stream = ToolStream(syntax, lambda: f"call_{next(ids)}")
+    deltas = []
+    for cut in sorted(set(cuts)):
+        deltas += tool_stream.feed(text[:cut])
+    deltas += tool_stream.feed(text, final=True)
+    content, calls = "", []
+    for delta in deltas:
+        content += delta.get("content", "")
+        for call in delta.get("tool_calls", []):
+            if "id" in call:  # a call's head comes first, with its arguments empty
+                assert call["index"] == len(calls) and call["type"] == "function" and call["function"]["arguments"] == ""
+                calls.append({"name": call["function"]["name"], "arguments": ""})
+            else:
+                calls[call["index"]]["arguments"] += call["function"]["arguments"]
+    return content, calls
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies, st.sampled_from(SYNTAXES), st.lists(st.integers(0, 80), max_size=12))
+@example('<tool_call>\n{"name": "f", "arguments": {"a": "\\u00e9"}}\n</tool_call>', HERMES, list(range(60)))
+@example('{"response": "a\\ud83d\\ude00b"}', GENERIC, list(range(30)))
+def test_any_reply_streams_exactly_what_it_reads_as_whole_and_never_raises(text, syntax, cuts):
+    whole = scan(text, syntax)
+    content, calls = stream(text, syntax, cuts)
+    assert content == whole.content
+    assert calls == [{"name": c.name, "arguments": c.arguments} for c in whole.calls]
+    assert syntax.parallel or len(calls) <= 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+calls = st.lists(
+    st.tuples(
+        st.text(string.ascii_letters + "_-", min_size=1, max_size=12),
+        st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+    ),
+    min_size=1,
+    max_size=3,
+)
+prose = st.text(string.ascii_letters + string.digits + " .,!?'\n", max_size=30)
+
+
+def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
+    """Calls as a model of `syntax`'s family writes them, after some text."""
+    objects = [json.dumps({"name": name, syntax.arguments_key: arguments}) for name, arguments in made]
+    if syntax is HERMES:
+        return before + "".join(f"\n<tool_call>\n{o}\n</tool_call>" for o in objects)
+    if syntax is MISTRAL_NEMO:
+        return f"{before}[TOOL_CALLS][{', '.join(objects)}]"
+    if syntax is LLAMA_3:
+        return f"<|python_tag|>{objects[0]}"
+    return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in made]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([HERMES, MISTRAL_NEMO, LLAMA_3, GENERIC]), prose, calls)
+def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
+    made = made[:1] if syntax is LLAMA_3 else made
+    found = scan(written(syntax, before, made), syntax)
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == made
+    assert found.content == ("" if syntax in (LLAMA_3, GENERIC) else before.strip())
+
+
+def test_each_familys_reply_reads_as_content_and_calls():
+    hermes = scan('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', HERMES)
+    assert hermes.content == "Let me look." and hermes.calls[0].name == "get_weather"
+    assert json.loads(hermes.calls[0].arguments) == {"city": "Paris"}
+    # a trigger written as a control token is no text: the call alone opens the reply
+    assert scan('[{"name": "f", "arguments": {}}]', MISTRAL_NEMO).calls[0].name == "f"
+    assert scan('  {"name": "f", "parameters": {"x": 1}}', LLAMA_3).calls[0].arguments == '{"x": 1}'
+    # what only looks like a call's start is content
+    assert scan("<tool_call>not json", HERMES).content == "<tool_call>not json"
+    assert scan('{"answer": 42}', LLAMA_3).content == '{"answer": 42}'
+    # a call without arguments takes none
+    assert scan('<tool_call>{"name": "now"}</tool_call>', HERMES).calls[0].arguments == "{}"
+    # one call when parallel calls are off
+    two = '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    assert [c.name for c in scan(two, HERMES).calls] == ["a", "b"]
+    assert [c.name for c in scan(two, HERMES.with_parallel(False)).calls] == ["a"]
+
+
+def test_a_stream_holds_back_what_may_still_open_a_call():
+    assert scan("Sure <tool_c", HERMES, final=False).content == "Sure"
+    assert scan("Sure <tool_c", HERMES, final=True).content == "Sure <tool_c"
+    assert scan("<|python_t", LLAMA_3, final=False).content == ""
+    assert scan('{"respo', GENERIC, final=False).content == ""
+    # a call cut short (max_tokens) keeps the arguments written; an unnamed one is dropped
+    cut = scan('<tool_call>{"name": "f", "arguments": {"city": "Pa', HERMES)
+    assert cut.calls[0].arguments == '{"city": "Pa' and cut.content == ""
+    assert scan('Hi <tool_call>{"na', HERMES).content == "Hi" and not scan('Hi <tool_call>{"na', HERMES).calls
+
+
+def test_a_json_value_ends_where_its_brackets_close():
+    assert value_end('{"a": [1, "]"]} tail', 0) == 15
+    assert value_end('"a\\"b" x', 0) == 6
+    assert value_end('{"a": 1', 0) is None and value_end("12", 0) is None and value_end("12,", 0) == 2
+    assert value_end('{"a": 1]', 0) == -1
+
+
+def test_the_family_is_told_from_the_template_source():
+    assert detect(tool_templates.HERMES) is HERMES
+    assert detect(tool_templates.LLAMA_3) is LLAMA_3
+    assert detect(tool_templates.MISTRAL_NEMO) is MISTRAL_NEMO
+    assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
+    # Qwen3-Coder's XML calls are not Hermes' JSON ones
+    assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is GENERIC

@@ -1,0 +1,86 @@
+"""Short chat templates in the tool syntax of three families, written for the tests (the real ones are
+longer; these keep what family detection and the syntax need): each renders `tools`, an assistant
+turn's `tool_calls` and a `role: "tool"` result the way its family does."""
+
+# Hermes 2 Pro / Qwen 2.5 / Qwen 3: ChatML, the tools in <tools>, calls in <tool_call> blocks
+HERMES = """{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You may call one or more functions to assist with the user query.
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' or (m.role == 'assistant' and not m.tool_calls) %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% elif m.role == 'assistant' %}<|im_start|>assistant
+{{ m.content }}
+{%- for call in m.tool_calls %}
+<tool_call>
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
+</tool_call>
+{%- endfor %}<|im_end|>
+{% elif m.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+# Llama 3.1 / 3.2 / 3.3: headers, the tools in the first user turn, a call as the whole reply, results as ipython
+LLAMA_3 = """{%- set ns = namespace(first_user=-1) %}
+{%- for m in messages %}{% if m.role == 'user' and ns.first_user < 0 %}{% set ns.first_user = loop.index0 %}{% endif %}{% endfor %}
+{{- bos_token }}<|start_header_id|>system<|end_header_id|>
+
+{% if tools %}Environment: ipython
+{% endif %}Cutting Knowledge Date: December 2023<|eot_id|>
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|start_header_id|>user<|end_header_id|>
+
+{% if tools and loop.index0 == ns.first_user %}Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.
+{% for tool in tools %}{{ tool | tojson(indent=4) }}
+{% endfor %}{% endif %}{{ m.content }}<|eot_id|>
+{%- elif m.role == 'assistant' and m.tool_calls %}<|start_header_id|>assistant<|end_header_id|>
+
+{% if m.tool_calls | length != 1 %}{{ raise_exception('This model only supports single tool-calls at once!') }}{% endif %}
+{%- for call in m.tool_calls %}{"name": "{{ call.function.name }}", "parameters": {{ call.function.arguments | tojson }}}{% endfor %}<|eom_id|>
+{%- elif m.role == 'tool' or m.role == 'ipython' %}<|start_header_id|>ipython<|end_header_id|>
+
+{{ m.content }}<|eot_id|>
+{%- else %}<|start_header_id|>{{ m.role }}<|end_header_id|>
+
+{{ m.content }}<|eot_id|>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}"""
+
+# Mistral Nemo: [INST] turns, the tools in [AVAILABLE_TOOLS] before the last user turn, calls as a JSON array
+MISTRAL_NEMO = """{%- set ns = namespace(last_user=-1) %}
+{%- for m in messages %}{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}
+{{- bos_token }}
+{%- for m in messages %}
+{%- if m.role == 'user' %}{% if tools and loop.index0 == ns.last_user %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS][
+{%- for call in m.tool_calls %}{% if call.id | length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}, "id": "{{ call.id }}"}{% if not loop.last %}, {% endif %}
+{%- endfor %}]{{ eos_token }}
+{%- elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}
+{%- elif m.role == 'tool' %}[TOOL_RESULTS]{"content": {{ m.content | tojson }}, "call_id": "{{ m.tool_call_id }}"}[/TOOL_RESULTS]
+{%- endif %}
+{%- endfor %}"""
+
+FAMILIES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO}
