@@ -95,7 +95,7 @@ def engine_overrides(args: argparse.Namespace) -> dict:
         if field.flags and field.name in vars(args):  # bench's own --mode, --policy share a name
             value = getattr(args, field.name)
             changes[field.name] = field.text.parse(value) if isinstance(value, str) else value
-    if changes.get("spec_draft_model") and "spec_type" not in changes:  # as llama.cpp: -md alone drafts with it
+    if changes.get("spec_draft_model") and "spec_type" not in changes:  # -md alone: draft with it (llama.cpp: nothing)
         changes["spec_type"] = SpecType.DRAFT
     problem = EngineConfig(model_path="", **changes).problem()
     if problem:

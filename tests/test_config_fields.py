@@ -56,7 +56,7 @@ CHANGED = EngineConfig(
     spec_draft_model="/models/small, draft.gguf",
     spec_draft_p_min=0.25,
 )
-# what a flag given alone sets beside its own field (as llama.cpp, -md alone drafts with that model)
+# what a flag given alone sets beside its own field (-md alone drafts with that model)
 IMPLIED = {"spec_draft_model": {"spec_type": SpecType.DRAFT}}
 
 

@@ -110,7 +110,7 @@ def test_a_missing_draft_model_is_refused_with_its_name(tiny_config, tmp_path):
 
 
 @pytest.mark.unit
-def test_the_draft_model_flag_alone_chooses_draft_simple_as_llama_cpp_does():
+def test_the_draft_model_flag_alone_chooses_draft_simple():
     parse = build_parser().parse_args
     assert engine_overrides(parse(["-md", "small.gguf"])) == {"spec_draft_model": "small.gguf", "spec_type": SpecType.DRAFT}
     named = engine_overrides(parse(["--spec-type", "ngram-simple", "--model-draft", "small.gguf", "--spec-draft-p-min", "0.5"]))
