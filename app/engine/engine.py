@@ -28,7 +28,7 @@ from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence, SequenceStatus
-from .speculation import COST_WEIGHT, Drafter, NgramDrafter, StepCost
+from .speculation import Drafter, NgramDrafter, StepCost
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -88,7 +88,6 @@ class Engine:
         self._generated = 0
         self._drafted = self._accepted = 0
         self.step_cost = StepCost()  # what a decode of n tokens takes here: whether a draft pays
-        self.guess_s = 0.0  # what the draft model takes per guess (measured: llama/draft.py)
         self._n_steps = 0
         self._step_s = self._decode_s = 0.0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
@@ -310,7 +309,7 @@ class Engine:
             own_room = self.backend.n_ctx_seq - len(seq.tokens)  # its stream's, or the pool's
             left = seq.params.max_tokens - seq.num_generated - 1  # the token after the draft is one more
             room = min(self.config.n_batch - n_step, cells, own_room, left)
-            n = seq.drafter.length(self.step_cost, n_step, room, self.guess_s if model else 0.0)
+            n = seq.drafter.length(self.step_cost, n_step, room, model.guess_s if model else 0.0)
             if model is None:
                 seq.draft = seq.drafter.draft(seq.tokens, n)
                 n = len(seq.draft)
@@ -324,10 +323,8 @@ class Engine:
         return [seq for seq, _ in lengths if seq.draft]
 
     def _guess(self, model, lengths: list[tuple[Sequence, int]]) -> None:
-        """Drafts from the draft model for every sequence in `lengths` at once; what a guess costs kept."""
+        """Drafts from the draft model for every sequence in `lengths` at once."""
         drafts = model.draft([(seq.slot_id, seq.tokens, n) for seq, n in lengths], self.config.spec_draft_p_min)
-        if model.guess_s:
-            self.guess_s = model.guess_s if not self.guess_s else self.guess_s + COST_WEIGHT * (model.guess_s - self.guess_s)
         for (seq, _), draft in zip(lengths, drafts, strict=True):
             seq.draft = draft if len(draft) >= self.config.spec_draft_n_min else []
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..model_file import check_gguf_file
+from ..speculation import StepCost
 from .batch import Batch
 from .devices import build_has_amx
 from .log_capture import forget_tail, last_error, recording_load
@@ -59,9 +60,13 @@ class DraftModel:
         self.n_vocab = min(self.vocab.n_vocab, ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(target_model)))
         self.batch = Batch(n_batch)
         self._held: dict[int, list[int]] = {}  # slot -> the tokens whose cells its sequence holds here
-        # seconds per guess of the last draft, the chat read up to it not counted (a new turn's prompt
-        # is read once; a slot drafting every step reads only the few tokens taken since)
-        self.guess_s = 0.0
+        self.cost = StepCost()  # what a decode of n tokens takes the draft model here
+
+    @property
+    def guess_s(self) -> float:
+        """What one more guess costs: a decode of one token (those of several drafting sequences
+        share a decode, so this is the most); 0 until measured."""
+        return self.cost.of(1) or 0.0
 
     @staticmethod
     def _context_params(n_ctx: int, capacity: int, n_batch: int, threads: tuple[int, int]):
@@ -83,11 +88,6 @@ class DraftModel:
         slots = {wants[i][0] for i in going}
         if not going or not self._catch_up([wants[i] for i in going], slots):
             return drafts
-        t0 = time.perf_counter()
-        self.batch.clear()
-        for i in going:  # each one's last token, whose logits give its first guess
-            slot, tokens, _ = wants[i]
-            self.batch.add(slot, [tokens[-1]], len(tokens) - 1, True)
         while going and self._decode(slots) == 0:
             for i in going:  # what was just read is held now
                 slot, tokens, _ = wants[i]
@@ -104,14 +104,13 @@ class DraftModel:
                     self.batch.add(slot, [guess], len(tokens) + len(drafts[i]) - 1, True)
                     still.append(i)
             going = still
-        guessed = sum(map(len, drafts))
-        self.guess_s = (time.perf_counter() - t0) / guessed if guessed else 0.0
         return drafts
 
     def _catch_up(self, wants: list[tuple[int, list[int], int]], slots: set[int]) -> bool:
-        """Bring each slot's cells up to its tokens but the last: keep the longest prefix it shares
-        with them, read the rest (no logits), a full batch at a time. False when a decode failed
-        (the cells past what is known held are removed at the next call)."""
+        """Fill the batch for the first guesses: each slot keeps the longest prefix its cells share
+        with its tokens, the rest is read (a full batch decoded at a time, no logits) and its last
+        token, whose logits give its first guess, ends the batch left to decode. False when a decode
+        failed (the cells past what is known held are removed at the next call)."""
         reading = []
         for slot, tokens, _ in wants:
             kept = min(_shared(self._held.get(slot, []), tokens), len(tokens) - 1)
@@ -120,33 +119,39 @@ class DraftModel:
                 kept = 0
             self._held[slot] = tokens[:kept]
             reading.append((slot, tokens, kept))
-        self.batch.clear()
+        batch = self.batch
+        batch.clear()
         for slot, tokens, start in reading:
-            end = len(tokens) - 1
-            while start < end:
-                n = min(end - start, self.batch.capacity - self.batch.n_tokens)
-                self.batch.add(slot, tokens[start : start + n], start, False)
-                start += n
-                if self.batch.n_tokens == self.batch.capacity:
+            while start < len(tokens) - 1:
+                if batch.n_tokens == batch.capacity:
                     if self._decode(slots) != 0:
                         return False
-                    self.batch.clear()
-        if self.batch.n_tokens and self._decode(slots) != 0:
-            return False
+                    batch.clear()
+                n = min(len(tokens) - 1 - start, batch.capacity - batch.n_tokens)
+                batch.add(slot, tokens[start : start + n], start, False)
+                start += n
+        if batch.n_tokens + len(reading) > batch.capacity:  # the last tokens go in together
+            if self._decode(slots) != 0:
+                return False
+            batch.clear()
         for slot, tokens, _ in reading:
-            self._held[slot] = tokens[:-1]
+            batch.add(slot, [tokens[-1]], len(tokens) - 1, True)
         return True
 
     def _decode(self, slots: set[int]) -> int:
-        """Decode the batch; when the pool is full, once more after the other slots' cells are dropped
-        (they are read again when those slots draft next)."""
+        """Decode the batch (its cost kept by size); when the pool is full, once more after the other
+        slots' cells are dropped (they are read again when those slots draft next)."""
         self.batch.struct.n_tokens = self.batch.n_tokens
+        t0 = time.perf_counter()
         rc = ll.llama_decode(self.ctx, self.batch.struct)
         if rc == 1:
             for slot in [s for s in self._held if s not in slots]:
                 ll.llama_memory_seq_rm(self.memory, slot, -1, -1)
                 del self._held[slot]
+            t0 = time.perf_counter()
             rc = ll.llama_decode(self.ctx, self.batch.struct)
+        if rc == 0:
+            self.cost.observe(self.batch.n_tokens, time.perf_counter() - t0)
         return rc
 
     def _read(self, p_min: float) -> list[int | None]:
