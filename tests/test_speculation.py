@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.engine.events import FinishReason
 from app.engine.params import GREEDY, SpecType
-from app.engine.speculation import PROBE_EVERY, PROBE_LENGTH, NgramDrafter, StepCost
+from app.engine.speculation import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter, StepCost
 
 WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
 
@@ -152,3 +152,34 @@ def test_a_step_size_never_measured_costs_what_its_measured_neighbours_say():
     assert cost.of(17) == pytest.approx(0.090)  # above them: their slope, on
     cost.observe(9, 0.070)
     assert cost.of(9) == pytest.approx(0.052)  # a size measured again moves a tenth of the way
+
+
+@pytest.mark.unit
+def test_probes_come_ever_more_seldom_while_they_find_nothing_right_and_never_where_nothing_could_pay():
+    cpu = costs(lambda n: 0.004 + 0.007 * n)
+    drafter = Drafter(0, 16)
+    for _ in range(20):
+        drafter.verified(8, 1)  # seldom right: no draft pays, only probes
+    gaps = []
+    for _ in range(4):
+        steps = 1
+        while drafter.length(cpu, 1, 16) == 0:
+            steps += 1
+        gaps.append(steps)
+        drafter.verified(PROBE_LENGTH, 0)  # the probe found nothing right either
+    assert gaps == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY, 8 * PROBE_EVERY]
+    drafter.verified(PROBE_LENGTH, PROBE_LENGTH)  # all right: back to the first pace
+    assert [drafter.length(cpu, 1, 16) for _ in range(PROBE_EVERY)][-1] == PROBE_LENGTH
+    # a draft model as slow as the model: even guesses all right never pay, so it never probes
+    slow = Drafter(0, 16)
+    assert all(slow.length(cpu, 1, 16, guess_s=cpu.of(1)) == 0 for _ in range(4 * PROBE_EVERY))
+    assert PROBE_LEAST_OFTEN >= 8 * PROBE_EVERY
+
+
+@pytest.mark.unit
+def test_a_fewest_draft_length_drafts_at_least_that_whatever_was_measured():
+    linear = costs(lambda n: 0.011 * n)  # nothing fixed: a guess never pays
+    assert Drafter(4, 16).length(linear, 8, 16) == 4
+    assert Drafter(4, 16).length(StepCost(), 1, 16) == 4  # nothing measured yet
+    assert Drafter(4, 16).length(linear, 1, 3) == 0  # fewer fit: none
+    assert Drafter(0, 16).length(linear, 8, 16) == 0
