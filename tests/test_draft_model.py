@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
+import openai
 import pytest
 from conftest import write_tiny_model
 from helpers import Started, run, user
+from serving import Serving
 
 from app.cli import build_parser, engine_overrides
 from app.engine.errors import ModelLoadError
@@ -119,3 +122,22 @@ def test_the_draft_model_flag_alone_chooses_draft_simple():
         engine_overrides(parse(["--spec-type", "draft-simple"]))
     with pytest.raises(SystemExit):
         parse(["--spec-draft-p-min", "1.5"])
+
+
+@pytest.mark.tiny
+def test_serve_drafts_with_a_draft_model_for_the_official_client_and_metrics_count_the_guesses(tiny_config, tiny_model_path):
+    async def main():
+        config = tiny_config.with_(spec_draft_model=tiny_model_path, **DRAFTING)
+        async with Serving(config) as (_client, _server, url):
+            api = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none")
+            reply = await api.chat.completions.create(
+                model="m", messages=chats(1)[0], max_tokens=48, temperature=0, extra_body={"ignore_eos": True}
+            )
+            async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+                return reply, await r.text()
+
+    reply, text = run(main())
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert reply.usage.completion_tokens == 48
+    drafted = float(values["batch_playground_draft_tokens_total"])
+    assert drafted > 20 and float(values["batch_playground_draft_accepted_tokens_total"]) == drafted

@@ -78,6 +78,8 @@ def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_conf
         (chats(2), GREEDY.with_(max_tokens=97, ignore_eos=True)),  # two sequences drafting in one step
         (chats(2), GREEDY.with_(max_tokens=60)),
         (chats(1), GREEDY.with_(max_tokens=80, stop=("flour",))),  # a stop string inside a draft
+        # greedy under a repeat penalty: each guess checked against the chain's draw, row by row
+        (chats(2), GREEDY.with_(max_tokens=90, repeat_penalty=1.1, frequency_penalty=0.2, ignore_eos=True)),
     ]
 
     async def main(spec):
@@ -93,6 +95,7 @@ def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_conf
     assert plain_snapshot.drafted_tokens == 0
     assert snapshot.accepted_tokens > 0 and snapshot.drafted_tokens >= snapshot.accepted_tokens
     assert sum(f.stats.accepted_tokens for c in drafted for f in c) == snapshot.accepted_tokens
+    assert all(f.stats.accepted_tokens > 0 for f in drafted[-1])  # the penalised replies drafted too
     # fewer steps than tokens: accepted drafts took none of their own
     assert snapshot.steps < plain_snapshot.steps
 
@@ -129,10 +132,15 @@ def test_after_a_drafted_reply_the_next_turn_finds_its_whole_history(tiny_config
 
 @pytest.mark.tiny
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.sampled_from(WORDS), min_size=3, max_size=40), max_tokens=st.integers(1, 90), eos=st.booleans())
-def test_any_prompt_gets_the_same_greedy_reply_with_or_without_drafts(tiny_config, words, max_tokens, eos):
+@given(
+    words=st.lists(st.sampled_from(WORDS), min_size=3, max_size=40),
+    max_tokens=st.integers(1, 90),
+    eos=st.booleans(),
+    penalty=st.sampled_from([1.0, 1.1, 1.3]),
+)
+def test_any_prompt_gets_the_same_greedy_reply_with_or_without_drafts(tiny_config, words, max_tokens, eos, penalty):
     messages = user(" ".join(words))
-    params = GREEDY.with_(max_tokens=max_tokens, ignore_eos=eos)
+    params = GREEDY.with_(max_tokens=max_tokens, ignore_eos=eos, repeat_penalty=penalty)
 
     async def main(spec):
         async with Started(tiny_config.with_(n_ctx=2048, capacity=2, spec_type=spec)) as client:

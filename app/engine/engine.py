@@ -42,6 +42,12 @@ GRAMMAR_TOKEN_S = 0.05  # a grammar slower than this for one token stops its rep
 CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
+def _greedy(seq: Sequence) -> bool:
+    """A greedy reply free of a grammar: its tokens are the top ones (after the chain's penalties, if
+    any), so guesses of them can be checked exactly (speculative decoding drafts for these only)."""
+    return seq.grammar is None and (seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0))
+
+
 def _greedy_in_grammar(seq: Sequence) -> bool:
     """A greedy reply under a grammar, with nothing else to move the likeliest token: its draw starts
     from the top token, read with the others' in one pass."""
@@ -295,7 +301,7 @@ class Engine:
     def _draft(self, plan: Plan) -> list[Sequence]:
         """Give the greedy sequences decoding in this step a draft of their next tokens (speculation.py),
         within the step's token budget, their room and their reply's length; return those drafting."""
-        decoding = [seq for seq, _ in plan if seq.is_decoding and seq.draw is Draw.ARGMAX and seq.params.speculate]
+        decoding = [seq for seq, _ in plan if seq.is_decoding and _greedy(seq) and seq.params.speculate]
         if self.config.spec_type is SpecType.NONE or not decoding:
             return []
         model = self.backend.draft
@@ -329,15 +335,18 @@ class Engine:
             seq.draft = draft if len(draft) >= self.config.spec_draft_n_min else []
 
     def _verify(self, seq: Sequence, events: list[Event]) -> None:
-        """Take the tokens the greedy choice confirms: at each drafted row the top token, as long as it
+        """Take the tokens the greedy choice confirms: at each drafted row the top token (after the
+        chain's penalties, drawn row by row so that each sees the tokens taken before it), as long as it
         is the draft's next; then one more (the first that differs, or the one after the whole draft)."""
         draft, seq.draft = seq.draft, []
         rows = list(range(seq.row, seq.row + len(draft) + 1))
         samplers, vocab = self.backend.samplers, self.backend.vocab
+        tops = samplers.top_tokens(rows) if seq.draw is Draw.ARGMAX else None
         tokens = []
-        for i, token in enumerate(samplers.top_tokens(rows)):
+        for i, row in enumerate(rows):
+            token = samplers.sample(seq.sampler, row) if tops is None else tops[i]
             if seq.params.ignore_eos and vocab.is_eog(token):
-                token = samplers.sample(seq.sampler, rows[i])  # as _sample_all does: the chain bans them
+                token = samplers.sample(seq.sampler, row)  # as _sample_all does: the chain bans them
             tokens.append(token)
             if i == len(draft) or token != draft[i]:
                 break

@@ -162,6 +162,8 @@ def _figures(s: EngineSnapshot, steps: Sequence[StepStats], totals: Totals, stre
             s.layout_changes,
         ),
         ("counter", "kv_layout_change_seconds_total", "seconds spent changing the KV layout", s.layout_change_s),
+        ("counter", "draft_tokens_total", "tokens drafted ahead and verified (speculative decoding)", s.drafted_tokens),
+        ("counter", "draft_accepted_tokens_total", "drafted tokens the model confirmed", s.accepted_tokens),
     ]
 
 
