@@ -41,6 +41,24 @@ def tiny_model_path(model_path, tmp_path_factory) -> str:
     return write_tiny_model(model_path, tmp_path_factory.mktemp("tiny") / "tiny.gguf")
 
 
+@pytest.fixture(scope="session")
+def family_models(model_path, tmp_path_factory) -> dict[str, str]:
+    """The bundled model carrying each tool-call family's chat template (tool_templates.py), by family:
+    its real weights mostly put the token a grammar wants on top, so a constrained draw is cheap
+    (random weights often make the grammar check the whole vocabulary). About a second a copy."""
+    import tool_templates
+
+    folder = tmp_path_factory.mktemp("families")
+    for family, template in tool_templates.FAMILIES.items():
+        out = folder / f"{family}.gguf"
+        subprocess.run(
+            [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", model_path, str(out), "--chat-template", template],
+            check=True,
+            capture_output=True,
+        )
+    return {family: str(folder / f"{family}.gguf") for family in tool_templates.FAMILIES}
+
+
 def write_tiny_model(like: str, path: Path, *flags: str) -> str:
     """A tiny model of `like`'s kind at `path` (scripts/synthetic-gguf's `flags` beside the shapes)."""
     script = Path(__file__).parent.parent / "scripts" / "synthetic-gguf"
@@ -65,7 +83,16 @@ def tiny_config(tiny_model_path) -> EngineConfig:
 # where its tests differ), so `scripts/test -m "unit or tiny"` picks the quick ones by name
 KINDS = ("unit", "tiny", "model", "gui")
 GUI_FIXTURES = {"qtbot", "qapp", "loop", "run_window", "run_tiny_window"}
-MODEL_FIXTURES = {"model_path", "q8_model_path", "tiny_model_path", "config", "tiny_config", "shared_engine", "served"}
+MODEL_FIXTURES = {
+    "model_path",
+    "q8_model_path",
+    "tiny_model_path",
+    "config",
+    "tiny_config",
+    "shared_engine",
+    "served",
+    "family_models",
+}
 
 
 def pytest_collection_modifyitems(items) -> None:

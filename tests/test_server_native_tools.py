@@ -1,6 +1,6 @@
 """Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
-tiny model carrying a Hermes / Qwen, Llama 3.x or Mistral Nemo style chat template (tool_templates.py).
-Its weights are noise, so only what the grammar forces is asserted: with `required` or a named
+bundled model carrying a Hermes / Qwen, Llama 3.x or Mistral Nemo style chat template (tool_templates.py,
+conftest's `family_models`). Only what the grammar forces is asserted: with `required` or a named
 function every reply is a call in the family's syntax, whose arguments follow the schema; several
 calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
 arguments in fragments; and the template itself renders the tools, the calls and their results."""
@@ -11,7 +11,6 @@ import json
 
 import pytest
 import tool_templates
-from conftest import write_tiny_model
 from helpers import run
 from serving import Serving
 from test_server_responses import openai_client
@@ -38,19 +37,13 @@ WEATHER = {
 }
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+THREE_CITIES = [{"role": "user", "content": "Tell me the weather in Paris, London and Tokyo."}]
 SYNTAXES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO}
+# greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
+# the top token, which real weights mostly make one the grammar allows, so it costs microseconds; a
+# chain's draw is a pass over the whole vocabulary (10-16 ms), which the grammar's 50 ms budget counts
+GREEDY = {"temperature": 0, "extra_body": {"repeat_penalty": 1.0}}
 MARKS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", '"name"')  # a call's syntax, never content
-
-
-@pytest.fixture(scope="module")
-def family_models(model_path, tmp_path_factory) -> dict[str, str]:
-    folder = tmp_path_factory.mktemp("families")
-    paths = {}
-    for family, source in tool_templates.FAMILIES.items():
-        template = folder / f"{family}.jinja"
-        template.write_text(source)
-        paths[family] = write_tiny_model(model_path, folder / f"{family}.gguf", "--chat-template", str(template))
-    return paths
 
 
 def _serve(path: str, body):
@@ -89,13 +82,13 @@ async def _streamed(api, **fields) -> tuple[list, str, str | None]:
     return deltas, content, finish
 
 
-@pytest.mark.tiny
+@pytest.mark.model
 @pytest.mark.parametrize("family", ["hermes", "llama3", "mistral"])
 def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_models, family):
     path = family_models[family]
     assert model_syntax(path).family == SYNTAXES[family].family
     # one call a reply: random weights could chain calls up to max_tokens (several: the test below)
-    asked = {"messages": ASK, "max_tokens": 60, "temperature": 0, "tools": [WEATHER, TIME], "parallel_tool_calls": False}
+    asked = {"messages": ASK, "max_tokens": 60, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
 
     async def body(api):
         required = await api.chat.completions.create(model="m", tool_choice="required", **asked)
@@ -128,36 +121,32 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
     assert finish == "tool_calls" and not any(mark in content for mark in MARKS)
 
 
-@pytest.mark.tiny
+@pytest.mark.model
 @pytest.mark.parametrize("family", ["hermes", "mistral"])
 def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_one(family_models, family):
-    # sampled, one reply at a time (a drawn token the grammar refuses costs a pass over the vocabulary),
-    # seed after seed until a reply holds several calls; its stream then tells the same calls
-    asked = {"messages": ASK, "max_tokens": 90, "temperature": 1.0, "tools": [WEATHER, TIME], "tool_choice": "required"}
+    # greedy, the bundled model calls get_weather then get_time for this question in both syntaxes,
+    # its prompt read anew or from the cache (measured: other questions tip over between the two), so
+    # the stream's reply is the whole one's
+    asked = {"messages": THREE_CITIES, "max_tokens": 120, "tools": [WEATHER, TIME], "tool_choice": "required", **GREEDY}
 
     async def body(api):
-        for seed in range(12):
-            several = (await api.chat.completions.create(model="m", seed=seed, **asked)).choices[0]
-            if len(several.message.tool_calls or []) >= 2:
-                break
-        deltas, _, _ = await _streamed(api, seed=seed, **asked)
-        one = [
-            (await api.chat.completions.create(model="m", seed=s, parallel_tool_calls=False, **asked)).choices[0]
-            for s in range(3)
-        ]
-        return several, deltas, one
+        several = (await api.chat.completions.create(model="m", **asked)).choices[0]
+        deltas, _, _ = await _streamed(api, **asked)
+        one = await api.chat.completions.create(model="m", parallel_tool_calls=False, **asked)
+        return several, deltas, one.choices[0]
 
     several, deltas, one = _serve(family_models[family], body)
     calls = several.message.tool_calls
-    assert len(calls) >= 2 and len({c.id for c in calls}) == len(calls)
-    closed = calls if several.finish_reason == "tool_calls" else calls[:-1]  # the last may be cut by max_tokens
-    assert all(_follows_schema(c) for c in closed)
-    # streamed: the same calls, their heads indexed 0..n-1 in order
+    assert several.finish_reason == "tool_calls" and len(calls) >= 2 and len({c.id for c in calls}) == len(calls)
+    assert all(_follows_schema(c) for c in calls)
+    # streamed: the same calls, their heads indexed 0..n-1 in order, each one's arguments in fragments
     heads = [d for d in deltas if d.id]
     assert [d.index for d in heads] == list(range(len(calls))) and [d.function.name for d in heads] == [
         c.function.name for c in calls
     ]
-    assert all(len(c.message.tool_calls) == 1 and c.finish_reason == "tool_calls" for c in one)
+    for i, call in enumerate(calls):
+        assert "".join(d.function.arguments or "" for d in deltas if d.index == i) == call.function.arguments
+    assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls" and _follows_schema(one.message.tool_calls[0])
 
 
 @pytest.mark.unit
