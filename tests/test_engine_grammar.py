@@ -5,6 +5,7 @@ token stops its own reply while the others go on."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from helpers import Started, run, user
@@ -47,3 +48,34 @@ def test_a_grammar_too_slow_for_a_token_stops_its_reply_and_the_others_go_on(tin
     slow, free = run(main())
     assert slow.reason is FinishReason.ERROR and "to allow one token" in slow.error and slow.fault is Fault.REQUEST
     assert free.reason is FinishReason.LENGTH and free.stats.gen_tokens == 24
+
+
+# free until a space and the character after it (the trigger's group), then held to more such
+# characters and " ok": the tiny model writes noise, whose text has spaces, never this ending
+LAZY = 'root ::= [^ ]+ " ok"'
+TRIGGER = r" (\S)"
+SAMPLED = SamplingParams(
+    max_tokens=24, seed=3, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0
+)  # greedy writes newlines
+
+
+def test_a_lazy_grammar_lets_the_reply_run_free_until_its_trigger_then_holds_it(tiny_config):
+    async def main():
+        async with Started(tiny_config) as client:
+            await client.complete(user("Well?"), SAMPLED)  # the prompt cached: each reply below reads it alike
+            free = await client.complete(user("Well?"), SAMPLED)
+            lazy = await client.complete(user("Well?"), SAMPLED.with_(grammar=LAZY, grammar_triggers=(TRIGGER,)))
+            waiting = await client.complete(user("Well?"), SAMPLED.with_(grammar=LAZY, grammar_triggers=("^never",)))
+            bad = await client.complete(user("Well?"), GREEDY.with_(max_tokens=4, grammar=LAZY, grammar_triggers=("(",)))
+            after = await client.complete(user("Well?"), GREEDY.with_(max_tokens=8, ignore_eos=True))
+            return free, lazy, waiting, bad, after
+
+    free, lazy, waiting, bad, after = run(main())
+    held = re.search(TRIGGER, free.text).start(1)  # where the free reply sets the trigger off
+    assert lazy.text[:held] == free.text[:held], (free.text, lazy.text)  # free until then
+    assert re.fullmatch(r"[^ ]+( ok)?", lazy.text[held:]), lazy.text  # the grammar's from there
+    assert lazy.reason is FinishReason.LENGTH or lazy.text.endswith(" ok")
+    # a trigger that never comes: the reply is the free one
+    assert waiting.text == free.text and waiting.stats.gen_tokens == free.stats.gen_tokens
+    assert bad.reason is FinishReason.ERROR and bad.fault is Fault.REQUEST and "not a regular expression" in bad.error
+    assert after.reason is FinishReason.LENGTH and after.stats.gen_tokens == 8  # the engine goes on

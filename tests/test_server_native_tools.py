@@ -168,7 +168,8 @@ def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
         "tool_choice": "auto",
     }
     job = parse_chat(body, 4096, SYNTAXES[family])
-    assert job.params.grammar is None  # auto, in a native syntax: free text, calls read out of it
+    # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
+    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].lazy_triggers
     template = ChatTemplate(tool_templates.FAMILIES[family], model="a test template")
     try:
         builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)

@@ -156,7 +156,8 @@ class Engine:
         prompt = self.prompts.prepare(request)
         if prompt.error is None and request.params.grammar is not None:
             try:  # parsed here, not on the engine thread: a large grammar takes its time (0.5 s at 256 KiB)
-                prompt = dataclasses.replace(prompt, grammar=self.backend.samplers.grammar(request.params.grammar))
+                grammar = self.backend.samplers.grammar(request.params.grammar, request.params.grammar_triggers)
+                prompt = dataclasses.replace(prompt, grammar=grammar)
             except ValueError as e:
                 return Prompt([], error=str(e))
         return prompt

@@ -121,6 +121,10 @@ class SamplingParams:
     n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
     # a GBNF grammar every reply must follow (JSON, a JSON schema's, or one given: llama/grammar.py)
     grammar: str | None = None
+    # set: the grammar is lazy, the reply free until one of these patterns (Python regular expressions)
+    # matches its text, control tokens written out; held to the grammar from the match on (llama.cpp's
+    # lazy grammar: a tool call's syntax under tool_choice "auto")
+    grammar_triggers: tuple[str, ...] = ()
     speculate: bool = True  # may draft ahead where the engine speculates (--spec-type): off, never
     # the functions a chat's own template is given as its `tools` (OpenAI's list, as JSON): serve's
     # tool calls with a template that renders them; None: the template sees no tools
@@ -155,6 +159,8 @@ class SamplingParams:
             return "the grammar must be GBNF text, or unset"
         if self.tools is not None and not isinstance(self.tools, str):
             return "the tools must be JSON text, or unset"
+        if self.grammar_triggers and self.grammar is None:
+            return "grammar triggers need a grammar to start"
         if self.grammar is not None and self.ignore_eos:
             return "ignore_eos cannot go with a format to follow: the reply ends where its format does"
         return None

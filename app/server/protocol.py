@@ -108,7 +108,8 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
         n_ctx_seq,
         "messages",
     )
-    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar, tools=template_tools)
+    triggers = tools.triggers() if tools is not None else ()
+    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar, grammar_triggers=triggers, tools=template_tools)
     job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
 

@@ -5,12 +5,13 @@ Two ways, by the model's chat template (tool_syntax.py tells which):
 - native: a template that knows a tool syntax (Hermes / Qwen, Llama 3.x, Mistral Nemo) renders the
   tools, the assistant turns that called them and the `role: "tool"` results itself; the model
   writes calls in its own syntax. `required` and a named function hold the reply to that syntax
-  with a grammar from its first token; with `auto` the model writes freely and its calls are read
-  out of the text.
+  with a grammar from its first token; with `auto` the model writes freely until the family's
+  trigger (`<tool_call>`, `[TOOL_CALLS]`, a reply opening with `{"name":`), and a lazy grammar holds
+  it from there; its calls are read out of the text.
 - generic, for any other template: the tools are described in a system message, and a grammar holds
   every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
-Either way `required` and a named function always yield a call whose arguments follow the
-function's `parameters`."""
+Either way a call's arguments follow the function's `parameters`, and `required` and a named
+function always yield a call."""
 
 from __future__ import annotations
 
@@ -38,12 +39,16 @@ class Tools:
     choice: str  # "auto", "required", or the one function's name that must be called
     syntax: Syntax = GENERIC  # how the model is told of them and writes its calls
 
-    def grammar(self) -> str | None:
-        """The grammar the reply must follow (None: free text, calls read out of it)."""
+    def grammar(self) -> str:
+        """The grammar the reply must follow (from a trigger on, when `triggers` says so)."""
         try:
             return call_grammar(self.syntax, self.functions, self.choice)
         except ConstraintError as e:
             raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
+
+    def triggers(self) -> tuple[str, ...]:
+        """The patterns the grammar waits for (none: it holds the reply from its first token)."""
+        return self.syntax.lazy_triggers if self.choice == "auto" else ()
 
     def template_tools(self) -> str | None:
         """The tools as the model's own template reads them (OpenAI's list, as JSON); None in the
@@ -100,9 +105,6 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
         choice = name
     elif choice not in ("auto", "required"):
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
-    if choice == "auto" and any(f["strict"] for f in functions):
-        # strict arguments: a native syntax is not held to the schema under `auto`; the generic format is, by its grammar
-        syntax = GENERIC
     functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
     return Tools(functions, choice, syntax.with_parallel(parallel))
 

@@ -40,6 +40,8 @@ class Syntax:
     start_prefixes: tuple[str, ...] = ()
     start_char: str = "{"
     parallel: bool = True  # several calls in one reply
+    # under tool_choice "auto", the patterns that set off the grammar (engine's SamplingParams.grammar_triggers)
+    lazy_triggers: tuple[str, ...] = ()
     takes_several: bool = True  # the family's template renders several calls in one turn
 
     @property
@@ -52,7 +54,12 @@ class Syntax:
 
 
 HERMES = Syntax(
-    "Hermes 2 Pro / Qwen 2.5 / Qwen 3", Wrapper.OBJECT, trigger="<tool_call>", closer="</tool_call>", start_prefixes=("",)
+    "Hermes 2 Pro / Qwen 2.5 / Qwen 3",
+    Wrapper.OBJECT,
+    trigger="<tool_call>",
+    closer="</tool_call>",
+    start_prefixes=("",),
+    lazy_triggers=("<tool_call>",),
 )
 # its templates raise on an assistant turn of several calls ("This model only supports single tool-calls at once!")
 LLAMA_3 = Syntax(
@@ -61,8 +68,17 @@ LLAMA_3 = Syntax(
     arguments_key="parameters",
     start_prefixes=("<|python_tag|>", ""),
     takes_several=False,
+    # a call is the whole reply: it opens the reply, after blanks
+    lazy_triggers=(r'^\s*(<\|python_tag\|>|\{\s*"name"\s*:)',),
 )
-MISTRAL_NEMO = Syntax("Mistral Nemo", Wrapper.ARRAY, trigger="[TOOL_CALLS]", start_prefixes=("",), start_char="[")
+MISTRAL_NEMO = Syntax(
+    "Mistral Nemo",
+    Wrapper.ARRAY,
+    trigger="[TOOL_CALLS]",
+    start_prefixes=("",),
+    start_char="[",
+    lazy_triggers=(r"\[TOOL_CALLS\]",),
+)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -95,16 +111,14 @@ def _file_syntax(path: str, _mtime_ns: int, _size: int) -> Syntax:
     return detect(template if isinstance(template, str) else None)
 
 
-def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> str | None:
+def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> str:
     """The GBNF grammar of a reply under `tool_choice` (`auto`, `required` or a function's name):
-    with `auto` the generic format's (a call or an answer), and none for a native syntax (the model
-    writes freely; its calls are read out of the text)."""
+    with `auto` the generic format's (a call or an answer), or for a native syntax the calls' grammar
+    that waits for the family's trigger (`Syntax.lazy_triggers`): text before it is free."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
     objects = [_call_schema(f, syntax.arguments_key) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
-    if choice == "auto":
-        return None
     call = _renamed(schema_grammar({"anyOf": objects}), "root", "tc-call")
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
@@ -140,7 +154,7 @@ def _mistral_root(parallel: bool) -> str:
 
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
-    LLAMA_3.family: lambda _parallel: "root ::= tc-call",
+    LLAMA_3.family: lambda _parallel: f"root ::= {_literal('<|python_tag|>')}? tc-call",
     MISTRAL_NEMO.family: _mistral_root,
 }
 

@@ -7,12 +7,15 @@ A schema or a grammar comes from whoever sends a request: it is bounded before a
 from __future__ import annotations
 
 import json
+import re
 
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 MAX_SCHEMA_BYTES = 64 << 10
 MAX_GRAMMAR_BYTES = 64 << 10  # llama.cpp parses 256 KiB of alternatives in 0.5 s: a quarter of that at most
 MAX_DEPTH = 64  # nested objects, arrays or parentheses: a real format needs few, a hostile one many
+MAX_TRIGGERS = 8  # a lazy grammar's trigger patterns: a family's tool syntax needs one or two
+MAX_TRIGGER_CHARS = 256
 
 JSON_OBJECT_GRAMMAR = JSON_GBNF  # its root is an object
 
@@ -72,3 +75,16 @@ def _depth(value: object, level: int = 0) -> int:
     if isinstance(value, list):
         return max((_depth(v, level + 1) for v in value), default=level)
     return level
+
+
+def trigger_patterns(patterns: object) -> tuple[re.Pattern[bytes], ...]:
+    """A lazy grammar's triggers (Python regular expressions, searched in the reply's bytes with
+    control tokens written out, `^` at the reply's start), compiled; ConstraintError says why not."""
+    if not isinstance(patterns, tuple) or not all(isinstance(p, str) and p for p in patterns):
+        raise ConstraintError("the grammar's triggers must be non-empty pattern texts")
+    if len(patterns) > MAX_TRIGGERS or any(len(p) > MAX_TRIGGER_CHARS for p in patterns):
+        raise ConstraintError(f"at most {MAX_TRIGGERS} grammar triggers of at most {MAX_TRIGGER_CHARS} characters each")
+    try:
+        return tuple(re.compile(p.encode()) for p in patterns)
+    except re.error as e:
+        raise ConstraintError(f"a grammar trigger is not a regular expression: {e}") from None

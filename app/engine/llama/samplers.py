@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
+from dataclasses import dataclass, field
 
 import llama_cpp as ll
 import numpy as np
@@ -12,11 +14,37 @@ import numpy as np
 from ..params import SamplingParams
 from ..probs import TokenProbs, token_probs
 from .batch import Batch
+from .grammar import trigger_patterns
 from .log_capture import last_error
 from .vocab import Vocab
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 GRAMMAR_FIRST = 64  # a greedy draw the grammar refuses looks among this many likeliest tokens first
+
+
+@dataclass(eq=False)
+class Grammar:
+    """A request's grammar: llama.cpp's sampler, and for a lazy one the patterns it waits for. A lazy
+    grammar lets the reply run free until a trigger matches its text, then holds the reply from the
+    match (its first group, if any) on, as llama.cpp's lazy grammar does. That waiting is done here,
+    not by llama.cpp's: a bad pattern, or a trigger whose token carries text the grammar refuses,
+    aborts the process there (a C++ exception through the C API)."""
+
+    sampler: object
+    triggers: tuple[re.Pattern[bytes], ...] = ()
+    waiting: bool = False  # no trigger yet: the reply is free
+    free: bool = False  # the text from the trigger broke the grammar: the reply stays free
+    text: bytearray = field(default_factory=bytearray)  # the reply while waiting, control tokens written out
+
+    @property
+    def holds(self) -> bool:
+        """Whether the grammar constrains the next token."""
+        return not (self.waiting or self.free)
+
+
+def _trigger_start(match: re.Match[bytes]) -> int:
+    """Where a trigger's match puts the grammar to work: its first group that matched text, else the match."""
+    return next((match.start(i) for i in range(1, len(match.groups()) + 1) if match.group(i)), match.start())
 
 
 class Samplers:
@@ -55,40 +83,65 @@ class Samplers:
             ll.llama_sampler_accept(chain, token)
         return chain
 
-    def grammar(self, text: str):
-        """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"); ValueError when it does not parse."""
+    def grammar(self, text: str, triggers: tuple[str, ...] = ()) -> Grammar:
+        """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"), lazy when given `triggers`;
+        ValueError when it does not parse or a trigger is not a pattern."""
+        patterns = trigger_patterns(triggers)
         sampler = ll.llama_sampler_init_grammar(self._vocab.model_vocab, text.encode(), b"root")
         if not sampler:
             reason = last_error() or "llama.cpp could not parse it"
             raise ValueError(f"the grammar does not parse: {reason}")
-        return sampler
+        return Grammar(sampler, patterns, waiting=bool(patterns))
 
     @staticmethod
-    def free_grammar(grammar) -> None:
-        """Free a sampler made by `grammar` (never attached to the graph: any thread may free it)."""
-        ll.llama_sampler_free(grammar)
+    def free_grammar(grammar: Grammar) -> None:
+        """Free a grammar made by `grammar` (never attached to the graph: any thread may free it)."""
+        ll.llama_sampler_free(grammar.sampler)
 
-    def sample_constrained(self, sampler, grammar, row: int, greedy_token: int | None = None) -> int:
+    def sample_constrained(self, sampler, grammar: Grammar, row: int, greedy_token: int | None = None) -> int:
         """Draw with the chain (or take the greedy top token), and keep it if the grammar allows it;
         else draw again from the tokens the grammar allows. Checking one token first spares the
-        grammar a pass over the whole vocabulary at most steps (as llama.cpp's own sampler does)."""
+        grammar a pass over the whole vocabulary at most steps (as llama.cpp's own sampler does).
+        A lazy grammar still waiting lets the draw be, and watches for its trigger."""
         token = greedy_token
         if token is None:
             candidates, array = self._candidates(row)
             ll.llama_sampler_apply(sampler, ctypes.byref(array))
             token = int(self._read(array)["id"][array.selected])
-        if not self._allows(grammar, token):
-            allowed = self._best_allowed(grammar, row) if greedy_token is not None else None
+        if not grammar.holds:
+            ll.llama_sampler_accept(sampler, token)
+            self._watch(grammar, token)
+            return token
+        if not self._allows(grammar.sampler, token):
+            allowed = self._best_allowed(grammar.sampler, row) if greedy_token is not None else None
             if allowed is not None:
                 token = allowed
             else:
                 candidates, array = self._candidates(row)
-                ll.llama_sampler_apply(grammar, ctypes.byref(array))
+                ll.llama_sampler_apply(grammar.sampler, ctypes.byref(array))
                 ll.llama_sampler_apply(sampler, ctypes.byref(array))
                 token = int(self._read(array)["id"][array.selected])
-        ll.llama_sampler_accept(grammar, token)
+        ll.llama_sampler_accept(grammar.sampler, token)
         ll.llama_sampler_accept(sampler, token)
         return token
+
+    def _watch(self, grammar: Grammar, token: int) -> None:
+        """A lazy grammar's reply took `token`: once a trigger matches the text, the grammar reads the
+        text from the match on, each token checked first (a refused one would abort in llama.cpp)."""
+        if not grammar.waiting:
+            return
+        grammar.text += self._vocab.spell(token)
+        starts = [_trigger_start(m) for m in (p.search(grammar.text) for p in grammar.triggers) if m]
+        if not starts:
+            return
+        grammar.waiting = False
+        held = bytes(grammar.text[min(starts) :]).decode("utf-8", errors="replace")
+        grammar.text.clear()
+        for t in self._vocab.tokenize(held, add_special=False):  # the grammar reads characters, however split
+            if not self._allows(grammar.sampler, t):
+                grammar.free = True
+                return
+            ll.llama_sampler_accept(grammar.sampler, t)
 
     def _best_allowed(self, grammar, row: int) -> int | None:
         """Greedy under a grammar: the likeliest of the GRAMMAR_FIRST likeliest tokens it allows, which
@@ -202,18 +255,23 @@ class Samplers:
             del self._attached[seq_id]
         ll.llama_sampler_free(sampler)
 
-    def sample_with_probs(self, sampler, row: int, n_top: int, greedy: bool, grammar=None) -> tuple[int, TokenProbs]:
+    def sample_with_probs(
+        self, sampler, row: int, n_top: int, greedy: bool, grammar: Grammar | None = None
+    ) -> tuple[int, TokenProbs]:
         """Sample as llama_sampler_sample does (apply the chain to every token, then accept the draw),
         keeping what the samplers left, to tell how likely the drawn token and its rivals were."""
         logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self._n_vocab,))
         candidates, array = self._candidates(row)  # `array` points into `candidates`: both kept
-        if grammar is not None:
-            ll.llama_sampler_apply(grammar, ctypes.byref(array))
+        holds = grammar is not None and grammar.holds
+        if holds:
+            ll.llama_sampler_apply(grammar.sampler, ctypes.byref(array))
         ll.llama_sampler_apply(sampler, ctypes.byref(array))
         kept = self._read(array)
         token = int(kept["id"][array.selected])
-        if grammar is not None:
-            ll.llama_sampler_accept(grammar, token)
+        if holds:
+            ll.llama_sampler_accept(grammar.sampler, token)
+        elif grammar is not None:
+            self._watch(grammar, token)
         ll.llama_sampler_accept(sampler, token)
         kept_logits = None if greedy else kept["logit"].copy()
         return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self._vocab.spell)
