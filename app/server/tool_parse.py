@@ -51,6 +51,12 @@ class Scan:
 def value_end(text: str, i: int) -> int | None:
     """Where the JSON value that starts at text[i] ends; None when the text ends first; -1 when it
     is malformed (a bracket closed that was not open). Scalars are not checked, only the structure."""
+    return _read_value(text, i)[0]
+
+
+def _read_value(text: str, i: int) -> tuple[int | None, int]:
+    """value_end's answer, and where the reading stopped: the value's end, the text's end, or the
+    token that made it malformed (the text before it was well formed so far)."""
     stack: list[str] = []
     for m in _TOKEN.finditer(text, i):
         token = m.group()
@@ -59,22 +65,22 @@ def value_end(text: str, i: int) -> int | None:
             continue
         if c == '"':
             if len(token) < 2 or token[-1] != '"' or _odd_backslashes(token):
-                return None  # the string is not closed yet
+                return None, len(text)  # the string is not closed yet
         elif c in "{[":
             stack.append("}" if c == "{" else "]")
             continue
         elif c in "}]":
             if not stack or stack.pop() != c:
-                return -1
+                return -1, m.start()
         elif c in ",:":
             if not stack:
-                return -1
+                return -1, m.start()
             continue
         elif m.end() == len(text):  # a number or word the text may go on with
-            return None
+            return None, len(text)
         if not stack:
-            return m.end()
-    return None
+            return m.end(), m.end()
+    return None, len(text)
 
 
 def _odd_backslashes(token: str) -> bool:
@@ -93,6 +99,7 @@ def call_object(text: str, i: int, arguments_key: str) -> tuple[CallText, int, S
     """The call object `{"name": ..., "<arguments_key>": ...}` that opens at text[i] (a "{"), any
     other keys skipped: the call, where its reading stopped, and DONE, OPEN or NONE (malformed)."""
     call, n, j = CallText(), len(text), i + 1
+    has_arguments = False
     while True:
         j = _skip_ws(text, j)
         if j == n:
@@ -110,14 +117,16 @@ def call_object(text: str, i: int, arguments_key: str) -> tuple[CallText, int, S
         if j < n and text[j] != ":":
             return call, j, State.NONE
         j = _skip_ws(text, j + 1)
-        end = value_end(text, j) if j < n else None
-        if key == arguments_key and end != -1:
-            call.raw_arguments = text[j : n if end is None else end]
+        end, stop = _read_value(text, j) if j < n else (None, n)
+        # what a stream sent stays sent: the first name and arguments count, and arguments that turn
+        # out malformed keep the text before the fault
+        if key == arguments_key and not has_arguments:
+            call.raw_arguments, has_arguments = text[j:stop], True
         if end is None:
             return call, j, State.OPEN
         if end == -1:
-            return call, j, State.NONE
-        if key == "name":
+            return call, stop, State.NONE
+        if key == "name" and call.name is None:
             call.name = _string(text[j:end])
             if call.name is None:
                 return call, j, State.NONE
