@@ -392,9 +392,8 @@ class Engine:
         for seq in seqs:
             token, probs = top.get(seq), None
             if seq.grammar is not None and seq.draw is not Draw.PROBS:
-                t0 = time.perf_counter()
-                token = self.backend.samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, token)
-                if time.perf_counter() - t0 > GRAMMAR_TOKEN_S:  # every other stream waits for it
+                token, grammar_s = self.backend.samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, token)
+                if grammar_s > GRAMMAR_TOKEN_S:  # every other stream waits for it
                     error = f"the grammar took over {GRAMMAR_TOKEN_S * 1000:.0f} ms to allow one token: the reply stops here"
                     self._finish(seq, FinishReason.ERROR, events, error=error, fault=Fault.REQUEST)
                     continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import math
 import re
+import time
 from dataclasses import dataclass, field
 
 import llama_cpp as ll
@@ -98,20 +99,22 @@ class Samplers:
         """Free a grammar made by `grammar` (never attached to the graph: any thread may free it)."""
         ll.llama_sampler_free(grammar.sampler)
 
-    def sample_constrained(self, sampler, grammar: Grammar, row: int, greedy_token: int | None = None) -> int:
+    def sample_constrained(self, sampler, grammar: Grammar, row: int, greedy_token: int | None = None) -> tuple[int, float]:
         """Draw with the chain (or take the greedy top token), and keep it if the grammar allows it;
         else draw again from the tokens the grammar allows. Checking one token first spares the
         grammar a pass over the whole vocabulary at most steps (as llama.cpp's own sampler does).
-        A lazy grammar still waiting lets the draw be, and watches for its trigger."""
+        A lazy grammar still waiting lets the draw be, and watches for its trigger. Returns the
+        token and the seconds the grammar's own work took (the chain's draws not counted: a
+        penalised chain's pass over the vocabulary is every reply's, not the grammar's doing)."""
         token = greedy_token
         if token is None:
-            candidates, array = self._candidates(row)
-            ll.llama_sampler_apply(sampler, ctypes.byref(array))
-            token = int(self._read(array)["id"][array.selected])
+            token = self._chain_draw(sampler, row)
+        t0 = time.perf_counter()
         if not grammar.holds:
             ll.llama_sampler_accept(sampler, token)
             self._watch(grammar, token)
-            return token
+            return token, time.perf_counter() - t0
+        spent = 0.0
         if not self._allows(grammar.sampler, token):
             allowed = self._best_allowed(grammar.sampler, row) if greedy_token is not None else None
             if allowed is not None:
@@ -119,11 +122,20 @@ class Samplers:
             else:
                 candidates, array = self._candidates(row)
                 ll.llama_sampler_apply(grammar.sampler, ctypes.byref(array))
+                spent = time.perf_counter() - t0
                 ll.llama_sampler_apply(sampler, ctypes.byref(array))
                 token = int(self._read(array)["id"][array.selected])
+                t0 = time.perf_counter()
         ll.llama_sampler_accept(grammar.sampler, token)
+        spent += time.perf_counter() - t0
         ll.llama_sampler_accept(sampler, token)
-        return token
+        return token, spent
+
+    def _chain_draw(self, sampler, row: int) -> int:
+        """The chain's choice at a row, not yet taken (a grammar may refuse it)."""
+        candidates, array = self._candidates(row)
+        ll.llama_sampler_apply(sampler, ctypes.byref(array))
+        return int(self._read(array)["id"][array.selected])
 
     def _watch(self, grammar: Grammar, token: int) -> None:
         """A lazy grammar's reply took `token`: once a trigger matches the text, the grammar reads the
