@@ -61,11 +61,27 @@ class DraftModel:
         self.batch = Batch(n_batch)
         self._held: dict[int, list[int]] = {}  # slot -> the tokens whose cells its sequence holds here
         self.cost = StepCost()  # what a decode of n tokens takes the draft model here
+        self._measure()
+
+    def _measure(self) -> None:
+        """Time decodes of one and of two tokens now, so that the first decision to draft knows what a
+        guess costs (a draft model as slow as the model never pays, and should not start)."""
+        token = max(ll.llama_vocab_bos(ll.llama_model_get_vocab(self.model)), 0)
+        for n, start in ((1, 0), (1, 1), (2, 2), (1, 4), (2, 5)):  # the first warms the graph up
+            self.batch.clear()
+            self.batch.add(0, [token] * n, start, True)
+            self.batch.struct.n_tokens = self.batch.n_tokens
+            t0 = time.perf_counter()
+            if ll.llama_decode(self.ctx, self.batch.struct) != 0:
+                break
+            if start:
+                self.cost.observe(n, time.perf_counter() - t0)
+        ll.llama_memory_seq_rm(self.memory, 0, -1, -1)
 
     @property
     def guess_s(self) -> float:
         """What one more guess costs: a decode of one token (those of several drafting sequences
-        share a decode, so this is the most); 0 until measured."""
+        share a decode, so this is the most)."""
         return self.cost.of(1) or 0.0
 
     @staticmethod
