@@ -78,8 +78,6 @@ def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_conf
         (chats(2), GREEDY.with_(max_tokens=97, ignore_eos=True)),  # two sequences drafting in one step
         (chats(2), GREEDY.with_(max_tokens=60)),
         (chats(1), GREEDY.with_(max_tokens=80, stop=("flour",))),  # a stop string inside a draft
-        # greedy under a repeat penalty: each guess checked against the chain's draw, row by row
-        (chats(2), GREEDY.with_(max_tokens=90, repeat_penalty=1.1, frequency_penalty=0.2, ignore_eos=True)),
     ]
 
     async def main(spec):
@@ -95,7 +93,6 @@ def test_greedy_replies_are_the_same_with_drafts_verified_in_the_batch(tiny_conf
     assert plain_snapshot.drafted_tokens == 0
     assert snapshot.accepted_tokens > 0 and snapshot.drafted_tokens >= snapshot.accepted_tokens
     assert sum(f.stats.accepted_tokens for c in drafted for f in c) == snapshot.accepted_tokens
-    assert all(f.stats.accepted_tokens > 0 for f in drafted[-1])  # the penalised replies drafted too
     # fewer steps than tokens: accepted drafts took none of their own
     assert snapshot.steps < plain_snapshot.steps
 

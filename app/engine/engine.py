@@ -28,7 +28,7 @@ from .probs import TokenProbs
 from .prompt import Prompt, PromptBuilder
 from .scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence, SequenceStatus
-from .speculation import Drafter, NgramDrafter, StepCost
+from .speculation import Drafter, NgramDrafter, StepCost, could_pay
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]
@@ -308,6 +308,10 @@ class Engine:
         model = self.backend.draft
         n_step = sum(n for _, n in plan)
         cells = min(self.kv.free_cells, self.backend.n_ctx) - n_step
+        most = min(self.config.n_batch - n_step, cells, self.config.spec_draft_n_max)
+        guess_s = model.guess_s if model else 0.0
+        if not self.config.spec_draft_n_min and not could_pay(self.step_cost, n_step, most, guess_s):
+            return []  # a step this large: no guess would pay, for any sequence of it
         lengths: list[tuple[Sequence, int]] = []
         for seq in decoding:
             if seq.drafter is None:
@@ -316,7 +320,7 @@ class Engine:
             own_room = self.backend.n_ctx_seq - len(seq.tokens)  # its stream's, or the pool's
             left = seq.params.max_tokens - seq.num_generated - 1  # the token after the draft is one more
             room = min(self.config.n_batch - n_step, cells, own_room, left)
-            n = seq.drafter.length(self.step_cost, n_step, room, model.guess_s if model else 0.0)
+            n = seq.drafter.length(self.step_cost, n_step, room, guess_s)
             if model is None:
                 seq.draft = seq.drafter.draft(seq.tokens, n)
                 n = len(seq.draft)

@@ -31,17 +31,20 @@ class StepCost:
 
     def __init__(self):
         self._seconds: dict[int, float] = {}
+        self._sizes: list[int] = []  # the measured sizes, in order
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         old = self._seconds.get(n_tokens)
         self._seconds[n_tokens] = seconds if old is None else old + COST_WEIGHT * (seconds - old)
+        if old is None:
+            self._sizes = sorted(self._seconds)
 
     def of(self, n_tokens: int) -> float | None:
         """The measured cost of a step of this size; between measured sizes a straight line, above
         the largest the slope of the two largest; None until two sizes are measured."""
         if n_tokens in self._seconds:
             return self._seconds[n_tokens]
-        sizes = sorted(self._seconds)
+        sizes = self._sizes
         if len(sizes) < 2:
             return None
         upper = next((n for n in sizes if n > n_tokens), None)
@@ -53,6 +56,31 @@ class StepCost:
                 lower, upper = sizes[0], sizes[1]
         low, high = self._seconds[lower], self._seconds[upper]
         return max(0.0, low + (high - low) * (n_tokens - lower) / (upper - lower))
+
+
+def token_worth(cost: StepCost, n_step: int) -> float | None:
+    """What a token adds to a step of `n_step` tokens, so what an accepted guess saves: a step of one
+    costs it all; in a batch the others' tokens share the step's fixed cost, and an accepted guess
+    saves only its own part. None until measured."""
+    base = cost.of(n_step)
+    if base is None:
+        return None
+    one = cost.of(1)
+    return base if n_step == 1 or one is None else max(0.0, (base - one) / (n_step - 1))
+
+
+def _added(cost: StepCost, n_step: int, room: int, guess_s: float, worth: float):
+    """For drafts of 1 to `room` guesses: what each adds to the step and costs to guess."""
+    base = cost.of(n_step)
+    for k in range(1, room + 1):
+        yield (cost.of(n_step + k) or base + k * worth) - base + k * guess_s
+
+
+def could_pay(cost: StepCost, n_step: int, room: int, guess_s: float = 0.0) -> bool:
+    """Whether some draft beside a step of `n_step` tokens would pay if every guess were right (True
+    until measured): where none would, no sequence of the step need look for guesses."""
+    worth = token_worth(cost, n_step)
+    return worth is None or any(k * worth > added for k, added in enumerate(_added(cost, n_step, room, guess_s, worth), 1))
 
 
 class Drafter:
@@ -75,25 +103,21 @@ class Drafter:
         what a token adds to such a step, less what the draft adds to it and `guess_s` a guess costs
         to make (at most `room`)."""
         room = min(room, self.n_max)
-        base = cost.of(n_step)
-        if base is None:  # too little measured yet
+        worth = token_worth(cost, n_step)
+        if worth is None:  # too little measured yet
             return self._at_least_n_min(self._probe(n_step, room), room)
-        # a token is worth what it adds to a step of this size: a step of one costs it all; in a batch
-        # the others' tokens share the step's fixed cost, and an accepted guess saves only its own part
-        one = cost.of(1)
-        per_token = base if n_step == 1 or one is None else max(0.0, (base - one) / (n_step - 1))
         p = self.acceptance
-        best, best_gain, expected, chance, sure_gain = 0, 0.0, 0.0, 1.0, 0.0
-        for k in range(1, room + 1):
+        best, best_gain, expected, chance = 0, 0.0, 0.0, 1.0
+        for k, added in enumerate(_added(cost, n_step, room, guess_s, worth), start=1):
             chance *= p
             expected += chance
-            added = (cost.of(n_step + k) or base + k * per_token) - base + k * guess_s
-            gain = expected * per_token - added
+            gain = expected * worth - added
             if gain > best_gain:
                 best, best_gain = k, gain
-            sure_gain = max(sure_gain, k * per_token - added)
         # where not even guesses all right would pay (a draft model as slow as this one), no probe either
-        return self._at_least_n_min(best or (self._probe(n_step, room) if sure_gain > 0 else 0), room)
+        if not best and could_pay(cost, n_step, room, guess_s):
+            best = self._probe(n_step, room)
+        return self._at_least_n_min(best, room)
 
     def _at_least_n_min(self, n: int, room: int) -> int:
         """n_min set (above 0) asks for drafts of at least that many whatever the measurements say (as
