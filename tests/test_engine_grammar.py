@@ -35,6 +35,26 @@ def test_a_reply_follows_its_grammar_greedy_or_sampled_and_a_bad_one_is_refused(
     assert bad.stats.gen_tokens == 0
 
 
+def test_a_grammar_parsed_once_serves_replies_at_once_and_later_each_its_own(tiny_config):
+    """A grammar is parsed once and copied for each request (samplers.py keeps the last 16): three
+    replies under the same one at once each follow it from its start, and so does one after twenty
+    other grammars have pushed it out."""
+    others = [f'root ::= "{word}" (" " ("yes" | "no"))?' for word in map(str, range(20))]
+
+    async def main():
+        async with Started(tiny_config) as client:
+            params = SamplingParams(max_tokens=16, grammar=YES_NO)
+            together = await asyncio.gather(*(client.complete(user("Well?"), params.with_(seed=i)) for i in range(3)))
+            between = [await client.complete(user("Well?"), GREEDY.with_(max_tokens=4, grammar=g)) for g in others]
+            later = await client.complete(user("Well?"), params.with_(seed=7))
+            return together, between, later
+
+    together, between, later = run(main())
+    for final in (*together, later):
+        assert final.reason is FinishReason.STOP and re.fullmatch(r"(yes|no) (yes|no)", final.text), final.text
+    assert [f.text.split(" ")[0] for f in between] == [str(i) for i in range(20)]
+
+
 def test_a_grammar_too_slow_for_a_token_stops_its_reply_and_the_others_go_on(tiny_config, monkeypatch):
     monkeypatch.setattr(engine_module, "GRAMMAR_TOKEN_S", 0.0)  # every grammar is too slow now
 

@@ -327,6 +327,8 @@ class LlamaBackend:
         if self.draft:
             self.draft.close()
             self.draft = None
+        if getattr(self, "samplers", None):
+            self.samplers.close()
         if self.ctx:
             ll.llama_free(self.ctx)
             self.ctx = None

@@ -6,6 +6,7 @@ A schema or a grammar comes from whoever sends a request: it is bounded before a
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -33,6 +34,12 @@ def schema_grammar(schema: object) -> str:
         raise ConstraintError(f"the JSON schema has {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
     if _depth(schema) > MAX_DEPTH:
         raise ConstraintError(f"the JSON schema nests deeper than {MAX_DEPTH} levels")
+    return _converted(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _converted(text: str) -> str:
+    """A schema's grammar, kept for the next request with the same schema (a refusal is not kept)."""
     try:
         grammar = json_schema_to_gbnf(text)
     except RecursionError:

@@ -7,6 +7,7 @@ import ctypes
 import math
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import llama_cpp as ll
@@ -21,6 +22,7 @@ from .vocab import Vocab
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 GRAMMAR_FIRST = 64  # a greedy draw the grammar refuses looks among this many likeliest tokens first
+GRAMMARS_KEPT = 16  # parsed grammars kept to copy for the next request with the same one (5 us a copy)
 
 
 @dataclass(eq=False)
@@ -60,6 +62,9 @@ class Samplers:
         self._logits_address, self._logits = 0, np.empty((0, 0), dtype=np.float32)
         self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
         self._token_ids = np.arange(vocab.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
+        # GBNF text -> llama.cpp's parsed grammar, never drawn with: each request gets a copy (the
+        # prompt thread alone parses, copies and frees these)
+        self._parsed: OrderedDict[str, object] = OrderedDict()
 
     def new(self, params: SamplingParams, seed: int, history: list[int]):
         """A request's sampler chain, its penalties primed with the prompt's `history`."""
@@ -88,11 +93,28 @@ class Samplers:
         """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"), lazy when given `triggers`;
         ValueError when it does not parse or a trigger is not a pattern."""
         patterns = trigger_patterns(triggers)
-        sampler = ll.llama_sampler_init_grammar(self._vocab.model_vocab, text.encode(), b"root")
-        if not sampler:
+        return Grammar(ll.llama_sampler_clone(self._parse(text)), patterns, waiting=bool(patterns))
+
+    def _parse(self, text: str):
+        """The parsed grammar of `text`: parsed once, kept for the next requests (a schema's grammar
+        comes again with each request of a client; a large one takes llama.cpp 0.5 s to parse)."""
+        parsed = self._parsed.get(text)
+        if parsed is not None:
+            self._parsed.move_to_end(text)
+            return parsed
+        parsed = ll.llama_sampler_init_grammar(self._vocab.model_vocab, text.encode(), b"root")
+        if not parsed:
             reason = last_error() or "llama.cpp could not parse it"
             raise ValueError(f"the grammar does not parse: {reason}")
-        return Grammar(sampler, patterns, waiting=bool(patterns))
+        self._parsed[text] = parsed
+        while len(self._parsed) > GRAMMARS_KEPT:
+            ll.llama_sampler_free(self._parsed.popitem(last=False)[1])
+        return parsed
+
+    def close(self) -> None:
+        """Free the parsed grammars kept (before the model whose vocabulary they read)."""
+        while self._parsed:
+            ll.llama_sampler_free(self._parsed.popitem()[1])
 
     @staticmethod
     def free_grammar(grammar: Grammar) -> None:
