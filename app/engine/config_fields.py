@@ -261,8 +261,7 @@ CONFIG_FIELDS = (
     ConfigField(
         "spec_draft_model",
         "Draft model",
-        help="a small GGUF model with this model's vocabulary that drafts for it (draft-simple, which "
-        "this flag alone chooses)",
+        help="a small GGUF model with this model's vocabulary that drafts for it (draft-simple, which this flag alone chooses)",
         text=Text(_draft_model, lambda path: path or "none"),
         flags=("-md", "--model-draft", "--spec-draft-model"),
         metavar="FNAME",
