@@ -67,6 +67,9 @@ def stream(text: str, syntax: Syntax, cuts: list[int]) -> tuple[str, list[dict]]
 @given(replies, st.sampled_from(SYNTAXES), st.lists(st.integers(0, 80), max_size=12))
 @example('<tool_call>\n{"name": "f", "arguments": {"a": "\\u00e9"}}\n</tool_call>', HERMES, list(range(60)))
 @example('{"response": "a\\ud83d\\ude00b"}', GENERIC, list(range(30)))
+@example('{"name":"" ,"arguments":{""[}', HERMES, [])  # arguments that turn malformed once streamed
+@example('<tool_call>{"name": "f", "arguments": {}, "arguments": {"a": 1}}</tool_call>', HERMES, list(range(80)))
+@example('<tool_call>{"name": "f", "name": "g", "arguments": {}}</tool_call>', HERMES, list(range(70)))
 def test_any_reply_streams_exactly_what_it_reads_as_whole_and_never_raises(text, syntax, cuts):
     whole = scan(text, syntax)
     content, calls = stream(text, syntax, cuts)
