@@ -58,12 +58,19 @@ def run_cases(config):
     return run(main())
 
 
+def same_replies_drafted_by(draft_model: str, config):
+    """The cases' replies drafted for by `draft_model`, checked to be those without drafts; the
+    drafted ones and the engine's figures."""
+    config = config.with_(capacity=4)
+    plain, _ = run_cases(config)
+    drafted, snapshot = run_cases(config.with_(spec_draft_model=draft_model, **DRAFTING))
+    assert [outcome(c) for c in drafted] == [outcome(c) for c in plain]
+    return drafted, snapshot
+
+
 @pytest.mark.tiny
 def test_a_model_drafting_for_itself_is_always_right_and_the_replies_are_the_same(tiny_config, tiny_model_path):
-    config = tiny_config.with_(capacity=4)
-    plain, _ = run_cases(config)
-    drafted, snapshot = run_cases(config.with_(spec_draft_model=tiny_model_path, **DRAFTING))
-    assert [outcome(c) for c in drafted] == [outcome(c) for c in plain]
+    drafted, snapshot = same_replies_drafted_by(tiny_model_path, tiny_config)
     assert snapshot.drafted_tokens > 100 and snapshot.accepted_tokens == snapshot.drafted_tokens
     assert all(f.stats.drafted_tokens > 0 for c in drafted for f in c)
     assert snapshot.steps < sum(f.stats.gen_tokens for c in drafted for f in c)  # accepted guesses took no step
@@ -72,10 +79,7 @@ def test_a_model_drafting_for_itself_is_always_right_and_the_replies_are_the_sam
 @pytest.mark.model
 def test_another_model_drafts_guesses_that_are_checked_and_the_reply_is_the_same(tiny_config, model_path):
     # the default model guessing what the tiny one (random weights, of its vocabulary) will say: mostly wrong
-    config = tiny_config.with_(capacity=4)
-    plain, _ = run_cases(config)
-    drafted, snapshot = run_cases(config.with_(spec_draft_model=model_path, **DRAFTING))
-    assert [outcome(c) for c in drafted] == [outcome(c) for c in plain]
+    _, snapshot = same_replies_drafted_by(model_path, tiny_config)
     assert snapshot.drafted_tokens > 100 and snapshot.accepted_tokens < snapshot.drafted_tokens  # wrong ones removed
 
 
