@@ -46,6 +46,29 @@ def test_remote_chat_streams_with_stats_and_kv_hits(config):
     assert 0 < final2.stats.conversation_hit_rate < final2.stats.kv_hit_rate
 
 
+@pytest.mark.tiny
+def test_a_remote_pane_tells_what_the_server_drafted_ahead(tiny_config, tiny_model_path):
+    """serve (as llama-server) reports a reply's drafted and accepted tokens in its timings: a remote
+    pane's final event carries them as a local one does."""
+    from app.engine.params import SpecType
+
+    # the model drafting for itself, at every step
+    config = tiny_config.with_(spec_type=SpecType.DRAFT, spec_draft_model=tiny_model_path, spec_draft_n_min=2)
+
+    async def main():
+        async with Serving(config) as (client, _server, url):
+            remote = RemoteClient(Endpoint(url))
+            text = "repeat after me: " + "the mill and the river " * 6
+            _, final = await collect(remote.generate(user(text), GREEDY.with_(max_tokens=64, ignore_eos=True)))
+            await remote.close()
+            return final, client.snapshot
+
+    final, snapshot = run(main())
+    assert final.ok and final.stats.gen_tokens == 64
+    assert (final.stats.drafted_tokens, final.stats.accepted_tokens) == (snapshot.drafted_tokens, snapshot.accepted_tokens)
+    assert 0 < final.stats.accepted_tokens <= final.stats.drafted_tokens
+
+
 @pytest.mark.model
 def test_remote_stop_cancels_the_request_on_the_server(config):
     async def main():

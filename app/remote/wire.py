@@ -148,10 +148,14 @@ def _parse_json(body: bytes):
 
 
 def _count_tokens(reply: _Reply) -> None:
-    """Exact counts from `usage`/`timings` when the server sent them (a chunk may hold several tokens)."""
+    """Exact counts from `usage`/`timings` when the server sent them (a chunk may hold several tokens),
+    and the drafted tokens where it speculates."""
     st, usage, timings = reply.stats, reply.usage or {}, reply.timings or {}
     st.prompt_tokens = _count(usage, "prompt_tokens") or 0
     st.gen_tokens = _count(usage, "completion_tokens") or st.gen_tokens
+    drafted, accepted = _count(timings, "draft_n"), _count(timings, "draft_n_accepted")
+    if drafted and accepted is not None and accepted <= drafted:  # a server that drafts ahead (llama-server's figures)
+        st.drafted_tokens, st.accepted_tokens = drafted, accepted
     details = usage.get("prompt_tokens_details")
     cached = _count(details, "cached_tokens") if isinstance(details, dict) else None
     if cached is None:

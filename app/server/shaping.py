@@ -95,7 +95,8 @@ def usage(first: RequestStats, *others: RequestStats) -> dict:
 
 
 def timings(st: RequestStats) -> dict:
-    """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused."""
+    """llama-server's timings: prompt_n counts the prompt tokens computed, cache_n those reused;
+    draft_n the tokens drafted ahead and draft_n_accepted the right ones, where the reply drafted."""
     prompt_ms = _ms(st.t_first_token - st.t_admit)
     predicted_ms = _ms(st.t_last_token - st.t_first_token)
     intervals = max(st.gen_tokens - 1, 0)  # the first token's time belongs to the prompt
@@ -110,6 +111,7 @@ def timings(st: RequestStats) -> dict:
         "predicted_per_token_ms": _ratio(predicted_ms, intervals),
         "predicted_per_second": _ratio(1000 * intervals, predicted_ms),
         "queued_ms": _ms(st.t_admit - st.t_submit),
+        **({"draft_n": st.drafted_tokens, "draft_n_accepted": st.accepted_tokens} if st.drafted_tokens else {}),
     }
 
 
