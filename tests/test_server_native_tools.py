@@ -1,5 +1,5 @@
 """Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
-bundled model carrying a Hermes / Qwen, Llama 3.x or Mistral Nemo style chat template (tool_templates.py,
+bundled model carrying a Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite or Command R7B style chat template (tool_templates.py,
 conftest's `family_models`). Only what the grammar forces is asserted: with `required` or a named
 function every reply is a call in the family's syntax, whose arguments follow the schema; several
 calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
@@ -20,7 +20,7 @@ from app.engine.params import EngineConfig, OverflowPolicy
 from app.engine.prompt import PromptBuilder
 from app.engine.sequence import Request
 from app.server.protocol import parse_chat
-from app.server.tool_syntax import HERMES, LLAMA_3, MISTRAL_NEMO, model_syntax
+from app.server.tool_syntax import COMMAND_R7B, GRANITE, HERMES, LLAMA_3, MISTRAL_NEMO, model_syntax
 
 CITIES = ["Paris", "London", "Tokyo"]
 WEATHER = {
@@ -38,12 +38,20 @@ WEATHER = {
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 THREE_CITIES = [{"role": "user", "content": "Tell me the weather in Paris, London and Tokyo."}]
-SYNTAXES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO}
+SYNTAXES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO, "granite": GRANITE, "command_r7b": COMMAND_R7B}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token, which real weights mostly make one the grammar allows, so it costs microseconds; a
 # chain's draw is a pass over the whole vocabulary (10-16 ms), which the grammar's 50 ms budget counts
 GREEDY = {"temperature": 0, "extra_body": {"repeat_penalty": 1.0}}
-MARKS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", '"name"')  # a call's syntax, never content
+MARKS = (
+    "<tool_call>",
+    "</tool_call>",
+    "[TOOL_CALLS]",
+    "<|tool_call|>",
+    "<|START_ACTION|>",
+    '"name"',
+    '"tool_name"',
+)  # a call's syntax, never content
 
 
 def _serve(path: str, body):
@@ -83,12 +91,13 @@ async def _streamed(api, **fields) -> tuple[list, str, str | None]:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral"])
+@pytest.mark.parametrize("family", list(SYNTAXES))
 def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_models, family):
     path = family_models[family]
     assert model_syntax(path).family == SYNTAXES[family].family
-    # one call a reply: random weights could chain calls up to max_tokens (several: the test below)
-    asked = {"messages": ASK, "max_tokens": 60, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
+    # one call a reply: random weights could chain calls up to max_tokens (several: the test below);
+    # 80 tokens hold Command R7B's call, its markers spelled out in the bundled model's tokens
+    asked = {"messages": ASK, "max_tokens": 80, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
 
     async def body(api):
         required = await api.chat.completions.create(model="m", tool_choice="required", **asked)
@@ -122,7 +131,7 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("family", ["hermes", "mistral"])
+@pytest.mark.parametrize("family", ["hermes", "mistral", "command_r7b"])
 def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_one(family_models, family):
     # greedy, the bundled model calls get_weather then get_time for this question in both syntaxes,
     # its prompt read anew or from the cache (measured: other questions tip over between the two), so
@@ -150,7 +159,7 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_o
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral"])
+@pytest.mark.parametrize("family", list(SYNTAXES))
 def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
     """The request as `serve` reads it, rendered by the family's template: what the model reads."""
     call = {
@@ -177,9 +186,8 @@ def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
     finally:
         template.close()
     prompt = bytes(tokens).decode()
-    arguments_key = SYNTAXES[family].arguments_key
-    assert (
-        f'{{"name": "get_weather", "{arguments_key}": {{"city": "Paris", "days": 1}}' in prompt
-    )  # the call, as the family writes it
+    syntax = SYNTAXES[family]
+    # the call, as the family writes it
+    assert f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {{"city": "Paris", "days": 1}}' in prompt
     assert "sunny, 21 C" in prompt and '"description": "The weather now in a city"' in prompt
     assert "You can call these functions" not in prompt  # not the generic format's description

@@ -14,13 +14,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.server.tool_parse import ToolStream, scan, value_end
-from app.server.tool_syntax import GENERIC, HERMES, LLAMA_3, MISTRAL_NEMO, Syntax, detect
+from app.server.tool_syntax import COMMAND_R7B, GENERIC, GRANITE, HERMES, LLAMA_3, MISTRAL_NEMO, Syntax, Wrapper, detect
 
 pytestmark = pytest.mark.unit
 
-SYNTAXES = [HERMES, LLAMA_3, MISTRAL_NEMO, GENERIC, HERMES.with_parallel(False)]
+NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B]
+SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
+PIECES += ["<|tool_call|>", "<|START_ACTION|>", "<|END_ACTION|>", '{"tool_call_id": "0", ', '"tool_name": "f", ']
 PIECES += [
     '{"tool_calls": [',
     '{"response": "',
@@ -96,18 +98,23 @@ prose = st.text(string.ascii_letters + string.digits + " .,!?'\n", max_size=30)
 
 def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
     """Calls as a model of `syntax`'s family writes them, after some text."""
-    objects = [json.dumps({"name": name, syntax.arguments_key: arguments}) for name, arguments in made]
+    objects = [_call_object(syntax, index, name, arguments) for index, (name, arguments) in enumerate(made)]
     if syntax is HERMES:
         return before + "".join(f"\n<tool_call>\n{o}\n</tool_call>" for o in objects)
-    if syntax is MISTRAL_NEMO:
-        return f"{before}[TOOL_CALLS][{', '.join(objects)}]"
+    if syntax.wrapper is Wrapper.ARRAY:
+        return f"{before}{syntax.trigger}[{', '.join(objects)}]{syntax.closer}"
     if syntax is LLAMA_3:
         return f"<|python_tag|>{objects[0]}"
     return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in made]})
 
 
+def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
+    numbered = {syntax.id_key: str(index)} if syntax.id_key else {}
+    return json.dumps(numbered | {syntax.name_key: name, syntax.arguments_key: arguments})
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([HERMES, MISTRAL_NEMO, LLAMA_3, GENERIC]), prose, calls)
+@given(st.sampled_from([*NATIVE, GENERIC]), prose, calls)
 def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
     made = made[:1] if syntax is LLAMA_3 else made
     found = scan(written(syntax, before, made), syntax)
@@ -155,6 +162,30 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.HERMES) is HERMES
     assert detect(tool_templates.LLAMA_3) is LLAMA_3
     assert detect(tool_templates.MISTRAL_NEMO) is MISTRAL_NEMO
+    assert detect(tool_templates.GRANITE) is GRANITE
+    assert detect(tool_templates.COMMAND_R7B) is COMMAND_R7B
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
     # Qwen3-Coder's XML calls are not Hermes' JSON ones
     assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is GENERIC
+
+
+def test_each_new_familys_distinctive_text_tells_it_apart():
+    """The strings the real templates carry: a family's own markers pick it, and never another's."""
+    granite = "{% if tools %}respond only with <|tool_call|> followed by a JSON list{% endif %}<|start_of_role|>"
+    command_r7b = "{% if tools %}write <|START_ACTION|> followed by a list of JSON-formatted tool calls<|END_ACTION|>{% endif %}"
+    assert detect(granite) is GRANITE and detect(command_r7b) is COMMAND_R7B
+    # the newer Cohere template writes <|START_TEXT|> answers, another format
+    assert detect("{% if tools %}<|START_ACTION|>{% endif %}") is GENERIC
+    # a template of an earlier family that mentions a later one's marker stays that family
+    assert detect(tool_templates.HERMES + "<|tool_call|><|start_of_role|>") is HERMES
+    assert detect(tool_templates.MISTRAL_NEMO + "<|START_ACTION|><|END_ACTION|>") is MISTRAL_NEMO
+
+
+def test_array_families_read_their_closer_and_numbered_calls():
+    action = 'Plan.<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {"x": 1}}]<|END_ACTION|> done'
+    found = scan(action, COMMAND_R7B)
+    assert found.content == "Plan.done" and found.calls[0].name == "f" and found.calls[0].arguments == '{"x": 1}'
+    assert scan('[{"tool_call_id": "0", "tool_name": "f", "parameters": {}}]', COMMAND_R7B).calls[0].name == "f"
+    assert scan("Hi <|START_AC", COMMAND_R7B, final=False).content == "Hi"
+    granite = scan('<|tool_call|>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"y": 2}}]', GRANITE)
+    assert [c.name for c in granite.calls] == ["a", "b"] and granite.content == ""

@@ -1,4 +1,4 @@
-"""Short chat templates in the tool syntax of three families, written for the tests (the real ones are
+"""Short chat templates in the tool syntax of each family, written for the tests (the real ones are
 longer; these keep what family detection and the syntax need): each renders `tools`, an assistant
 turn's `tool_calls` and a `role: "tool"` result the way its family does."""
 
@@ -83,4 +83,44 @@ MISTRAL_NEMO = """{%- set ns = namespace(last_user=-1) %}
 {%- endif %}
 {%- endfor %}"""
 
-FAMILIES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO}
+# IBM Granite 3.x: role markers, the tools in an available_tools turn, calls as a JSON array after <|tool_call|>
+GRANITE = """<|start_of_role|>system<|end_of_role|>You are a helpful assistant.
+{%- if tools %} When a tool is required, respond only with <|tool_call|> followed by a JSON list of tools used.{% endif %}<|end_of_text|>
+{% if tools %}<|start_of_role|>available_tools<|end_of_role|>{{ tools | tojson(indent=4) }}<|end_of_text|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<|start_of_role|>assistant<|end_of_role|><|tool_call|>[
+{%- for call in m.tool_calls %}{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]<|end_of_text|>
+{% else %}<|start_of_role|>{{ m.role }}<|end_of_role|>{{ m.content }}<|end_of_text|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start_of_role|>assistant<|end_of_role|>{% endif %}"""
+
+# Command R7B: turn tokens, the tools in the system preamble, numbered calls between <|START_ACTION|> and
+# <|END_ACTION|>, each result sent back under its call's number
+COMMAND_R7B = """{%- set ns = namespace(ids=[]) %}
+{%- for m in messages %}{% for call in m.tool_calls or [] %}{% set ns.ids = ns.ids + [call.id] %}{% endfor %}{% endfor %}
+{{- bos_token }}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|># System Preamble
+{% if tools %}## Available Tools
+Write <|START_ACTION|> followed by a list of JSON tool calls, each with "tool_name" and "parameters", then <|END_ACTION|>.
+```json
+[
+{% for tool in tools %}    {{ tool | tojson }}{% if not loop.last %},{% endif %}
+{% endfor %}]
+```{% endif %}<|END_OF_TURN_TOKEN|>
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|START_OF_TURN_TOKEN|><|USER_TOKEN|>{{ m.content }}<|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'assistant' and m.tool_calls %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_ACTION|>[
+{%- for call in m.tool_calls %}
+    {"tool_call_id": "{{ ns.ids.index(call.id) }}", "tool_name": "{{ call.function.name }}", "parameters": {{ call.function.arguments | tojson }}}{% if not loop.last %},{% endif %}
+{%- endfor %}
+]<|END_ACTION|><|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'assistant' %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>{{ m.content }}<|END_RESPONSE|><|END_OF_TURN_TOKEN|>
+{%- elif m.role == 'tool' %}<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[
+    {"tool_call_id": "{{ ns.ids.index(m.tool_call_id) }}", "results": {"0": {{ m.content | tojson }}}, "is_error": null}
+]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"""
+
+FAMILIES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO, "granite": GRANITE, "command_r7b": COMMAND_R7B}

@@ -2,12 +2,13 @@
 conversation as the model reads it, and the reply as OpenAI's `tool_calls`.
 
 Two ways, by the model's chat template (tool_syntax.py tells which):
-- native: a template that knows a tool syntax (Hermes / Qwen, Llama 3.x, Mistral Nemo) renders the
-  tools, the assistant turns that called them and the `role: "tool"` results itself; the model
-  writes calls in its own syntax. `required` and a named function hold the reply to that syntax
-  with a grammar from its first token; with `auto` the model writes freely until the family's
-  trigger (`<tool_call>`, `[TOOL_CALLS]`, a reply opening with `{"name":`), and a lazy grammar holds
-  it from there; its calls are read out of the text.
+- native: a template that knows a tool syntax (Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite,
+  Command R7B) renders the tools, the assistant turns that called them and the `role: "tool"`
+  results itself; the model writes calls in its own syntax. `required` and a named function hold the
+  reply to that syntax with a grammar from its first token; with `auto` the model writes freely
+  until the family's trigger (`<tool_call>`, `[TOOL_CALLS]`, `<|tool_call|>`, `<|START_ACTION|>`, a
+  reply opening with `{"name":`), and a lazy grammar holds it from there; its calls are read out of
+  the text.
 - generic, for any other template: the tools are described in a system message, and a grammar holds
   every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
 Either way a call's arguments follow the function's `parameters`, and `required` and a named

@@ -95,9 +95,10 @@ def _skip_ws(text: str, i: int) -> int:
     return i
 
 
-def call_object(text: str, i: int, arguments_key: str) -> tuple[CallText, int, State]:
-    """The call object `{"name": ..., "<arguments_key>": ...}` that opens at text[i] (a "{"), any
-    other keys skipped: the call, where its reading stopped, and DONE, OPEN or NONE (malformed)."""
+def call_object(text: str, i: int, syntax: Syntax) -> tuple[CallText, int, State]:
+    """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys) that opens at
+    text[i] (a "{"), any other keys skipped: the call, where its reading stopped, and DONE, OPEN or
+    NONE (malformed)."""
     call, n, j = CallText(), len(text), i + 1
     has_arguments = False
     while True:
@@ -120,13 +121,13 @@ def call_object(text: str, i: int, arguments_key: str) -> tuple[CallText, int, S
         end, stop = _read_value(text, j) if j < n else (None, n)
         # what a stream sent stays sent: the first name and arguments count, and arguments that turn
         # out malformed keep the text before the fault
-        if key == arguments_key and not has_arguments:
+        if key == syntax.arguments_key and not has_arguments:
             call.raw_arguments, has_arguments = text[j:stop], True
         if end is None:
             return call, j, State.OPEN
         if end == -1:
             return call, stop, State.NONE
-        if key == "name" and call.name is None:
+        if key == syntax.name_key and call.name is None:
             call.name = _string(text[j:end])
             if call.name is None:
                 return call, j, State.NONE
@@ -152,23 +153,28 @@ def call_block(text: str, i: int, syntax: Syntax, final: bool) -> tuple[list[Cal
     if j == len(text):
         return [], j, State.OPEN
     if syntax.wrapper is Wrapper.ARRAY:
-        return _array_block(text, j, syntax)
+        return _array_block(text, j, syntax, final)
     if text[j] != "{":
         return [], j, State.NONE
-    call, end, state = call_object(text, j, syntax.arguments_key)
+    call, end, state = call_object(text, j, syntax)
     if call.name is None:
         return [], end, State.NONE if state is not State.OPEN else State.OPEN
     if state is not State.DONE:
         return [call], end, state if state is State.OPEN else State.DONE
+    return _closed([call], text, end, syntax, final)
+
+
+def _closed(calls: list[CallText], text: str, end: int, syntax: Syntax, final: bool) -> tuple[list[CallText], int, State]:
+    """A whole block's calls, read on past the family's closer where it follows at `end`."""
     k = _skip_ws(text, end)
     if syntax.closer and text.startswith(syntax.closer, k):
-        return [call], k + len(syntax.closer), State.DONE
+        return calls, k + len(syntax.closer), State.DONE
     if syntax.closer and syntax.closer.startswith(text[k:]):  # its closer may be coming, or was cut short
-        return [call], len(text), State.DONE if final else State.OPEN
-    return [call], end, State.DONE
+        return calls, len(text), State.DONE if final else State.OPEN
+    return calls, end, State.DONE
 
 
-def _array_block(text: str, j: int, syntax: Syntax) -> tuple[list[CallText], int, State]:
+def _array_block(text: str, j: int, syntax: Syntax, final: bool = True) -> tuple[list[CallText], int, State]:
     if text[j] != "[":
         return [], j, State.NONE
     calls: list[CallText] = []
@@ -179,7 +185,7 @@ def _array_block(text: str, j: int, syntax: Syntax) -> tuple[list[CallText], int
             return calls, j, State.OPEN
         if text[j] != "{":
             break
-        call, end, state = call_object(text, j, syntax.arguments_key)
+        call, end, state = call_object(text, j, syntax)
         if call.name is not None:
             calls.append(call)
         if state is not State.DONE or call.name is None:
@@ -189,7 +195,7 @@ def _array_block(text: str, j: int, syntax: Syntax) -> tuple[list[CallText], int
             j += 1
             continue
         if j < len(text) and text[j] == "]":
-            return calls, j + 1, State.DONE
+            return _closed(calls, text, j + 1, syntax, final)
         if j == len(text):
             return calls, j, State.OPEN
         break

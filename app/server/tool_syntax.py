@@ -4,6 +4,8 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - Hermes 2 Pro, Qwen 2.5, Qwen 3: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block a call
 - Llama 3.1 / 3.2 / 3.3: `{"name": ..., "parameters": {...}}`, the whole reply, maybe after `<|python_tag|>`
 - Mistral Nemo: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...]`
+- IBM Granite 3.x: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`
+- Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}, ...]<|END_ACTION|>`
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -32,7 +34,10 @@ class Wrapper(Enum):
 class Syntax:
     family: str  # the models that write it, for messages and docs
     wrapper: Wrapper
+    name_key: str = "name"
     arguments_key: str = "arguments"
+    # a key written before the name that numbers the calls of a reply (Command R7B's "tool_call_id")
+    id_key: str | None = None
     trigger: str | None = None  # the text that opens calls anywhere in a reply
     closer: str = ""  # the text that ends a call's block
     # at the reply's start, a call may come bare, after one of these: a trigger that is a control
@@ -79,6 +84,26 @@ MISTRAL_NEMO = Syntax(
     start_char="[",
     lazy_triggers=(r"\[TOOL_CALLS\]",),
 )
+GRANITE = Syntax(
+    "IBM Granite 3.x",
+    Wrapper.ARRAY,
+    trigger="<|tool_call|>",
+    start_prefixes=("",),
+    start_char="[",
+    lazy_triggers=(r"<\|tool_call\|>",),
+)
+COMMAND_R7B = Syntax(
+    "Command R7B",
+    Wrapper.ARRAY,
+    name_key="tool_name",
+    arguments_key="parameters",
+    id_key="tool_call_id",
+    trigger="<|START_ACTION|>",
+    closer="<|END_ACTION|>",
+    start_prefixes=("",),
+    start_char="[",
+    lazy_triggers=(r"<\|START_ACTION\|>",),
+)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -93,6 +118,10 @@ def detect(source: str | None) -> Syntax:
         return LLAMA_3
     if "[TOOL_CALLS]" in source:
         return MISTRAL_NEMO
+    if "<|tool_call|>" in source and "<|start_of_role|>" in source:
+        return GRANITE
+    if "<|START_ACTION|>" in source and "<|END_ACTION|>" in source:
+        return COMMAND_R7B
     return GENERIC
 
 
@@ -116,16 +145,18 @@ def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> st
     with `auto` the generic format's (a call or an answer), or for a native syntax the calls' grammar
     that waits for the family's trigger (`Syntax.lazy_triggers`): text before it is free."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
-    objects = [_call_schema(f, syntax.arguments_key) for f in callable_]
+    objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
     call = _renamed(schema_grammar({"anyOf": objects}), "root", "tc-call")
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
 
-def _call_schema(function: dict, arguments_key: str) -> dict:
-    properties = {"name": {"const": function["name"]}, arguments_key: function["parameters"]}
-    return {"type": "object", "properties": properties, "required": ["name", arguments_key]}
+def _call_schema(function: dict, syntax: Syntax) -> dict:
+    # the grammar writes the keys in this order, the order the family's template shows
+    properties = {syntax.id_key: {"type": "string", "pattern": "^[0-9]{1,2}$"}} if syntax.id_key else {}
+    properties |= {syntax.name_key: {"const": function["name"]}, syntax.arguments_key: function["parameters"]}
+    return {"type": "object", "properties": properties, "required": list(properties)}
 
 
 def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
@@ -147,15 +178,22 @@ def _hermes_root(parallel: bool) -> str:
     return f"root ::= tc-block{more}\ntc-block ::= {opening} tc-call {closing}"
 
 
-def _mistral_root(parallel: bool) -> str:
-    more = ' (", " tc-call)*' if parallel else ""
-    return f'root ::= "[TOOL_CALLS][" tc-call{more} "]"'
+def _array_root(syntax: Syntax):
+    """The root of a family that writes its calls as one JSON array after its trigger (and before its closer)."""
+
+    def root(parallel: bool) -> str:
+        more = ' (", " tc-call)*' if parallel else ""
+        return f"root ::= {_literal(syntax.trigger + '[')} tc-call{more} {_literal(']' + syntax.closer)}"
+
+    return root
 
 
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
     LLAMA_3.family: lambda _parallel: f"root ::= {_literal('<|python_tag|>')}? tc-call",
-    MISTRAL_NEMO.family: _mistral_root,
+    MISTRAL_NEMO.family: _array_root(MISTRAL_NEMO),
+    GRANITE.family: _array_root(GRANITE),
+    COMMAND_R7B.family: _array_root(COMMAND_R7B),
 }
 
 # GBNF's pieces: a quoted literal, a character class, a name, anything else
