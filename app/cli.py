@@ -104,7 +104,9 @@ def engine_overrides(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="batch-playground", description=__doc__)
+    # flags are whole words, as llama.cpp's: an abbreviation would be taken for another flag (a
+    # subcommand's --mode read as a prefix of --model / --model-draft)
+    parser = argparse.ArgumentParser(prog="batch-playground", description=__doc__, allow_abbrev=False)
     parser.add_argument(
         "--model", action="append", dest="models", metavar="PATH",
         help="GGUF model file (default: the bundled SmolLM2-135M-Instruct); again to load several, the first the default",
@@ -120,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _add_engine_flags(parser)
     sub = parser.add_subparsers(dest="command")
-    bench = sub.add_parser("bench", help="headless benchmark (the batching guide's table)")
+    bench = sub.add_parser("bench", allow_abbrev=False, help="headless benchmark (the batching guide's table)")
     bench.add_argument(
         "--model", action="append", dest="bench_models", metavar="PATH",
         help="GGUF model file; again for several at once, each with --parallel conversations",
@@ -161,7 +163,7 @@ def _add_hf_flag(parser: argparse.ArgumentParser, dest: str) -> None:
 
 
 def _add_models_parser(sub) -> None:
-    models = sub.add_parser("models", help="GGUF models from Hugging Face: search, pull")
+    models = sub.add_parser("models", allow_abbrev=False, help="GGUF models from Hugging Face: search, pull")
     verbs = models.add_subparsers(dest="models_command", required=True)
     search = verbs.add_parser("search", help="GGUF repos whose name matches TEXT, the most downloaded first")
     search.add_argument("text", metavar="TEXT")
@@ -173,7 +175,7 @@ def _add_models_parser(sub) -> None:
 
 
 def _add_serve_parser(sub) -> None:
-    serve = sub.add_parser("serve", help="serve the engine over the OpenAI-compatible HTTP API")
+    serve = sub.add_parser("serve", allow_abbrev=False, help="serve the engine over the OpenAI-compatible HTTP API")
     serve.add_argument(
         "--model", action="append", dest="serve_models", metavar="PATH",
         help="GGUF model file; again to serve several, the first the default",
