@@ -1,5 +1,6 @@
 """Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
-bundled model carrying a Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite or Command R7B style chat template (tool_templates.py,
+bundled model carrying a Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite, Command R7B or Functionary
+v3.2 style chat template (tool_templates.py,
 conftest's `family_models`). Only what the grammar forces is asserted: with `required` or a named
 function every reply is a call in the family's syntax, whose arguments follow the schema; several
 calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
@@ -20,7 +21,17 @@ from app.engine.params import EngineConfig, OverflowPolicy
 from app.engine.prompt import PromptBuilder
 from app.engine.sequence import Request
 from app.server.protocol import parse_chat
-from app.server.tool_syntax import COMMAND_R7B, GRANITE, HERMES, LLAMA_3, MISTRAL_NEMO, model_syntax
+from app.server.tool_syntax import (
+    COMMAND_R7B,
+    FUNCTIONARY_V3_2,
+    GRANITE,
+    HERMES,
+    LLAMA_3,
+    MISTRAL_NEMO,
+    Syntax,
+    Wrapper,
+    model_syntax,
+)
 
 CITIES = ["Paris", "London", "Tokyo"]
 WEATHER = {
@@ -38,7 +49,14 @@ WEATHER = {
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 THREE_CITIES = [{"role": "user", "content": "Tell me the weather in Paris, London and Tokyo."}]
-SYNTAXES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO, "granite": GRANITE, "command_r7b": COMMAND_R7B}
+SYNTAXES = {
+    "hermes": HERMES,
+    "llama3": LLAMA_3,
+    "mistral": MISTRAL_NEMO,
+    "granite": GRANITE,
+    "command_r7b": COMMAND_R7B,
+    "functionary": FUNCTIONARY_V3_2,
+}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token, which real weights mostly make one the grammar allows, so it costs microseconds; a
 # chain's draw is a pass over the whole vocabulary (10-16 ms), which the grammar's 50 ms budget counts
@@ -133,9 +151,10 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
 @pytest.mark.model
 @pytest.mark.parametrize("family", ["hermes", "mistral", "command_r7b"])
 def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_one(family_models, family):
-    # greedy, the bundled model calls get_weather then get_time for this question in both syntaxes,
+    # greedy, the bundled model calls get_weather then get_time for this question in these syntaxes,
     # its prompt read anew or from the cache (measured: other questions tip over between the two), so
-    # the stream's reply is the whole one's
+    # the stream's reply is the whole one's; in Functionary's, which closes no list of calls, it goes
+    # on calling until max_tokens
     asked = {"messages": THREE_CITIES, "max_tokens": 120, "tools": [WEATHER, TIME], "tool_choice": "required", **GREEDY}
 
     async def body(api):
@@ -158,6 +177,14 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_o
     assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls" and _follows_schema(one.message.tool_calls[0])
 
 
+def _written_call(syntax: Syntax) -> str:
+    """The call get_weather(city="Paris", days=1) as the family's template writes it."""
+    arguments = '{"city": "Paris", "days": 1}'
+    if syntax.wrapper is Wrapper.RECIPIENT:
+        return f">>>get_weather\n{arguments}"
+    return f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {arguments}'
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("family", list(SYNTAXES))
 def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
@@ -178,7 +205,7 @@ def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
     }
     job = parse_chat(body, 4096, SYNTAXES[family])
     # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
-    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].lazy_triggers
+    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].triggers_for(("get_weather",))
     template = ChatTemplate(tool_templates.FAMILIES[family], model="a test template")
     try:
         builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)
@@ -186,8 +213,6 @@ def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
     finally:
         template.close()
     prompt = bytes(tokens).decode()
-    syntax = SYNTAXES[family]
-    # the call, as the family writes it
-    assert f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {{"city": "Paris", "days": 1}}' in prompt
+    assert _written_call(SYNTAXES[family]) in prompt
     assert "sunny, 21 C" in prompt and '"description": "The weather now in a city"' in prompt
     assert "You can call these functions" not in prompt  # not the generic format's description

@@ -10,19 +10,31 @@ import string
 
 import pytest
 import tool_templates
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from app.server.tool_parse import ToolStream, scan, value_end
-from app.server.tool_syntax import COMMAND_R7B, GENERIC, GRANITE, HERMES, LLAMA_3, MISTRAL_NEMO, Syntax, Wrapper, detect
+from app.server.tool_syntax import (
+    COMMAND_R7B,
+    FUNCTIONARY_V3_2,
+    GENERIC,
+    GRANITE,
+    HERMES,
+    LLAMA_3,
+    MISTRAL_NEMO,
+    Syntax,
+    Wrapper,
+    detect,
+)
 
 pytestmark = pytest.mark.unit
 
-NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B]
+NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2]
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
 PIECES += ["<|tool_call|>", "<|START_ACTION|>", "<|END_ACTION|>", '{"tool_call_id": "0", ', '"tool_name": "f", ']
+PIECES += [">>>", "all\n", "f\n"]
 PIECES += [
     '{"tool_calls": [',
     '{"response": "',
@@ -103,6 +115,9 @@ def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
         return before + "".join(f"\n<tool_call>\n{o}\n</tool_call>" for o in objects)
     if syntax.wrapper is Wrapper.ARRAY:
         return f"{before}{syntax.trigger}[{', '.join(objects)}]{syntax.closer}"
+    if syntax is FUNCTIONARY_V3_2:  # the prompt wrote the first `>>>`
+        text = f"all\n{before}>>>" if before.strip() else ""
+        return text + ">>>".join(f"{name}\n{json.dumps(arguments)}" for name, arguments in made)
     if syntax is LLAMA_3:
         return f"<|python_tag|>{objects[0]}"
     return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in made]})
@@ -117,6 +132,7 @@ def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
 @given(st.sampled_from([*NATIVE, GENERIC]), prose, calls)
 def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
     made = made[:1] if syntax is LLAMA_3 else made
+    assume(syntax is not FUNCTIONARY_V3_2 or all(name != "all" for name, _ in made))  # `all` is its recipient for text
     found = scan(written(syntax, before, made), syntax)
     assert [(c.name, json.loads(c.arguments)) for c in found.calls] == made
     assert found.content == ("" if syntax in (LLAMA_3, GENERIC) else before.strip())
@@ -164,6 +180,7 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.MISTRAL_NEMO) is MISTRAL_NEMO
     assert detect(tool_templates.GRANITE) is GRANITE
     assert detect(tool_templates.COMMAND_R7B) is COMMAND_R7B
+    assert detect(tool_templates.FUNCTIONARY_V3_2) is FUNCTIONARY_V3_2
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
     # Qwen3-Coder's XML calls are not Hermes' JSON ones
     assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is GENERIC
@@ -173,7 +190,8 @@ def test_each_new_familys_distinctive_text_tells_it_apart():
     """The strings the real templates carry: a family's own markers pick it, and never another's."""
     granite = "{% if tools %}respond only with <|tool_call|> followed by a JSON list{% endif %}<|start_of_role|>"
     command_r7b = "{% if tools %}write <|START_ACTION|> followed by a list of JSON-formatted tool calls<|END_ACTION|>{% endif %}"
-    assert detect(granite) is GRANITE and detect(command_r7b) is COMMAND_R7B
+    functionary = "{% if not tools %}{% endif %}Respond in this format:\n>>>${recipient}\n${content}{{ '>>>all\\n' }}"
+    assert detect(granite) is GRANITE and detect(command_r7b) is COMMAND_R7B and detect(functionary) is FUNCTIONARY_V3_2
     # the newer Cohere template writes <|START_TEXT|> answers, another format
     assert detect("{% if tools %}<|START_ACTION|>{% endif %}") is GENERIC
     # a template of an earlier family that mentions a later one's marker stays that family
@@ -189,3 +207,16 @@ def test_array_families_read_their_closer_and_numbered_calls():
     assert scan("Hi <|START_AC", COMMAND_R7B, final=False).content == "Hi"
     granite = scan('<|tool_call|>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"y": 2}}]', GRANITE)
     assert [c.name for c in granite.calls] == ["a", "b"] and granite.content == ""
+
+
+def test_functionary_reads_recipients_text_and_calls():
+    found = scan('all\nLet me see.>>>get_weather\n{"city": "Paris"}>>>get_time\n{}', FUNCTIONARY_V3_2)
+    assert found.content == "Let me see." and [(c.name, c.arguments) for c in found.calls] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", "{}"),
+    ]
+    # a reply that names no recipient is text; one still naming it waits
+    assert scan("Hello there", FUNCTIONARY_V3_2).content == "Hello there"
+    assert scan("get_wea", FUNCTIONARY_V3_2, final=False).content == ""
+    assert scan("get_wea", FUNCTIONARY_V3_2).content == "get_wea"
+    assert FUNCTIONARY_V3_2.triggers_for(("f", "g.h")) == (r"^(?:f|g\.h)\n", r">>>(?:f|g\.h)\n")

@@ -123,4 +123,34 @@ Write <|START_ACTION|> followed by a list of JSON tool calls, each with "tool_na
 {%- endfor %}
 {%- if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"""
 
-FAMILIES = {"hermes": HERMES, "llama3": LLAMA_3, "mistral": MISTRAL_NEMO, "granite": GRANITE, "command_r7b": COMMAND_R7B}
+# Functionary v3.2: Llama 3 headers, each part of a reply after `>>>` and its recipient (`all` for text,
+# else the function called with its arguments' JSON text as given); the prompt opens the reply's first `>>>`
+FUNCTIONARY_V3_2 = """{{ bos_token }}<|start_header_id|>system<|end_header_id|>
+
+You are capable of executing available function(s) if required.
+Ask for the required input to:recipient==all
+Use JSON for function arguments.
+Respond in this format:
+>>>${recipient}
+${content}
+Available functions:
+{% for tool in tools or [] %}{{ tool | tojson }}
+{% endfor %}<|eot_id|>
+{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>
+
+{% if m.role == 'assistant' %}{% if m.content %}{{ '>>>all\n' + m.content }}{% endif %}
+{%- for call in m.tool_calls or [] %}{{ '>>>' + call.function.name + '\n' + call.function.arguments }}{% endfor %}
+{%- else %}{{ m.content }}{% endif %}<|eot_id|>
+{%- endfor %}
+{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+
+>>>{% endif %}"""
+
+FAMILIES = {
+    "hermes": HERMES,
+    "llama3": LLAMA_3,
+    "mistral": MISTRAL_NEMO,
+    "granite": GRANITE,
+    "command_r7b": COMMAND_R7B,
+    "functionary": FUNCTIONARY_V3_2,
+}

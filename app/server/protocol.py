@@ -92,7 +92,7 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
     _refuse_unsupported(body, CHAT_HONOURS)
     tools, grammar = honoured(parse_tools, body, syntax), honoured(grammar_of, body)
     if tools is not None and tools.syntax.is_native:  # the template reads calls and results itself
-        messages = tuple(native_message(m, i) for i, m in enumerate(raw))
+        messages = tuple(native_message(m, i, tools.syntax.arguments_as_text) for i, m in enumerate(raw))
     else:
         messages = tuple(message_of(honoured(generic_message, m, i), i) for i, m in enumerate(raw))
     conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
@@ -241,9 +241,10 @@ def message_of(item, index: int) -> dict[str, str]:
     return {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
 
 
-def native_message(item, index: int) -> dict:
+def native_message(item, index: int, arguments_as_text: bool = False) -> dict:
     """A message as a template with a tool syntax reads it: an assistant turn's calls (arguments as
-    objects) and a tool's result (`role: "tool"`, with its call's id) kept as they are."""
+    objects, or JSON text where the template wants it) and a tool's result (`role: "tool"`, with its
+    call's id) kept as they are."""
     where = f"messages[{index}]"
     if isinstance(item, dict) and item.get("role") == "tool":
         message = message_of({**item, "role": "user"}, index) | {"role": "tool"}
@@ -253,7 +254,7 @@ def native_message(item, index: int) -> dict:
         return message
     message = message_of(item, index)
     if message["role"] == "assistant" and item.get("tool_calls"):
-        message["tool_calls"] = honoured(calls_in, item, where)
+        message["tool_calls"] = honoured(calls_in, item, where, arguments_as_text)
         check_text(json.dumps(message["tool_calls"], ensure_ascii=False), f"{where}.tool_calls")
     return message
 

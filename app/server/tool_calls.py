@@ -3,12 +3,12 @@ conversation as the model reads it, and the reply as OpenAI's `tool_calls`.
 
 Two ways, by the model's chat template (tool_syntax.py tells which):
 - native: a template that knows a tool syntax (Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite,
-  Command R7B) renders the tools, the assistant turns that called them and the `role: "tool"`
-  results itself; the model writes calls in its own syntax. `required` and a named function hold the
-  reply to that syntax with a grammar from its first token; with `auto` the model writes freely
-  until the family's trigger (`<tool_call>`, `[TOOL_CALLS]`, `<|tool_call|>`, `<|START_ACTION|>`, a
-  reply opening with `{"name":`), and a lazy grammar holds it from there; its calls are read out of
-  the text.
+  Command R7B, Functionary v3.2) renders the tools, the assistant turns that called them and the
+  `role: "tool"` results itself; the model writes calls in its own syntax. `required` and a named
+  function hold the reply to that syntax with a grammar from its first token; with `auto` the model
+  writes freely until the family's trigger (`<tool_call>`, `[TOOL_CALLS]`, `<|tool_call|>`,
+  `<|START_ACTION|>`, a tool's name after `>>>`, a reply opening with `{"name":`), and a lazy grammar
+  holds it from there; its calls are read out of the text.
 - generic, for any other template: the tools are described in a system message, and a grammar holds
   every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
 Either way a call's arguments follow the function's `parameters`, and `required` and a named
@@ -49,7 +49,7 @@ class Tools:
 
     def triggers(self) -> tuple[str, ...]:
         """The patterns the grammar waits for (none: it holds the reply from its first token)."""
-        return self.syntax.lazy_triggers if self.choice == "auto" else ()
+        return self.syntax.triggers_for(tuple(f["name"] for f in self.functions)) if self.choice == "auto" else ()
 
     def template_tools(self) -> str | None:
         """The tools as the model's own template reads them (OpenAI's list, as JSON); None in the
@@ -136,9 +136,10 @@ def _function(tool: object, index: int) -> dict:
 # -- the conversation ---------------------------------------------------------------------------
 
 
-def calls_in(item: dict, where: str) -> list[dict]:
+def calls_in(item: dict, where: str, arguments_as_text: bool = False) -> list[dict]:
     """An assistant turn's `tool_calls`, checked: each {"id", "type": "function", "function":
-    {"name", "arguments"}} with its arguments as an object (as templates read them)."""
+    {"name", "arguments"}} with its arguments as an object (as most templates read them), or as
+    JSON text for a template that adds them to its text (`Syntax.arguments_as_text`)."""
     calls = item.get("tool_calls")
     if not isinstance(calls, list) or len(calls) > MAX_CALLS_IN_TURN:
         raise FieldError(f"{where}.tool_calls must be a list of at most {MAX_CALLS_IN_TURN} calls", where)
@@ -162,7 +163,10 @@ def calls_in(item: dict, where: str) -> list[dict]:
             {
                 "id": identity if isinstance(identity, str) else "",
                 "type": "function",
-                "function": {"name": function["name"], "arguments": arguments},
+                "function": {
+                    "name": function["name"],
+                    "arguments": json.dumps(arguments, ensure_ascii=False) if arguments_as_text else arguments,
+                },
             }
         )
     return out

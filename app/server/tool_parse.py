@@ -154,6 +154,8 @@ def call_block(text: str, i: int, syntax: Syntax, final: bool) -> tuple[list[Cal
         return [], j, State.OPEN
     if syntax.wrapper is Wrapper.ARRAY:
         return _array_block(text, j, syntax, final)
+    if syntax.wrapper is Wrapper.RECIPIENT:
+        return _recipient_block(text, j, final)
     if text[j] != "{":
         return [], j, State.NONE
     call, end, state = call_object(text, j, syntax)
@@ -200,6 +202,31 @@ def _array_block(text: str, j: int, syntax: Syntax, final: bool = True) -> tuple
             return calls, j, State.OPEN
         break
     return calls, j, State.DONE if calls else State.NONE
+
+
+_RECIPIENT = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def _recipient_block(text: str, j: int, final: bool) -> tuple[list[CallText], int, State]:
+    """Functionary's `name\n{arguments}`: one call; the recipient `all` opens text, no call. A whole
+    reply that ends before a call's arguments open is text."""
+    k = _RECIPIENT.match(text, j).end()
+    if k == len(text):
+        return [], k, State.NONE if final else State.OPEN  # the name may go on
+    if k == j or text[k] != "\n":
+        return [], j, State.NONE
+    if text[j:k] == "all":
+        return [], k + 1, State.DONE
+    a = _skip_ws(text, k + 1)
+    if a == len(text):
+        return [], a, State.NONE if final else State.OPEN
+    if text[a] != "{":
+        return [], j, State.NONE
+    end, stop = _read_value(text, a)
+    call = CallText(text[j:k], text[a:stop], closed=bool(end and end > 0))
+    if end is None:
+        return [call], stop, State.OPEN
+    return [call], stop, State.DONE  # malformed arguments keep the text before the fault
 
 
 def scan(text: str, syntax: Syntax, final: bool = True) -> Scan:

@@ -6,6 +6,7 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - Mistral Nemo: `[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}, ...]`
 - IBM Granite 3.x: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`
 - Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}, ...]<|END_ACTION|>`
+- Functionary v3.2: `>>>name\n{...}` a call, `>>>all\n` before text (the prompt ends with the reply's first `>>>`)
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -27,6 +28,7 @@ from app.models.gguf_meta import read_gguf
 class Wrapper(Enum):
     OBJECT = auto()  # each call its own object (after the trigger, or the reply's start)
     ARRAY = auto()  # the calls in one JSON array
+    RECIPIENT = auto()  # each call `name\n{arguments}` after the trigger; the recipient `all` opens text
     GENERIC = auto()  # the generic format's object
 
 
@@ -45,9 +47,12 @@ class Syntax:
     start_prefixes: tuple[str, ...] = ()
     start_char: str = "{"
     parallel: bool = True  # several calls in one reply
-    # under tool_choice "auto", the patterns that set off the grammar (engine's SamplingParams.grammar_triggers)
+    # under tool_choice "auto", the patterns that set off the grammar (engine's SamplingParams.grammar_triggers);
+    # `{names}` in one stands for any of the tools' names
     lazy_triggers: tuple[str, ...] = ()
     takes_several: bool = True  # the family's template renders several calls in one turn
+    # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
+    arguments_as_text: bool = False
 
     @property
     def is_native(self) -> bool:
@@ -56,6 +61,11 @@ class Syntax:
 
     def with_parallel(self, parallel: bool) -> Syntax:
         return dataclasses.replace(self, parallel=parallel and self.takes_several)
+
+    def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The lazy grammar's triggers for tools of these names."""
+        alternatives = "(?:" + "|".join(re.escape(n) for n in names) + ")"
+        return tuple(p.replace("{names}", alternatives) for p in self.lazy_triggers)
 
 
 HERMES = Syntax(
@@ -104,6 +114,16 @@ COMMAND_R7B = Syntax(
     start_char="[",
     lazy_triggers=(r"<\|START_ACTION\|>",),
 )
+FUNCTIONARY_V3_2 = Syntax(
+    "Functionary v3.2",
+    Wrapper.RECIPIENT,
+    trigger=">>>",
+    # the prompt ends with `>>>`: every reply opens with a recipient
+    start_prefixes=("",),
+    start_char="",
+    lazy_triggers=(r"^{names}\n", r">>>{names}\n"),
+    arguments_as_text=True,
+)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -122,6 +142,8 @@ def detect(source: str | None) -> Syntax:
         return GRANITE
     if "<|START_ACTION|>" in source and "<|END_ACTION|>" in source:
         return COMMAND_R7B
+    if ">>>all" in source and ">>>${recipient}" in source:
+        return FUNCTIONARY_V3_2
     return GENERIC
 
 
@@ -145,6 +167,8 @@ def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> st
     with `auto` the generic format's (a call or an answer), or for a native syntax the calls' grammar
     that waits for the family's trigger (`Syntax.lazy_triggers`): text before it is free."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
+    if syntax.wrapper is Wrapper.RECIPIENT:
+        return check_grammar(_recipient_grammar(callable_, syntax.parallel))
     objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
@@ -188,6 +212,18 @@ def _array_root(syntax: Syntax):
     return root
 
 
+def _recipient_grammar(functions: list[dict], parallel: bool) -> str:
+    """Functionary's calls: `name\n` then the arguments of that function, `>>>` between calls (and
+    before the first, where a lazy grammar starts at its trigger)."""
+    more = f" ({_literal('>>>')} tc-call)*" if parallel else ""
+    rules = [f"root ::= {_literal('>>>')}? tc-call{more}"]
+    heads = []
+    for i, function in enumerate(functions):
+        rules.append(_prefixed(schema_grammar(function["parameters"]), f"tc{i}-"))
+        heads.append(f"{_literal(function['name'] + chr(10))} tc{i}-root")
+    return "\n".join([*rules, f"tc-call ::= {' | '.join(heads)}"])
+
+
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
     LLAMA_3.family: lambda _parallel: f"root ::= {_literal('<|python_tag|>')}? tc-call",
@@ -198,6 +234,12 @@ _NATIVE_ROOTS = {
 
 # GBNF's pieces: a quoted literal, a character class, a name, anything else
 _GBNF_PIECE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_-]+|.', re.S)
+
+
+def _prefixed(grammar: str, prefix: str) -> str:
+    """`grammar` with each of its rules' names prefixed (so that several grammars live in one)."""
+    defined = set(re.findall(r"^([A-Za-z0-9_-]+)\s*::=", grammar, re.M))
+    return "".join(prefix + m.group() if m.group() in defined else m.group() for m in _GBNF_PIECE.finditer(grammar))
 
 
 def _renamed(grammar: str, old: str, new: str) -> str:
