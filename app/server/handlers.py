@@ -14,7 +14,8 @@ from app.engine.probs import TokenProbs
 
 from .prometheus import RATE_WINDOW_S, ModelFigures, prometheus_text
 from .protocol import Job, parse_chat, parse_completion, parse_json, requested_model
-from .responses import NotFound, ResponseShape, kept_of, parse_response
+from .response_tools import StreamedItems
+from .responses import NotFound, ResponseShape, kept_of, parse_response, status_of
 from .shaping import Shape, error_body
 from .tool_calls import Tools, asks_for_tools, reply_of
 from .tool_parse import ToolStream
@@ -308,7 +309,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER]
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
-    asked = parse_response(body, info.n_ctx_seq, server.responses)
+    syntax = await asyncio.to_thread(model_syntax, info.path) if asks_for_tools(body) and info.has_chat_template else GENERIC
+    asked = parse_response(body, info.n_ctx_seq, server.responses, syntax)
     shape = ResponseShape(asked, model)
     with server.admit(1):
         async with aclosing(server.submit(asked.job, model)) as stream:
@@ -324,11 +326,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             return web.json_response(_finish_response(server, shape, final), dumps=dumps)
 
 
-def _finish_response(server, shape: ResponseShape, final: FinishEvent) -> dict:
+def _finish_response(server, shape: ResponseShape, final: FinishEvent, output: list | None = None) -> dict:
     """The whole response object; kept (with its conversation) when the request says store."""
-    whole = shape.finished(final)
+    whole = shape.finished(final, output)
     if shape.asked.store:
-        server.responses.keep(kept_of(shape.asked, whole, final))
+        server.responses.keep(kept_of(shape.asked, whole))
     return whole
 
 
@@ -338,11 +340,16 @@ async def _stream_response(request, server, shape: ResponseShape, reply: Reply) 
     try:
         for event in shape.opening_events():
             await _send_event(response, event)
-        while isinstance(event := await reply.event(), TokenEvent):
-            if event.text:
-                await _send_event(response, shape.delta(event.text))
+        if shape.asked.job.tools is None:
+            while isinstance(event := await reply.event(), TokenEvent):
+                if event.text:
+                    await _send_event(response, shape.delta(event.text))
+            output, events = None, []
+        else:
+            event, items, events = await _stream_items(response, shape, reply)
+            output = items.items
         if event.ok:
-            events = shape.closing_events(event, _finish_response(server, shape, event))
+            events += shape.closing_events(_finish_response(server, shape, event, output))
         else:
             events = shape.failure_events(_refusal_body(event)[1]["error"])
         for event in events:
@@ -354,6 +361,20 @@ async def _stream_response(request, server, shape: ResponseShape, reply: Reply) 
         if request.transport is not None:
             request.transport.abort()
     return response
+
+
+async def _stream_items(response, shape: ResponseShape, reply: Reply) -> tuple[FinishEvent, StreamedItems, list[dict]]:
+    """A reply with tools: its items' events sent as its text grows; its final event, its items and
+    the events that close the last one (when the reply ended well)."""
+    items, text = StreamedItems(shape), ""
+    while isinstance(event := await reply.event(), TokenEvent):
+        if event.text:
+            text += event.text
+            for item_event in items.feed(text):
+                await _send_event(response, item_event)
+    if not event.ok:
+        return event, items, []
+    return event, items, items.finish(event.text, status_of(event))
 
 
 async def _send_event(response: web.StreamResponse, event: dict) -> None:

@@ -91,27 +91,39 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     _refuse_unsupported(body, CHAT_HONOURS)
     tools, grammar = honoured(parse_tools, body, syntax), honoured(grammar_of, body)
-    if tools is not None and tools.syntax.is_native:  # the template reads calls and results itself
-        messages = tuple(native_message(m, i, tools.syntax.arguments_as_text) for i, m in enumerate(raw))
-    else:
-        messages = tuple(message_of(honoured(generic_message, m, i), i) for i, m in enumerate(raw))
+    messages = chat_messages(raw, tools)
     conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
-    if tools is not None:
-        if grammar is not None:
-            raise BadRequest("send tools or a response format, not both", "tools")
-        grammar = honoured(tools.grammar)
-        if not tools.syntax.is_native:
-            messages = with_instructions(messages, tools)
-    template_tools = tools.template_tools() if tools is not None else None
-    check_size(
-        sum(len(m["content"]) + len(json.dumps(m.get("tool_calls", ""))) for m in messages) + len(template_tools or ""),
-        n_ctx_seq,
-        "messages",
-    )
-    triggers = tools.triggers() if tools is not None else ()
-    params = sampling(body).with_(n_probs=_chat_probs(body), grammar=grammar, grammar_triggers=triggers, tools=template_tools)
+    held, messages = with_tools(tools, grammar, messages)
+    check_size(prompt_chars(messages, held), n_ctx_seq, "messages")
+    params = sampling(body).with_(n_probs=_chat_probs(body), **held)
     job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
     return _check_kept_probs(job, n_ctx_seq)
+
+
+def chat_messages(raw: list, tools: Tools | None) -> tuple[dict, ...]:
+    """The messages as the model's template reads them: calls and results kept as they are for a
+    template with a tool syntax, else written out in the generic format."""
+    if tools is not None and tools.syntax.is_native:
+        return tuple(native_message(m, i, tools.syntax.arguments_as_text) for i, m in enumerate(raw))
+    return tuple(message_of(honoured(generic_message, m, i), i) for i, m in enumerate(raw))
+
+
+def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, ...]) -> tuple[dict, tuple[dict, ...]]:
+    """The sampling fields that hold a reply to `tools` (its grammar, triggers, the template's list
+    of them), and the messages with the generic format's description of them."""
+    if tools is None:
+        return {"grammar": grammar}, messages
+    if grammar is not None:
+        raise BadRequest("send tools or a response format, not both", "tools")
+    if not tools.syntax.is_native:
+        messages = with_instructions(messages, tools)
+    held = {"grammar": honoured(tools.grammar), "grammar_triggers": tools.triggers(), "tools": tools.template_tools()}
+    return held, messages
+
+
+def prompt_chars(messages: tuple[dict, ...], held: dict) -> int:
+    """The characters the prompt holds: the messages, their calls and the template's tool list."""
+    return sum(len(m["content"]) + len(json.dumps(m.get("tool_calls", ""))) for m in messages) + len(held.get("tools") or "")
 
 
 def honoured(read, *args):

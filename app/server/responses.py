@@ -11,7 +11,24 @@ from dataclasses import dataclass, field
 from app.engine.events import FinishEvent, FinishReason
 
 from .output_format import text_format_grammar
-from .protocol import MAX_MESSAGES, BadRequest, Job, check_size, check_text, get_field, honoured, message_of, sampling, shown
+from .protocol import (
+    MAX_MESSAGES,
+    BadRequest,
+    Job,
+    chat_messages,
+    check_size,
+    check_text,
+    get_field,
+    honoured,
+    message_of,
+    prompt_chars,
+    sampling,
+    shown,
+    with_tools,
+)
+from .response_tools import call_output, call_turn, chat_tools, function_call, input_text, new_item_id, tool_echo
+from .tool_calls import parse_tools, reply_of
+from .tool_syntax import GENERIC, Syntax
 
 # stored responses whose conversations are kept for `previous_response_id` (and GET): beyond this,
 # the least recently used is dropped; their messages share their common turns, so a chain costs its text once
@@ -30,18 +47,15 @@ SAMPLING_KEYS = (
     "seed",
 )
 HONOURED = {"model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id"}
-HONOURED |= {"metadata", "user", "text", *SAMPLING_KEYS}
+HONOURED |= {"metadata", "user", "text", "tools", "tool_choice", "parallel_tool_calls", *SAMPLING_KEYS}
 # fields a client may send with the value that asks for nothing this server lacks (their defaults)
 NO_OPS = {
-    "tools": lambda v: v == [],
-    "tool_choice": lambda v: v in ("none", "auto"),
-    "parallel_tool_calls": lambda v: isinstance(v, bool),
     "include": lambda v: v == [],
     "truncation": lambda v: v == "disabled",
     "background": lambda v: v is False,
 }
-INPUT_PART_TYPES = ("input_text", "output_text", "text")
 TEXT = {"format": {"type": "text"}}
+NO_TOOLS = {"tools": [], "tool_choice": "none", "parallel_tool_calls": False}
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ class Kept:
 
     response: dict
     conversation_id: str
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict, ...]  # in the chat API's form: an assistant turn's calls as `tool_calls`, results as `role: "tool"`
 
 
 @dataclass(frozen=True)
@@ -58,13 +72,14 @@ class ResponseRequest:
     """One `POST /v1/responses`: the engine job and what its response object echoes."""
 
     job: Job
-    turns: tuple[dict[str, str], ...]  # the conversation so far and the new input, without instructions
+    turns: tuple[dict, ...]  # the conversation so far and the new input (chat form), without instructions
     store: bool
     instructions: str | None
     previous_response_id: str | None
     max_output_tokens: int | None
     metadata: dict = field(default_factory=dict)
     text: dict = field(default_factory=lambda: TEXT)  # the format asked, echoed
+    tooling: dict = field(default_factory=lambda: NO_TOOLS)  # tools, tool_choice and parallel_tool_calls, echoed
 
 
 class KeptResponses:
@@ -101,7 +116,8 @@ class NotFound(Exception):
         self.param = param
 
 
-def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses) -> ResponseRequest:
+def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses, syntax: Syntax = GENERIC) -> ResponseRequest:
+    """`syntax`: the tool-call syntax the model's template writes (tool_syntax.py)."""
     _refuse_unsupported(body)
     previous_id = get_field(body, "previous_response_id", str, None)
     previous = None
@@ -112,20 +128,23 @@ def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses) -> ResponseR
     instructions = get_field(body, "instructions", str, None)
     turns = (previous.messages if previous else ()) + _input(body.get("input"))
     system = ({"role": "system", "content": check_text(instructions, "instructions")},) if instructions else ()
-    messages = system + turns
-    if len(messages) > MAX_MESSAGES:
-        raise BadRequest(f"at most {MAX_MESSAGES} messages in one conversation; this one has {len(messages)}", "input")
-    check_size(sum(len(m["content"]) for m in messages), n_ctx_seq, "input")
+    if len(system + turns) > MAX_MESSAGES:
+        raise BadRequest(f"at most {MAX_MESSAGES} messages in one conversation; this one has {len(system + turns)}", "input")
+    tools = honoured(parse_tools, chat_tools(body), syntax)
     limit = get_field(body, "max_output_tokens", int, None)
     text = body.get("text")
     grammar = None if text is None else honoured(text_format_grammar, text)
-    params = sampling(_sampling_body(body, limit)).with_(grammar=grammar)
+    held, messages = with_tools(tools, grammar, chat_messages(list(system + turns), tools))
+    check_size(prompt_chars(messages, held), n_ctx_seq, "input")
+    params = sampling(_sampling_body(body, limit)).with_(**held)
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
-    job = Job(params, messages=messages, conversation_id=conversation_id, stream=get_field(body, "stream", bool, False))
+    stream = get_field(body, "stream", bool, False)
+    job = Job(params, messages=messages, conversation_id=conversation_id, stream=stream, tools=tools)
     metadata = get_field(body, "metadata", dict, {})
     get_field(body, "user", str, None)
     store = get_field(body, "store", bool, True)
-    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, text or TEXT)
+    tooling = tool_echo(body) if tools is not None else NO_TOOLS
+    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, text or TEXT, tooling)
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -153,8 +172,10 @@ def _sampling_body(body: dict, limit: int | None) -> dict:
     return fields
 
 
-def _input(raw) -> tuple[dict[str, str], ...]:
-    """A string (one user message) or a list of message items (role + content: a string or text parts)."""
+def _input(raw) -> tuple[dict, ...]:
+    """A string (one user message) or a list of items: messages (role + content: a string or text
+    parts), function calls and their outputs; in the chat API's form, a call joining the assistant
+    turn before it."""
     if isinstance(raw, str):
         if not raw:
             raise BadRequest("'input' must not be empty", "input")
@@ -163,23 +184,28 @@ def _input(raw) -> tuple[dict[str, str], ...]:
         raise BadRequest("'input' must be a non-empty string or a non-empty list of message items", "input")
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} input items in one request; got {len(raw)}", "input")
-    return tuple(_item(item, i) for i, item in enumerate(raw))
-
-
-def _item(item, index: int) -> dict[str, str]:
-    where = f"input[{index}]"
-    if not isinstance(item, dict) or item.get("type", "message") != "message":
-        kind = shown(item.get("type")) if isinstance(item, dict) else "not an object"
-        raise BadRequest(f"{where}: only message items (role and content) are supported; got {kind}", where)
-    content = item.get("content")
-    if isinstance(content, list):
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") not in INPUT_PART_TYPES or not isinstance(part.get("text"), str):
-                raise BadRequest(f"{where}.content: only input_text parts are supported", f"{where}.content")
-        content = "".join(p["text"] for p in content)
-    elif not isinstance(content, str):
-        raise BadRequest(f"{where}.content must be a string or a list of input_text parts", f"{where}.content")
-    return message_of({"role": item.get("role"), "content": content}, index)
+    turns: list[dict] = []
+    for i, item in enumerate(raw):
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "function_call":
+            call = call_turn(item, f"input[{i}]")
+            if turns and turns[-1]["role"] == "assistant":
+                turns[-1] = {**turns[-1], "tool_calls": [*turns[-1].get("tool_calls", ()), call]}
+            else:
+                turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            turns.append(call_output(item, f"input[{i}]"))
+        elif kind == "message":
+            turns.append(
+                message_of({"role": item.get("role"), "content": input_text(item.get("content"), f"input[{i}].content")}, i)
+            )
+        else:
+            what = shown(kind) if isinstance(item, dict) else "not an object"
+            raise BadRequest(
+                f"input[{i}]: only message, function_call and function_call_output items are supported; got {what}",
+                f"input[{i}]",
+            )
+    return tuple(turns)
 
 
 # -- what the server answers -------------------------------------------------------------------
@@ -196,9 +222,13 @@ class ResponseShape:
         self.created_at = int(time.time())
         self.sequence_number = 0
 
-    def response(self, status: str = "in_progress", final: FinishEvent | None = None, error: dict | None = None) -> dict:
+    def response(
+        self, status: str = "in_progress", final: FinishEvent | None = None, error: dict | None = None, output: list | None = None
+    ) -> dict:
         params = self.asked.job.params
-        cut = final is not None and final.reason in (FinishReason.LENGTH, FinishReason.CONTEXT)
+        cut = final is not None and status_of(final) == "incomplete"
+        if output is None:
+            output = self.output_of(final.text, status_of(final)) if final is not None else []
         return {
             "id": self.id,
             "object": "response",
@@ -209,27 +239,37 @@ class ResponseShape:
             "instructions": self.asked.instructions,
             "max_output_tokens": self.asked.max_output_tokens,
             "model": self.model,
-            "output": [self.item(final.text, "incomplete" if cut else "completed")] if final is not None else [],
-            "parallel_tool_calls": False,
+            "output": output,
+            "parallel_tool_calls": self.asked.tooling["parallel_tool_calls"],
             "previous_response_id": self.asked.previous_response_id,
             "store": self.asked.store,
             "temperature": params.temperature,
             "top_p": params.top_p,
             "text": self.asked.text,
-            "tool_choice": "none",
-            "tools": [],
+            "tool_choice": self.asked.tooling["tool_choice"],
+            "tools": self.asked.tooling["tools"],
             "truncation": "disabled",
             "metadata": self.asked.metadata,
             "usage": usage(final) if final is not None else None,
         }
 
-    def finished(self, final: FinishEvent) -> dict:
-        cut = final.reason in (FinishReason.LENGTH, FinishReason.CONTEXT)
-        return self.response("incomplete" if cut else "completed", final)
+    def finished(self, final: FinishEvent, output: list | None = None) -> dict:
+        return self.response(status_of(final), final, output=output)
 
-    def item(self, text: str | None, status: str) -> dict:
+    def output_of(self, text: str, status: str) -> list[dict]:
+        """A whole reply's output items: its message, or (with tools) its text if any and a function_call per call."""
+        tools = self.asked.job.tools
+        if tools is None:
+            return [self.item(text, status)]
+        content, calls = reply_of(text, tools)
+        message = [self.item(content, status)] if content is not None else []
+        return message + [
+            function_call(new_item_id("fc"), c["id"], c["function"]["name"], c["function"]["arguments"], status) for c in calls
+        ]
+
+    def item(self, text: str | None, status: str, item_id: str | None = None) -> dict:
         content = [] if text is None else [part(text)]
-        return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
+        return {"id": item_id or self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
     def event(self, kind: str, **fields) -> dict:
         event = {"type": kind, "sequence_number": self.sequence_number, **fields}
@@ -237,28 +277,41 @@ class ResponseShape:
         return event
 
     def opening_events(self) -> list[dict]:
-        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        return [
+        """The response begun and, without tools, its one message item opened (with tools, the reply's
+        items open as its text shows what they are)."""
+        begun = [
             self.event("response.created", response=self.response()),
             self.event("response.in_progress", response=self.response()),
-            self.event("response.output_item.added", output_index=0, item=self.item(None, "in_progress")),
+        ]
+        return begun if self.asked.job.tools is not None else begun + self.message_opened(self.item_id, 0)
+
+    def message_opened(self, item_id: str, index: int) -> list[dict]:
+        where = {"item_id": item_id, "output_index": index, "content_index": 0}
+        return [
+            self.event("response.output_item.added", output_index=index, item=self.item(None, "in_progress", item_id)),
             self.event("response.content_part.added", **where, part=part("")),
         ]
 
-    def delta(self, text: str) -> dict:
-        return self.event(
-            "response.output_text.delta", item_id=self.item_id, output_index=0, content_index=0, delta=text, logprobs=[]
-        )
+    def delta(self, text: str, item_id: str | None = None, index: int = 0) -> dict:
+        where = {"item_id": item_id or self.item_id, "output_index": index, "content_index": 0}
+        return self.event("response.output_text.delta", **where, delta=text, logprobs=[])
 
-    def closing_events(self, final: FinishEvent, whole: dict) -> list[dict]:
-        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        kind = "response.completed" if whole["status"] == "completed" else "response.incomplete"
+    def closing_events(self, whole: dict) -> list[dict]:
+        """The message item closed (without tools: they close as they come), then the response."""
+        items = self.message_closed(whole["output"][0], 0) if self.asked.job.tools is None else []
+        return items + [self.ended(whole)]
+
+    def message_closed(self, item: dict, index: int) -> list[dict]:
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        text = item["content"][0]["text"]
         return [
-            self.event("response.output_text.done", **where, text=final.text, logprobs=[]),
-            self.event("response.content_part.done", **where, part=part(final.text)),
-            self.event("response.output_item.done", output_index=0, item=whole["output"][0]),
-            self.event(kind, response=whole),
+            self.event("response.output_text.done", **where, text=text, logprobs=[]),
+            self.event("response.content_part.done", **where, part=part(text)),
+            self.event("response.output_item.done", output_index=index, item=item),
         ]
+
+    def ended(self, whole: dict) -> dict:
+        return self.event("response.completed" if whole["status"] == "completed" else "response.incomplete", response=whole)
 
     def failure_events(self, error: dict) -> list[dict]:
         """A fault after the status line: an `error` event, then the response failed."""
@@ -268,6 +321,10 @@ class ResponseShape:
             self.event("error", code=code, message=error["message"], param=error.get("param")),
             self.event("response.failed", response=failed),
         ]
+
+
+def status_of(final: FinishEvent) -> str:
+    return "incomplete" if final.reason in (FinishReason.LENGTH, FinishReason.CONTEXT) else "completed"
 
 
 def part(text: str) -> dict:
@@ -285,7 +342,15 @@ def usage(final: FinishEvent) -> dict:
     }
 
 
-def kept_of(asked: ResponseRequest, whole: dict, final: FinishEvent) -> Kept:
-    """What a stored response keeps: its object, and its conversation with the reply for the next turn."""
-    turns = asked.turns + ({"role": "assistant", "content": final.text},)
-    return Kept(whole, asked.job.conversation_id, turns)
+def kept_of(asked: ResponseRequest, whole: dict) -> Kept:
+    """What a stored response keeps: its object, and its conversation with the reply (its text and
+    calls, in the chat API's form) for the next turn."""
+    output = whole["output"]
+    text = "".join(p["text"] for item in output if item["type"] == "message" for p in item["content"])
+    calls = [
+        {"id": c["call_id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+        for c in output
+        if c["type"] == "function_call"
+    ]
+    reply = {"role": "assistant", "content": text} | ({"tool_calls": calls} if calls else {})
+    return Kept(whole, asked.job.conversation_id, asked.turns + (reply,))

@@ -1,0 +1,165 @@
+"""Function tools on the Responses API, at its edge with the chat path's (tool_calls.py): flat
+Responses tools in the chat form, function_call items given back as chat turns, and a reply's
+text and calls streamed as output items."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from .protocol import BadRequest, check_text, shown
+from .tool_parse import ToolStream
+
+if TYPE_CHECKING:
+    from .responses import ResponseShape
+
+INPUT_PART_TYPES = ("input_text", "output_text", "text")
+
+
+def chat_tools(body: dict) -> dict:
+    """The request's tools and tool_choice in the chat API's form, which parse_tools reads: a
+    Responses function is flat ({"type": "function", "name", ...}), a chat one nested under "function"."""
+    tools, choice = body.get("tools"), body.get("tool_choice") or "auto"
+    if isinstance(tools, list):
+        tools = [_chat_tool(t, i) for i, t in enumerate(tools)]
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    parallel = body.get("parallel_tool_calls")
+    return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": True if parallel is None else parallel}
+
+
+def _chat_tool(tool: object, index: int) -> object:
+    if not isinstance(tool, dict):
+        return tool  # parse_tools says what is wrong with it
+    if tool.get("type") != "function":
+        raise BadRequest(
+            f"tools[{index}]: this server's Responses API supports function tools only; got {shown(tool.get('type'))}",
+            f"tools[{index}]",
+        )
+    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+
+
+def tool_echo(body: dict) -> dict:
+    """What a response echoes of its tools, as OpenAI's does."""
+    return {
+        "tools": body["tools"],
+        "tool_choice": body.get("tool_choice") or "auto",
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+    }
+
+
+# -- input items -------------------------------------------------------------------------------
+
+
+def input_text(content, where: str) -> str:
+    """A message's or an output's text: a string, or text parts."""
+    if isinstance(content, list):
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in INPUT_PART_TYPES or not isinstance(part.get("text"), str):
+                raise BadRequest(f"{where}: only input_text parts are supported", where)
+        return "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise BadRequest(f"{where} must be a string or a list of input_text parts", where)
+    return content
+
+
+def call_turn(item: dict, where: str) -> dict:
+    """A function_call item given back, as a chat turn's call."""
+    fields = [item.get(k) for k in ("call_id", "name", "arguments")]
+    if not all(isinstance(f, str) for f in fields):
+        raise BadRequest(f"{where}: a function_call item needs call_id, name and arguments, as strings", where)
+    call_id, name, arguments = (check_text(f, where) for f in fields)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def call_output(item: dict, where: str) -> dict:
+    """A function_call_output item: the result of the call it names, as a chat `role: "tool"` message."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str):
+        raise BadRequest(f"{where}: a function_call_output item needs its call_id, as a string", where)
+    output = input_text(item.get("output"), f"{where}.output")
+    return {"role": "tool", "tool_call_id": check_text(call_id, where), "content": check_text(output, where)}
+
+
+# -- output items ------------------------------------------------------------------------------
+
+
+class StreamedItems:
+    """A reply with tools, streamed: its output items opened as ToolStream's deltas say (a message
+    for text, a function_call for each call), each closed before the next opens, as OpenAI's are."""
+
+    def __init__(self, shape: ResponseShape):
+        self.shape = shape
+        tools = shape.asked.job.tools
+        self.stream = ToolStream(tools.syntax, tools.new_id)
+        self.items: list[dict] = []  # the output so far; the last may still be open
+        self.is_open = False
+
+    def feed(self, text: str, final: bool = False) -> list[dict]:
+        """The events for the reply's whole text so far."""
+        events = []
+        for delta in self.stream.feed(text, final):
+            if "content" in delta:
+                events += self._text(delta["content"])
+                continue
+            (call,) = delta["tool_calls"]
+            if "id" in call:  # a call's name is whole: its item opens
+                events += self._open(function_call(new_item_id("fc"), call["id"], call["function"]["name"], "", "in_progress"))
+            else:  # more of the last call's arguments
+                events += self._arguments(call["function"]["arguments"])
+        return events
+
+    def finish(self, text: str, status: str) -> list[dict]:
+        """The events for the reply's whole text, then its last item closed with the reply's status;
+        a reply of neither text nor calls is one empty message, as when it is not streamed."""
+        events = self.feed(text, final=True)
+        if not self.items:
+            events += self._open(self.shape.item("", "in_progress", new_item_id("msg")))
+        return events + self._close(status)
+
+    def _close(self, status: str) -> list[dict]:
+        if not self.is_open:
+            return []
+        self.is_open = False
+        item, index = {**self.items[-1], "status": status}, len(self.items) - 1
+        self.items[-1] = item
+        if item["type"] == "message":
+            return self.shape.message_closed(item, index)
+        where = {"item_id": item["id"], "output_index": index}
+        return [
+            self.shape.event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
+            self.shape.event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _open(self, item: dict) -> list[dict]:
+        events = self._close("completed")
+        self.items.append(item)
+        self.is_open = True
+        if item["type"] == "message":
+            return events + self.shape.message_opened(item["id"], len(self.items) - 1)
+        # a copy: the event may go out after more of the item's arguments came
+        added = self.shape.event("response.output_item.added", output_index=len(self.items) - 1, item=dict(item))
+        return events + [added]
+
+    def _text(self, text: str) -> list[dict]:
+        events = []
+        if not (self.is_open and self.items[-1]["type"] == "message"):
+            events = self._open(self.shape.item("", "in_progress", new_item_id("msg")))
+        last = self.items[-1]
+        last["content"] = [{**last["content"][0], "text": last["content"][0]["text"] + text}]
+        return events + [self.shape.delta(text, last["id"], len(self.items) - 1)]
+
+    def _arguments(self, fragment: str) -> list[dict]:
+        last, index = self.items[-1], len(self.items) - 1
+        last["arguments"] += fragment
+        return [
+            self.shape.event("response.function_call_arguments.delta", item_id=last["id"], output_index=index, delta=fragment)
+        ]
+
+
+def function_call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict:
+    return {"id": item_id, "type": "function_call", "call_id": call_id, "name": name, "arguments": arguments, "status": status}
+
+
+def new_item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
