@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
+from test_ui_engine_settings import choose, type_number
 from ui_fixtures import QUICK, set_params, until
 
 from app.engine.params import SpecType
@@ -27,20 +28,6 @@ PROMPT = "repeat after me: " + "the mill and the river " * 6
 
 def _toolbar_button(window, action):
     return window.findChild(QToolBar, "main-toolbar").widgetForAction(action)
-
-
-def _choose(qtbot, combo, text: str) -> None:
-    """Pick an item of a combo box by typing its name, as a keyboard user does."""
-    combo.setFocus()
-    qtbot.keyClicks(combo, text)
-    assert combo.currentText() == text
-
-
-def _type_number(qtbot, spin, text: str) -> None:
-    qtbot.mouseClick(spin.lineEdit(), Qt.MouseButton.LeftButton)
-    qtbot.keyClick(spin, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(spin, text)
-    qtbot.keyClick(spin, Qt.Key.Key_Tab)
 
 
 async def _send(window, qtbot, pane, text: str):
@@ -72,11 +59,11 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         assert "drafts" not in pane.readout.text() and "KV hit" in pane.readout.text()
 
         # on, drafts of 8 tokens at most, from the panel's real widgets
-        _choose(qtbot, panel.spec_type, "ngram-simple")
+        choose(qtbot, panel.spec_type, "ngram-simple")
         assert panel.spec_draft_n_max.isEnabled() and panel.spec_draft_n_min.isEnabled()
-        _type_number(qtbot, panel.spec_draft_n_max, "8")
+        type_number(qtbot, panel.spec_draft_n_max, "8")
         assert panel.spec_draft_n_min.maximum() == 8  # the fewest, never more than the most
-        _type_number(qtbot, panel.spec_draft_n_min, "1")
+        type_number(qtbot, panel.spec_draft_n_min, "1")
         panel.status.setText("")
         qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
         await until(lambda: panel.status.text() == "reloaded", what="the reload")
@@ -146,7 +133,7 @@ def test_a_draft_model_is_picked_in_the_panel_and_drafts_for_the_pane(run_tiny_w
         assert panel.spec_draft_model.toolTip().startswith("-md, --model-draft, --spec-draft-model: ")
 
         # draft-simple without a draft model is not applied, and says why
-        _choose(qtbot, panel.spec_type, "draft-simple")
+        choose(qtbot, panel.spec_type, "draft-simple")
         assert panel.spec_draft_model.isEnabled() and panel.spec_draft_p_min.isEnabled()
         qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
         await until(lambda: "needs one" in panel.status.text(), what="the refusal")
@@ -155,7 +142,7 @@ def test_a_draft_model_is_picked_in_the_panel_and_drafts_for_the_pane(run_tiny_w
         # the model drafting for itself, 4 guesses at every step: each one right
         qtbot.mouseClick(panel.spec_draft_model, Qt.MouseButton.LeftButton)
         qtbot.keyClicks(panel.spec_draft_model, window.client.config.model_path)
-        _type_number(qtbot, panel.spec_draft_n_min, "4")
+        type_number(qtbot, panel.spec_draft_n_min, "4")
         panel.status.setText("")
         qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
         await until(lambda: panel.status.text() == "reloaded", what="the reload")

@@ -48,7 +48,7 @@ class Syntax:
     start_char: str = "{"
     parallel: bool = True  # several calls in one reply
     # under tool_choice "auto", the patterns that set off the grammar (engine's SamplingParams.grammar_triggers);
-    # `{names}` in one stands for any of the tools' names
+    # `{names}` in one stands for any of the tools' names; none given: the trigger's text
     lazy_triggers: tuple[str, ...] = ()
     takes_several: bool = True  # the family's template renders several calls in one turn
     # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
@@ -65,7 +65,8 @@ class Syntax:
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
         alternatives = "(?:" + "|".join(re.escape(n) for n in names) + ")"
-        return tuple(p.replace("{names}", alternatives) for p in self.lazy_triggers)
+        patterns = self.lazy_triggers or ((re.escape(self.trigger),) if self.trigger else ())
+        return tuple(p.replace("{names}", alternatives) for p in patterns)
 
 
 HERMES = Syntax(
@@ -74,7 +75,6 @@ HERMES = Syntax(
     trigger="<tool_call>",
     closer="</tool_call>",
     start_prefixes=("",),
-    lazy_triggers=("<tool_call>",),
 )
 # its templates raise on an assistant turn of several calls ("This model only supports single tool-calls at once!")
 LLAMA_3 = Syntax(
@@ -92,7 +92,6 @@ MISTRAL_NEMO = Syntax(
     trigger="[TOOL_CALLS]",
     start_prefixes=("",),
     start_char="[",
-    lazy_triggers=(r"\[TOOL_CALLS\]",),
 )
 GRANITE = Syntax(
     "IBM Granite 3.x",
@@ -100,7 +99,6 @@ GRANITE = Syntax(
     trigger="<|tool_call|>",
     start_prefixes=("",),
     start_char="[",
-    lazy_triggers=(r"<\|tool_call\|>",),
 )
 COMMAND_R7B = Syntax(
     "Command R7B",
@@ -112,7 +110,6 @@ COMMAND_R7B = Syntax(
     closer="<|END_ACTION|>",
     start_prefixes=("",),
     start_char="[",
-    lazy_triggers=(r"<\|START_ACTION\|>",),
 )
 FUNCTIONARY_V3_2 = Syntax(
     "Functionary v3.2",
