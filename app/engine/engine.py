@@ -349,9 +349,10 @@ class Engine:
         tops = samplers.top_tokens(rows) if seq.draw is Draw.ARGMAX else None
         tokens = []
         for i, row in enumerate(rows):
-            token = samplers.sample(seq.sampler, row) if tops is None else tops[i]
-            if seq.params.ignore_eos and vocab.is_eog(token):
-                token = samplers.sample(seq.sampler, row)  # as _sample_all does: the chain bans them
+            if tops is None or (seq.params.ignore_eos and vocab.is_eog(tops[i])):
+                token = samplers.sample(seq.sampler, row)  # the chain's own draw: it bans end-of-generation when told to
+            else:
+                token = tops[i]
             tokens.append(token)
             if i == len(draft) or token != draft[i]:
                 break
