@@ -36,7 +36,7 @@ def test_each_slot_holds_what_the_kv_manager_counts_and_a_shared_prefix_shows_as
     m, (cells, used), snapshot = run(main())
     assert [s.cells for s in m.slots] == cells and m.cells_used == used == snapshot.cells_used
     a, b = (next(s for s in m.slots if s.conversation_id == c) for c in "ab")
-    assert a.state is b.state is SlotState.KEPT
+    assert a.state is b.state is SlotState.KEPT and a.prompt_cells == b.prompt_cells == 0  # no reply running
     assert a.shared == b.shared > 200 and a.shared_with == (b.slot,) and b.shared_counts == (a.shared,)
     assert a.own + b.own == used and b.own == b.cells - b.shared  # the prefix counted once, in slot a's run
 
@@ -99,6 +99,9 @@ def test_a_preemption_shows_in_the_map_as_it_happens(tiny_config):
     seen = [m for m in maps if m.preemptions]
     assert seen and seen[0].steps < last.steps  # shown while the replies still ran
     assert any(m.preempted for m in maps) or any(s.state is SlotState.RUNNING for m in seen for s in m.slots)
+    running = [s for m in maps for s in m.slots if s.state is SlotState.RUNNING]
+    assert running and all(s.prompt_cells > 100 for s in running)  # where each reply starts: its prompt's end
+    assert any(s.cells > s.prompt_cells for s in running)  # a reply being written after its prompt
 
 
 _texts = st.sampled_from([STORY[:200], STORY[:600], STORY[:1200], OTHER[:400], OTHER[:900], "Hi"])

@@ -1,16 +1,20 @@
-"""The KV cells dock: opened from the toolbar by mouse, it draws the engine's cell map: each slot's
-cells in its pane's colour, as many as the map says, a shared prefix checkered, and the RAM tier."""
+"""The KV cells dock: opened from the toolbar by mouse, it draws the engine's cell map at a scale that
+shows the used cells (a row per slot, as wide as the longest), each in its pane's colour, a shared
+prefix hatched, the whole pool as a bar, and says in words what the picture shows and whose a cell is."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPointF, QRect, Qt
 from PySide6.QtWidgets import QPushButton, QToolBar, QToolButton
 from ui_fixtures import TINY_QUICK, set_params, until
 
-from app.engine.cell_map import SlotState
-from app.ui.kv_map import FREE, lay_out
+from app.engine.cell_map import CellMap, SavedChat, SlotCells, SlotState
+from app.ui import theme
+from app.ui.kv_map import KVMapPanel, extent_for, lay_out
 
 pytestmark = pytest.mark.gui
 
@@ -20,6 +24,32 @@ SYSTEM_LIKE = "Once upon a time, in a village by the sea, there lived an old fis
 def toolbar_button(window, action):
     bar = window.findChild(QToolBar, "main-toolbar")
     return next(b for b in bar.findChildren(QToolButton) if b.defaultAction() is action)
+
+
+def rgb(colour) -> tuple[int, int, int]:
+    return colour.red(), colour.green(), colour.blue()
+
+
+def used_share(panel) -> float:
+    """Of the slots' rows drawn, the share of pixels in a colour that is neither free nor background."""
+    t = theme.current()
+    blank = {rgb(t.base), rgb(theme.blend(t.base, t.text, 0.12))}
+    bands = [panel.picture.pixels[r.top : r.top + r.height, :, :3] for r in panel.layout_now.rows if r.slot >= 0]
+    pixels = np.concatenate(bands).reshape(-1, 3)
+    return float(np.mean([tuple(p) not in blank for p in map(tuple, pixels)]))
+
+
+def hatched(panel, row) -> bool:
+    """The row's first pixels alternate between two colours, as the shared prefix's stripes do."""
+    head = panel.picture.pixels[row.top : row.top + row.height, : panel.layout_now.span(row.shared), :3]
+    return len({tuple(p) for p in head.reshape(-1, 3)}) == 2
+
+
+def fits(label) -> bool:
+    """The label's words, wrapped at its width, need no more height than it has (nothing is cut)."""
+    rect = label.contentsRect()
+    needed = label.fontMetrics().boundingRect(QRect(0, 0, rect.width(), 10_000), Qt.TextFlag.TextWordWrap, label.text())
+    return needed.height() <= rect.height() and needed.width() <= rect.width()
 
 
 def test_the_dock_opened_by_mouse_draws_each_panes_cells_as_the_engine_counts_them(run_tiny_window, qtbot):
@@ -34,36 +64,88 @@ def test_the_dock_opened_by_mouse_draws_each_panes_cells_as_the_engine_counts_th
         await until(lambda: all(p.session.chat.messages and not p.is_busy for p in window.panes), what="replies")
         m = window.client.cell_map_of()
         await until(lambda: window.kv_map.shown is m, what="the idle map drawn")
+        await until(lambda: fits(window.kv_map.explain_label), what="the words laid out")
         return window, m
 
     window, m = run_tiny_window(scenario, panes=4)
     panel = window.kv_map
     drawn = panel.layout_now
-    assert drawn is not None and list(drawn.cell_counts(len(m.slots))) == [s.own for s in m.slots]
-    assert int((drawn.slot_index == FREE).sum()) == m.n_cells - m.cells_used
     keys = {p.session.key: p.session.colour for p in window.panes}
     held = [s for s in m.slots if s.conversation_id in keys]
     assert len(held) == 4 and all(s.state is SlotState.KEPT for s in held)
     assert all(s.shared > 100 for s in held)  # the broadcast's common prompt: one copy, shared
-    pixels = panel.image.image
-    for s in held:  # a cell of each pane's own run has its colour, faded as kept for the next turn
-        i = m.slots.index(s)
-        rows, cols = np.nonzero((drawn.slot_index == i) & ~drawn.shared)
-        if len(rows):
-            expected = panel.colour_of(s.conversation_id)
-            assert tuple(pixels[rows[0], cols[0], :3]) != (expected.red(), expected.green(), expected.blue())  # faded
-    first = next(s for s in held if s.own)
-    rows, cols = np.nonzero(drawn.slot_index == m.slots.index(first))
-    text = panel.describe_at(QPointF(cols[0] + 0.5, rows[0] + 0.5))
-    assert f"slot {first.slot}" in text and "shared: " in text and "pane" in text
+    rows = {m.slots[r.slot].conversation_id: r for r in drawn.rows if r.slot >= 0}
+    assert set(keys) <= set(rows) and drawn.extent < m.stream_cells  # scaled to the longest chat, not the pool
+    assert used_share(panel) >= 0.3
+    pixels = panel.picture.pixels
+    for s in held:  # a pane's row: its shared prefix hatched, then its own cells in its colour, faded (kept)
+        row = rows[s.conversation_id]
+        assert hatched(panel, row)
+        own = pixels[row.top, drawn.span(row.cells) - 1, :3]
+        expected = theme.blend(
+            panel.colour_of(s.conversation_id), theme.blend(theme.current().base, theme.current().text, 0.12), 0.55
+        )
+        assert tuple(own) == rgb(expected)
+    assert "Hatched: a prefix shared" in panel.explain_label.text() and "Faded: kept" in panel.explain_label.text()
+    assert fits(panel.explain_label) and fits(panel.counters_label)
+    assert "pushed out" in panel.counters_label.text() and "pushed out" in panel.counters_label.toolTip()
+    first = held[0]
+    row = rows[first.conversation_id]
+    text = panel.describe_at(QPointF(1.5, row.top + 0.5))
+    assert text.startswith(panel.name_of(first.conversation_id)) and "pane" in text
+    assert "token 1 of" in text and "the same cell as pane" in text  # shared with whom
     assert "RAM tier" in panel.ram_label.text()
+    bar = panel.describe_at(QPointF(1.5, drawn.bar_top + 1))
+    assert bar.startswith("the whole pool")
 
 
-def test_a_stream_per_sequence_is_drawn_as_a_band_each():
-    from app.engine.cell_map import CellMap, SlotCells
+def panel_on(qtbot, m: CellMap, size=(360, 260)) -> KVMapPanel:
+    """A panel drawing `m` at `size`, with a pane per chat "c0", "c1", ... in the theme's colours."""
+    labels = {f"c{i}": (c, f"pane {i + 1} “chat {i + 1}”") for i, c in enumerate(("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"))}
+    panel = KVMapPanel(SimpleNamespace(is_running=True, cell_map_of=lambda model: m), lambda: labels)
+    qtbot.addWidget(panel)
+    panel.resize(*size)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.refresh()
+    return panel
 
-    slots = tuple(SlotCells(i, f"c{i}", None, 100 * i, 0, (), (), 100 * i, SlotState.KEPT) for i in range(4))
-    drawn = lay_out(CellMap(n_cells=4 * 512, streams=True, slots=slots), cols=64)
-    assert list(drawn.cell_counts(4)) == [0, 100, 200, 300]
-    assert drawn.slot_index.shape == (4 * 8 + 3, 64)  # 8 rows a stream, a blank row between two
-    assert int((drawn.slot_index == FREE).sum()) == 4 * 512 - 600
+
+def test_300_used_cells_of_a_stream_of_8192_fill_most_of_their_rows(qtbot):
+    cells = (300, 280, 120, 0)
+    slots = tuple(SlotCells(i, f"c{i}", None, n, 0, (), (), n, SlotState.KEPT) for i, n in enumerate(cells))
+    saved = (SavedChat("c3", 250, 3_000_000),)
+    panel = panel_on(qtbot, CellMap(n_cells=4 * 8192, streams=True, slots=slots, saved=saved))
+    drawn = panel.layout_now
+    assert drawn.extent == 300 and [r.slot for r in drawn.rows] == [0, 1, 2, -1]  # no row for the empty slot
+    assert drawn.span(300) == drawn.width and used_share(panel) > 0.7
+    assert all(r.height >= 8 for r in drawn.rows)
+    text = panel.explain_label.text()
+    assert "+ 7,892 free cells in each stream" in text and "Striped: saved to RAM" in text
+    qtbot.waitUntil(lambda: fits(panel.explain_label) and fits(panel.counters_label), timeout=2000)
+    assert "pane 2 “chat 2”: token 1 of 280" in panel.describe_at(QPointF(0, drawn.rows[1].top))
+    assert "free: 8,072 cells of pane 3" in panel.describe_at(QPointF(drawn.width - 1, drawn.rows[2].top))
+    assert "saved to RAM, 250 tokens" in panel.describe_at(QPointF(0, drawn.rows[3].top))
+    assert "slot 3's stream" in panel.describe_at(QPointF(drawn.width - 1, drawn.bar_top))
+
+
+def test_a_running_reply_and_a_prefix_shared_in_one_pool_are_told_apart_on_hover(qtbot):
+    a = SlotCells(0, "c0", "r0", 400, 150, (1,), (150,), 400, SlotState.RUNNING, prompt_cells=320)
+    b = SlotCells(1, "c1", None, 200, 150, (0,), (150,), 50, SlotState.KEPT)
+    panel = panel_on(qtbot, CellMap(n_cells=4096, streams=False, slots=(a, b)))
+    drawn = panel.layout_now
+    assert drawn.extent == 400 and all(hatched(panel, r) for r in drawn.rows)
+    head = panel.describe_at(QPointF(0, drawn.rows[1].top))
+    assert head.startswith("pane 2 “chat 2”: token 1 of 200") and "the same cell as pane 1 “chat 1”" in head
+    tail = panel.describe_at(QPointF(drawn.width - 1, drawn.rows[0].top))
+    assert "in the reply being written (from token 321)" in tail and "same cell" not in tail
+    assert panel.describe_at(QPointF(drawn.width - 1, drawn.rows[1].top)) is None  # past its end: nothing
+    assert "(3,646 free cells in the pool, not drawn)" in panel.explain_label.text()
+
+
+def test_the_full_width_is_the_longest_row_rounded_up_and_no_more_than_a_stream():
+    assert extent_for(0, 8192) == 64 and extent_for(300, 8192) == 300 and extent_for(310, 8192) == 400
+    assert extent_for(9000, 8192) == 9000 and extent_for(5000, 6000) == 5000 and extent_for(5100, 6000) == 6000
+    slots = tuple(SlotCells(i, f"c{i}", None, 100, 0, (), (), 100, SlotState.KEPT) for i in range(40))
+    drawn = lay_out(CellMap(n_cells=40 * 512, streams=True, slots=slots), 300, 80)
+    assert drawn.hidden and drawn.rows[-1].top + drawn.rows[-1].height <= drawn.bar_top < 80  # the rest said in words

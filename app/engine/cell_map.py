@@ -37,6 +37,7 @@ class SlotCells:
     shared_counts: tuple[int, ...]  # how many with each of them
     own: int  # cells no lower slot holds: the pool's count of cells is the sum of these
     state: SlotState
+    prompt_cells: int = 0  # a request using it: its prompt's tokens; the reply it writes comes after
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ def build_cell_map(kv: KVCacheManager, scheduler: Scheduler, steps: int) -> Cell
                 shared_counts=tuple(c for c in common if c),
                 own=n - max(common[:i], default=0),
                 state=_state(slot, stepping),
+                prompt_cells=slot.sequence.num_prompt_tokens if slot.sequence is not None else 0,
             )
         )
     host = kv.host
