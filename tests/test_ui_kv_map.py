@@ -121,7 +121,7 @@ def test_300_used_cells_of_a_stream_of_8192_fill_most_of_their_rows(qtbot):
     assert drawn.span(300) == drawn.width and used_share(panel) > 0.7
     assert all(r.height >= 8 for r in drawn.rows)
     text = panel.explain_label.text()
-    assert "+ 7,892 free cells in each stream" in text and "Striped: saved to RAM" in text
+    assert "(+ 7,892 free in each stream, not drawn)" in text and "Striped: saved to RAM" in text
     qtbot.waitUntil(lambda: fits(panel.explain_label) and fits(panel.counters_label), timeout=2000)
     assert "pane 2 “chat 2”: token 1 of 280" in panel.describe_at(QPointF(0, drawn.rows[1].top))
     assert "free: 8,072 cells of pane 3" in panel.describe_at(QPointF(drawn.width - 1, drawn.rows[2].top))
@@ -140,7 +140,7 @@ def test_a_running_reply_and_a_prefix_shared_in_one_pool_are_told_apart_on_hover
     tail = panel.describe_at(QPointF(drawn.width - 1, drawn.rows[0].top))
     assert "in the reply being written (from token 321)" in tail and "same cell" not in tail
     assert panel.describe_at(QPointF(drawn.width - 1, drawn.rows[1].top)) is None  # past its end: nothing
-    assert "(3,646 free cells in the pool, not drawn)" in panel.explain_label.text()
+    assert "(3,646 free in the pool, not drawn)" in panel.explain_label.text()
 
 
 def test_the_full_width_is_the_longest_row_rounded_up_and_no_more_than_a_stream():

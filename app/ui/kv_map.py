@@ -271,24 +271,23 @@ class KVMapPanel(QWidget):
         free = theme.blend(t.base, t.text, 0.12)
         image = np.empty((cells.height, cells.width, 4), np.uint8)
         image[:] = _rgba(t.base)
-        x, y = np.arange(cells.width), np.arange(cells.height)[:, None]
-        hatch = (x + y) % HATCH_PX < HATCH_PX // 2  # diagonal stripes
-        stripes = (x // 2) % 2 == 0  # upright stripes, two pixels wide
+        x = np.arange(cells.width)
         for row in cells.rows:
-            band = slice(row.top, row.top + row.height)
+            band = image[row.top : row.top + row.height]
             end = cells.span(row.cells)
-            if row.saved >= 0:  # a RAM entry: striped, out of the pool
+            if row.saved >= 0:  # a RAM entry: upright stripes two pixels wide, out of the pool
                 colour = self.colour_of(m.saved[row.saved].conversation_id)
-                image[band, :end] = _rgba(theme.blend(colour, t.base, 0.5))
-                image[band, :end][:, stripes[:end]] = _rgba(colour)
+                band[:, :end] = _rgba(theme.blend(colour, t.base, 0.5))
+                band[:, :end][:, (x[:end] // 2) % 2 == 0] = _rgba(colour)
                 continue
             colour = self._slot_colour(m.slots[row.slot], free)
             if m.streams:
-                image[band] = _rgba(free)  # the rest of its stream is free
-            image[band, :end] = _rgba(colour)
+                band[:] = _rgba(free)  # the rest of its stream is free
+            band[:, :end] = _rgba(colour)
             shared = cells.span(row.shared)
-            lighter = np.array(_rgba(theme.blend(colour, t.base, 0.6)), np.uint8)
-            image[band, :shared] = np.where(hatch[band, :shared, None], lighter, image[band, :shared])
+            if shared:  # diagonal stripes
+                y = np.arange(row.top, row.top + row.height)[:, None]
+                band[:, :shared][(x[:shared] + y) % HATCH_PX < HATCH_PX // 2] = _rgba(theme.blend(colour, t.base, 0.6))
         image[cells.bar_top : cells.bar_top + BAR_PX] = self._bar(m, cells.width, free)
         return image
 
@@ -308,20 +307,20 @@ class KVMapPanel(QWidget):
             parts = [f"No chat holds cells: all {m.n_cells:,} are free."]
         elif m.streams:
             rest = m.stream_cells - cells.extent
-            parts = [f"Each row is a chat's stream, its cells in token order; the full width is {cells.extent:,} cells"]
-            parts[0] += f" (+ {rest:,} free cells in each stream, not drawn)." if rest > 0 else "."
+            parts = [f"Each row is a chat's stream, in token order: {cells.extent:,} cells across"]
+            parts[0] += f" (+ {rest:,} free in each stream, not drawn)." if rest > 0 else "."
         else:
+            free = m.n_cells - m.cells_used
             parts = [
-                f"Each row is a chat's cells in token order; the full width is {cells.extent:,} cells"
-                f" ({m.n_cells - m.cells_used:,} free cells in the pool, not drawn)."
+                f"Each row is a chat's cells in token order: {cells.extent:,} across ({free:,} free in the pool, not drawn)."
             ]
         if any(r.shared for r in rows):
-            parts.append("Hatched: a prefix shared with another row, held once.")
+            parts.append("Hatched: a prefix shared with other rows, held once.")
         if any(m.slots[r.slot].state is SlotState.KEPT for r in rows):
-            parts.append("Faded: kept for the chat's next turn.")
+            parts.append("Faded: kept for its next turn.")
         if any(r.saved >= 0 for r in cells.rows):
-            parts.append("Striped: saved to RAM, out of the pool.")
-        parts.append("The bar: the whole pool to scale" + (", a stream a segment." if m.streams else "."))
+            parts.append("Striped: saved to RAM.")
+        parts.append("Bottom bar: the whole pool to scale" + (", a stream a segment." if m.streams else "."))
         if cells.hidden:
             parts.append(f"{cells.hidden} more rows need a taller dock.")
         return " ".join(parts)
