@@ -34,6 +34,7 @@ Z_ORDER = {PartKind.PROMPT: 0, PartKind.DECODE: 1, PartKind.DRAFTED: 1}
 TALL_CAP = (
     4  # the y axis goes up to this many times the batch limit: a long prompt's chunk is cut, not the decode columns flattened
 )
+CUT_LABEL_ROOM = 0.05  # of the x range: the least gap between two cut columns' labels, so they never overlap
 MIN_TOP = 10  # tokens: one sequence's column is drawn small, beside a batch of eight
 KEY_LINES = (
     "solid: decode tokens · hatched: drafted tokens · pale: prompt chunks, in the pane's colour",
@@ -132,13 +133,16 @@ class StepTimeline(pg.GraphicsLayoutWidget):
     """Reads the engine's recent steps (`recent_steps(seconds)`, the client's) and the panes' names
     and colours (`panes()`); `refresh(now)` draws the steps since the last call."""
 
-    def __init__(self, recent_steps: Callable[[float], tuple[StepStats, ...]], panes: Panes, parent=None):
+    def __init__(self, recent_steps: Callable[[float], tuple[StepStats, ...]], panes: Panes, parent=None, key: bool = True):
         super().__init__(parent)
         self._recent_steps, self._panes = recent_steps, panes
         self.setBackground(self.palette().color(QPalette.ColorRole.Base))
         self.plot = self.addPlot(row=0, col=0, title="Engine steps: each step's tokens, by pane")
-        self.key_label = self.addLabel("<br>".join(KEY_LINES), row=1, col=0, size="8pt", justify="left")
-        self.key_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the dock
+        self.key_label: pg.LabelItem | None = None  # key=False: the caller says what the columns mean
+        if key:
+            self.key_label = self.addLabel("<br>".join(KEY_LINES), row=1, col=0, size="8pt", justify="left")
+            self.key_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the dock
+        self.cut_labels: list[pg.TextItem] = []  # clip_at's: the tokens of each column cut at the top
         plot = self.plot
         plot.disableAutoRange()
         plot.setMouseEnabled(x=False, y=False)
@@ -204,6 +208,27 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         self.plot.setLabel("bottom", "seconds since the broadcast")
         self.plot.getAxis("bottom").setTicks(None)
         self.plot.setXRange(0, span, padding=0.01)
+
+    def clip_at(self, top: float) -> None:
+        """Hold the y axis at `top` tokens: a taller column (a prompt's chunk) is cut there, its tokens
+        written on it. Neighbours closer than a label's room keep the first one's label."""
+        self._y_top = top
+        self.plot.setYRange(0, top, padding=0)
+        for label in self.cut_labels:
+            self.plot.removeItem(label)
+        self.cut_labels = []
+        (left, right), _ = self.plot.viewRange()
+        room, last = (right - left) * CUT_LABEL_ROOM, -math.inf
+        text = self.palette().color(QPalette.ColorRole.Text)
+        for st in self.columns.steps:
+            x = (st.t_start + st.t_end) / 2 - self.t0
+            if st.n_tokens > top and x - last >= room:
+                label = pg.TextItem(str(st.n_tokens), color=text, anchor=(0.5, 0))
+                label.setPos(x, top)
+                label.setZValue(20)
+                self.plot.addItem(label)
+                self.cut_labels.append(label)
+                last = x
 
     def _layers(self):
         yield from self.bars.values()
