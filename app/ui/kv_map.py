@@ -119,11 +119,10 @@ def lay_out(m: CellMap, width: int, height: int) -> CellLayout:
     gap = GAP_PX if n * (MIN_ROW_PX + GAP_PX) <= room else 1
     fit = min(n, max((room + gap) // (MIN_ROW_PX + gap), 0))
     row_px = min(ROW_PX, (room + gap) // fit - gap) if fit else 0
-    rows = [Row(0, row_px, cells, shared, slot=i) for i, cells, shared in held]
-    rows += [Row(0, row_px, tokens, 0, saved=j) for j, tokens in saved]
-    rows = [Row(k * (row_px + gap), row_px, r.cells, r.shared, r.slot, r.saved) for k, r in enumerate(rows[:fit])]
+    entries = [(cells, shared, i, -1) for i, cells, shared in held] + [(tokens, 0, -1, j) for j, tokens in saved]
+    rows = tuple(Row(k * (row_px + gap), row_px, *entry) for k, entry in enumerate(entries[:fit]))
     bar_top = fit * (row_px + gap) - gap + BAR_GAP_PX if fit else 0
-    return CellLayout(width, height, extent, tuple(rows), bar_top, hidden=n - fit)
+    return CellLayout(width, height, extent, rows, bar_top, hidden=n - fit)
 
 
 def bar_slots(m: CellMap, x: np.ndarray, width: int) -> np.ndarray:
@@ -191,6 +190,9 @@ class CellPicture(QWidget):
 
 
 class KVMapPanel(QWidget):
+    """The dock's content: the counters, the picture, what it shows in words, then a line per row,
+    the RAM tier and the latest events."""
+
     def __init__(self, client: EngineClient, pane_labels: PaneLabels):
         super().__init__()
         self.client = client
