@@ -193,13 +193,27 @@ def test_metrics_from_events():
         conversation_evaluated_tokens=40,
     )
     store.on_events([FinishEvent("r1", FinishReason.STOP, "ab", stats)])
-    # the readout shows the conversation's running rate; the plot gets the request's own
-    assert math.isclose(m.kv_hit_rate, 1 / 3) and m.context_tokens == 32
+    # no first token told the prompt's hit (a remote pane's do not): the finish does, to the plot
+    # and the readout alike
+    assert math.isclose(m.kv_hit_rate, 2 / 3) and m.context_tokens == 32
     assert np.allclose(m.kv_hit.view()[1], [2 / 3])
     store.sample(now=11.0)
     assert m.tok_s == 2.0 and len(m.tok_rate) == 1
     store.on_events([TokenEvent("r1", "late", 1, 11.0)])  # after its finish: ignored
     assert m.gen_tokens == 2
+
+
+@pytest.mark.unit
+def test_a_prompts_kv_hit_is_known_at_its_first_token():
+    store = MetricsStore()
+    store.track("r1", "pane", t_submit=10.0)
+    store.on_events([TokenEvent("r1", "a", 1, 10.5, 7, cached=90, evaluated=10)])
+    m = store.panes["pane"]
+    assert m.kv_hit.view()[0].tolist() == [10.5] and m.kv_hit.view()[1].tolist() == [0.9]
+    assert m.kv_hit_rate == 0.9  # the readout is the plot's newest point, while the reply streams
+    stats = RequestStats("r1", prompt_tokens=100, cached_tokens=90, evaluated_tokens=10, gen_tokens=1)
+    store.on_events([FinishEvent("r1", FinishReason.STOP, "a", stats)])
+    assert len(m.kv_hit) == 1 and m.kv_hit_rate == 0.9  # the finish adds no second point
 
 
 @pytest.mark.unit

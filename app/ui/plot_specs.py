@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
 
-LIMIT_COLOUR = "#d04a02"  # the batch limit the adaptive controller chose
+# the batch limit the adaptive controller chose: an olive no pane has (the panes' are tab10's first
+# eight, the API's grey), dark enough to read on a light background and light enough on a dark one
+LIMIT_COLOUR = "#9c8f00"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,11 @@ class LineSpec:
     ring: str  # the Ring's attribute: of PaneMetrics in a per-pane plot, of MetricsStore in an engine plot
     colour: str | None = None
     style: Qt.PenStyle = Qt.PenStyle.SolidLine
+    # said in its plot's title, in its colour, with its newest value: what a dashed line is ("": nothing)
+    label: str = ""
+    # per pane: each pane's line drawn on the ones of the panes before it, the band between filled in
+    # its colour, so equal lines never hide each other (on a linear axis only)
+    stacked: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,19 @@ class PlotSpec:
 
     name: str
     title: str
-    unit: str
+    unit: str  # said at the title's end: a rotated axis label would crowd the tick labels
     per_pane: bool  # its series are each pane's figures; else the engine's
     series: tuple[LineSpec | PointsSpec, ...]
     log_y: bool = False  # a decade axis; the panel feeds log10 of the values
     # fixed; None fits it to the points shown, in whole decades on a log axis, else from 0 to a round value
     y_range: tuple[float, float] | None = None
-    right_unit: str = ""  # a right axis for the point sets marked `right`, from 0 to a round value; "": none
+    # a right axis for the point sets marked `right`, from 0 to a round value ("": none); said in the
+    # title after `unit` ("% | tok/step")
+    right_unit: str = ""
     # the row stays folded away until its first point: a plot of what only some settings make
     folded_until_points: bool = False
+    # when the panel is too short for every row at a legible height, rows of least priority fold first
+    priority: int = 0
 
     def __post_init__(self):
         if not self.per_pane and any(isinstance(s, PointsSpec) for s in self.series):
@@ -60,10 +71,19 @@ class PlotSpec:
         right = [s for s in self.series if isinstance(s, PointsSpec) and s.right]
         if bool(right) != bool(self.right_unit):
             raise ValueError(f"plot {self.name!r}: a right axis needs both its unit and its point sets")
+        if any(isinstance(s, LineSpec) and s.stacked for s in self.series) and (self.log_y or not self.per_pane):
+            raise ValueError(f"plot {self.name!r}: lines stack per pane on a linear axis only")
 
 
 PLOTS = (
-    PlotSpec("rate", "Tokens/s per pane", "tok/s", per_pane=True, series=(LineSpec("rate", "tok_rate"),)),
+    PlotSpec(
+        "rate",
+        "Tokens per pane, stacked: a band each",
+        "tok/s",
+        per_pane=True,
+        series=(LineSpec("rate", "tok_rate", stacked=True),),
+        priority=6,
+    ),
     PlotSpec(
         "latency",
         "Latency per pane: TTFT ● / inter-token —",
@@ -71,18 +91,20 @@ PLOTS = (
         per_pane=True,
         series=(LineSpec("itl", "itl"), PointsSpec("ttft", "ttft", size=7)),
         log_y=True,
+        priority=4,
     ),
     PlotSpec(
         "hit",
-        "KV cache hit rate per pane",
+        "KV cache hit of each prompt",
         "%",
         per_pane=True,
         series=(PointsSpec("hit", "kv_hit", size=6, scale=100),),  # in %, as the readouts say it
         y_range=(0, 105),
+        priority=2,
     ),
     PlotSpec(  # speculative decoding (--spec-type): shown from the first reply that drafted
         "drafts",
-        "Drafts: accepted % ● / tokens per step ▲",
+        "Drafts: accepted ● / per step ▲",
         "%",
         per_pane=True,
         series=(
@@ -92,13 +114,25 @@ PLOTS = (
         y_range=(0, 105),
         right_unit="tok/step",
         folded_until_points=True,
+        priority=3,
     ),
-    PlotSpec("engine", "Engine: generated tokens/s", "tok/s", per_pane=False, series=(LineSpec("rate", "engine_rate"),)),
+    PlotSpec(
+        "engine",
+        "Engine: tokens generated",
+        "tok/s",
+        per_pane=False,
+        series=(LineSpec("rate", "engine_rate"),),
+        priority=5,
+    ),
     PlotSpec(
         "batch",
-        "Engine: sequences per step — / batch limit - -",
-        "seqs",
+        "Sequences per step —",
+        "",
         per_pane=False,
-        series=(LineSpec("batch", "seqs_per_step"), LineSpec("limit", "batch_limit", LIMIT_COLOUR, Qt.PenStyle.DashLine)),
+        series=(
+            LineSpec("batch", "seqs_per_step"),
+            LineSpec("limit", "batch_limit", LIMIT_COLOUR, Qt.PenStyle.DashLine, label="dashed: batch limit"),
+        ),
+        priority=1,
     ),
 )

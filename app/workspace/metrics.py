@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.engine.events import FinishEvent, TokenEvent
+from app.engine.stats import hit_rate
 
 RING_SIZE = 4096
 # a rate is a count over the last second: the tokens (or steps) whose time falls after now - 1 s
@@ -72,9 +73,9 @@ class PaneMetrics:
     # second, and falls to 0 a second after it ends
     tok_s: float = 0.0
     ttft_s: float = math.nan  # the last reply's first token less the time `track` got (prompt and queue included)
+    # the last prompt's tokens found in the KV cache, of all its tokens: known at its reply's first
+    # token, when its point joins `kv_hit`, so the readout is the plot's newest point
     kv_hit_rate: float = math.nan
-    conversation_cached: int = 0  # the chat's prompt tokens found in the cache, as of its last reply
-    conversation_prompt: int = 0  # and all its prompt tokens
     context_tokens: int = 0
     gen_tokens: int = 0  # in the reply being generated
     # speculative decoding, the last reply's (from its final event; 0 while a reply streams): tokens
@@ -100,6 +101,7 @@ class _Tracked:
     pane: str
     t_submit: float
     base_context: int  # tokens in context before this reply (for the live readout)
+    hit_known: bool = False  # its prompt's KV hit came with its first token
 
 
 TRACKED_KEPT = 4096  # far more requests than can be in flight at once
@@ -146,16 +148,16 @@ class MetricsStore:
             if isinstance(ev, TokenEvent):
                 self._on_token(ev, tracked, metrics)
             elif isinstance(ev, FinishEvent):
-                self._on_finish(ev, metrics)
+                self._on_finish(ev, tracked, metrics)
                 self.finished.append((tracked.pane, ev.stats))
                 del self._requests[ev.request_id]
 
     def _on_token(self, ev: TokenEvent, tracked: _Tracked, m: PaneMetrics) -> None:
         if ev.n_tokens == 0:
             return
-        if ev.cached >= 0:  # the first token: the chat's hit rate so far, this prompt included
-            cached, total = m.conversation_cached + ev.cached, m.conversation_prompt + ev.cached + ev.evaluated
-            m.kv_hit_rate = cached / total if total else math.nan
+        if ev.cached >= 0:  # the first token tells its prompt's hit: shown now, not when the reply ends
+            self._on_hit(m, ev.t, hit_rate(ev.cached, ev.evaluated))
+            tracked.hit_known = True
         previous = m.last_token_t.get(ev.request_id)
         if previous is None:
             m.ttft_s = ev.t - tracked.t_submit
@@ -167,7 +169,13 @@ class MetricsStore:
         m.gen_tokens += ev.n_tokens
         m.context_tokens = tracked.base_context + m.gen_tokens
 
-    def _on_finish(self, ev: FinishEvent, m: PaneMetrics) -> None:
+    @staticmethod
+    def _on_hit(m: PaneMetrics, t: float, rate: float) -> None:
+        if not math.isnan(rate):
+            m.kv_hit_rate = rate
+            m.kv_hit.push(t, rate)
+
+    def _on_finish(self, ev: FinishEvent, tracked: _Tracked, m: PaneMetrics) -> None:
         m.last_token_t.pop(ev.request_id, None)
         st = ev.stats
         t = st.t_finish if not math.isnan(st.t_finish) else st.t_submit
@@ -178,11 +186,8 @@ class MetricsStore:
             m.step_tokens.push(t, m.tokens_per_step)
         if st.prompt_tokens:
             m.context_tokens = st.prompt_tokens + st.gen_tokens
-        if not math.isnan(st.kv_hit_rate):
-            m.kv_hit_rate = st.conversation_hit_rate  # the readout: the chat so far
-            m.conversation_cached = st.conversation_cached_tokens
-            m.conversation_prompt = st.conversation_cached_tokens + st.conversation_evaluated_tokens
-            m.kv_hit.push(t, st.kv_hit_rate)
+        if not tracked.hit_known:  # a reply with no first token that told it (a remote pane's, one ended at once)
+            self._on_hit(m, t, st.kv_hit_rate)
 
     # -- the plot timer ------------------------------------------------------------------------
 
