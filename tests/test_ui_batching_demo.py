@@ -4,11 +4,12 @@ from the measured times; the panes' chats and the serving mode come back, also a
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
 from PySide6.QtCore import QRect, Qt
-from PySide6.QtWidgets import QLabel, QToolBar
+from PySide6.QtWidgets import QApplication, QLabel, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.engine.errors import EngineError
@@ -92,6 +93,9 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
 
         # at 1366 px every label's text fits
         await until(lambda: comparison.isVisible() and comparison.key.isVisible(), 5, "the dock shown")
+        for _ in range(3):  # the layouts' requests, and those they post in turn
+            QApplication.processEvents()
+            await asyncio.sleep(0)
         labels = [comparison.summary, comparison.key, *comparison.captions]
         assert all(_fits(label) for label in labels), [label.text() for label in labels if not _fits(label)]
 

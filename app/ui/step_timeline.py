@@ -159,6 +159,7 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         self._x_right = 0  # the moment at the right edge, in whole seconds since the dock opened
         self._body_cut = -math.inf  # monotonic t_end of the last step in the bodies
         self._y_top = 0.0
+        self._still = False  # show_run's: x is seconds since the run began, not seconds ago
         # (pane key, kind) -> its rectangles; PartKind.DECODE and PROMPT are True and False as keys too
         self.bars: dict[tuple[str | None, PartKind], _Layer] = {}
         self._colours: dict[str | None, str] = {}
@@ -208,6 +209,7 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         self.plot.setLabel("bottom", "seconds since the broadcast")
         self.plot.getAxis("bottom").setTicks(None)
         self.plot.setXRange(0, span, padding=0.01)
+        self._still = True
 
     def clip_at(self, top: float) -> None:
         """Hold the y axis at `top` tokens: a taller column (a prompt's chunk) is cut there, its tokens
@@ -292,8 +294,8 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         if step is None:
             return ""
         names: dict[str | None, str] = {key: name for key, (name, _) in self._panes().items()}
-        ago = time.monotonic() - step.t_end
-        return f"step {ago:.1f} s ago\n" + step_summary(step, names)
+        when = f"at {step.t_start - self.t0:.2f} s" if self._still else f"{time.monotonic() - step.t_end:.1f} s ago"
+        return f"step {when}\n" + step_summary(step, names)
 
     def _on_mouse_moved(self, pos: QPointF) -> None:
         if not self.plot.sceneBoundingRect().contains(pos):
