@@ -90,6 +90,9 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
             assert timeline.key_label is None  # one key for the three, under them
             drawn = sum(len(timeline.drawn(key, decode)[0]) for key in timeline.columns.keys for decode in (True, False))
             assert drawn == sum(len(st.parts) for st in run.steps)  # a rectangle per sequence per step
+            first = run.steps[0]
+            hover = timeline.hover_text((first.t_start + first.t_end) / 2 - run.t_start)
+            assert hover.startswith(f"step at {first.t_start - run.t_start:.2f} s\n")  # in the run, not "ago"
 
         # at 1366 px every label's text fits
         await until(lambda: comparison.isVisible() and comparison.key.isVisible(), 5, "the dock shown")
