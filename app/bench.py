@@ -88,7 +88,7 @@ class BenchSettings:
         elif self.parallel == 1:
             label = "one sequence"
         else:
-            label = "batched + KV reuse" if self.kv_reuse else "batched, no KV reuse"
+            label = "continuous + KV reuse" if self.kv_reuse else "continuous, no KV reuse"
         if self.policy is not Policy.DECODE_FIRST:
             label += f", {self.policy.value}"
         if self.itl_target_ms:

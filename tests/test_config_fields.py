@@ -227,7 +227,7 @@ def test_bench_takes_kv_reuse_threads_and_ctx_from_the_engine_flags(monkeypatch)
         main(["bench", "--parallel", "2", "--no-kv-reuse", "-t", "1", "-c", "0", "-ctk", "q8_0"])
     (settings,) = seen
     assert (settings.kv_reuse, settings.n_threads, settings.n_ctx) == (False, 1, 0)
-    assert settings.label == "batched, no KV reuse" and settings.engine_settings == (("cache_type_k", CacheType.Q8_0),)
+    assert settings.label == "continuous, no KV reuse" and settings.engine_settings == (("cache_type_k", CacheType.Q8_0),)
     seen.clear()
     with pytest.raises(Captured):
         main(["bench", "--parallel", "2"])

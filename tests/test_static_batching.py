@@ -175,7 +175,7 @@ def test_the_guide_rows_are_the_guides_with_continuous_batching_beyond():
     assert [(r.label, r.parallel, r.mode) for r in rows] == [
         ("one sequence", 1, ServingMode.BATCHED),
         ("static + KV reuse", 4, ServingMode.STATIC),
-        ("batched, no KV reuse", 4, ServingMode.BATCHED),
-        ("batched + KV reuse", 4, ServingMode.BATCHED),
-        ("batched + KV reuse", 8, ServingMode.BATCHED),
+        ("continuous, no KV reuse", 4, ServingMode.BATCHED),
+        ("continuous + KV reuse", 4, ServingMode.BATCHED),
+        ("continuous + KV reuse", 8, ServingMode.BATCHED),
     ]

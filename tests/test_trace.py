@@ -139,7 +139,7 @@ def test_bench_writes_a_trace_of_each_run(tiny_model_path, tmp_path):
     assert cli_main([*args, "--trace", str(path)]) == 0
     events = json.loads(path.read_text())["traceEvents"]
     processes = [ev["args"]["name"] for ev in events if ev["name"] == "process_name"]
-    assert processes == ["one sequence, 1 parallel", "batched + KV reuse, 2 parallel"]
+    assert processes == ["one sequence, 1 parallel", "continuous + KV reuse, 2 parallel"]
     second = [ev for ev in events if ev["pid"] == 2]
     tracks = _by_track(second)
     assert list(tracks) == [STEP_TRACK, "bench-0", "bench-1"]

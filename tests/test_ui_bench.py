@@ -59,8 +59,8 @@ def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run
     assert configurations == [
         ("one sequence", 1, "batched"),
         ("static + KV reuse", 2, "static"),
-        ("batched, no KV reuse", 2, "batched"),
-        ("batched + KV reuse", 2, "batched"),
+        ("continuous, no KV reuse", 2, "batched"),
+        ("continuous + KV reuse", 2, "batched"),
     ]
     assert all(r["gen_tokens"] == 6 * r["parallel"] for r in view.runs)
     assert view.table.rowCount() == 4 and view.table.item(1, 0).text() == "static + KV reuse"

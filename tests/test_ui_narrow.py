@@ -3,36 +3,18 @@ readout shortens rather than being cut. On the tiny model: what is checked is th
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from PySide6.QtCore import QRect, Qt
-from PySide6.QtWidgets import QAbstractButton, QApplication, QStyle, QToolButton
-from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, until
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractButton, QToolButton
+from ui_fixtures import TINY_LONG, TINY_QUICK, laid_out, on_laptop, set_params, until
 
+from app.engine.stats import EngineSnapshot
 from app.ui.pane_params_editor import SLIDERS
 from app.ui.readout import Readout
-from app.ui.window_placement import room_for_window
+from app.ui.status_line import STATUS_WIDTH, engine_status
 from app.workspace.chat_store import NOTICE
 
 pytestmark = pytest.mark.gui
-
-LAPTOP = QRect(0, 0, 1366, 768)
-
-
-def _on_laptop(window) -> QRect:
-    """Give the window the room a 1366x768 screen has for it (where it opens there); that room."""
-    room = room_for_window(LAPTOP, window.style().pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight))
-    window.setGeometry(room)
-    return room
-
-
-async def _laid_out() -> None:
-    """Deliver what the last change posted (the resize, the layouts' requests, those they post in
-    turn), as the event loop does, rather than waiting a set time for it."""
-    for _ in range(3):
-        QApplication.processEvents()
-        await asyncio.sleep(0)
 
 
 def _cut_buttons(pane) -> list[str]:
@@ -53,8 +35,8 @@ def _untipped_buttons(pane) -> list[str]:
 
 def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_tiny_window):
     async def scenario(window):
-        room = _on_laptop(window)
-        await _laid_out()
+        room = on_laptop(window)
+        await laid_out()
         assert window.geometry() == room  # its minimum size did not push it past the screen
         for pane in window.panes:
             assert _cut_buttons(pane) == [] and _untipped_buttons(pane) == []
@@ -63,7 +45,7 @@ def test_eight_panes_on_a_laptop_screen_keep_every_button_whole(run_tiny_window)
             assert pane.readout.toolTip().startswith(pane.readout.text()) and "TTFT:" in pane.readout.toolTip()
 
         window.engine_dock.show()  # the narrowest panes: the engine and plots docks beside eight panes
-        await _laid_out()
+        await laid_out()
         assert window.geometry() == room
         assert all(_cut_buttons(pane) == [] for pane in window.panes)
 
@@ -74,8 +56,8 @@ def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(
     async def scenario(window):  # the bundled model's long name first, as people's models are named
         await window.client.load_model(window.client.config.with_(model_path=tiny_model_path), "tiny")
         window.show_models()  # as the library's Load does once the model is in
-        room = _on_laptop(window)
-        await _laid_out()
+        room = on_laptop(window)
+        await laid_out()
         assert window.geometry() == room  # the pickers did not push it past the screen
         for pane in window.panes:
             assert pane.model_combo.isVisible() and pane.model_combo.width() >= 60
@@ -86,10 +68,10 @@ def test_eight_panes_on_two_models_fit_a_laptop_screen_with_their_model_pickers(
 
 def test_a_panes_settings_open_at_eight_panes_without_growing_the_window_past_the_screen(run_tiny_window, qtbot):
     async def scenario(window):
-        room = _on_laptop(window)
+        room = on_laptop(window)
         pane = window.panes[0]
         qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
-        await _laid_out()
+        await laid_out()
         assert pane.params_area.isVisible() and window.geometry() == room  # they scroll inside the pane
         assert _cut_buttons(pane) == []
 
@@ -105,7 +87,7 @@ def test_every_pane_action_works_when_clicked_at_eight_panes(run_tiny_window, qt
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
     async def scenario(window):
-        _on_laptop(window)
+        on_laptop(window)
         pane = window.panes[-1]
         set_params(window, TINY_LONG)
         qtbot.keyClicks(pane.input, "Write a long story about a dragon.")
@@ -172,3 +154,22 @@ def test_every_slider_explains_itself_and_its_range(run_tiny_window, qtbot):
             assert label.text() == spec.label and label.toolTip() == tip
 
     run_tiny_window(scenario, panes=1)
+
+
+def test_the_status_line_has_shorter_forms_that_fit_its_label_and_elides_rather_than_collapse(qtbot):
+    busy = EngineSnapshot(
+        cells_used=900, cells_total=1024, slots_used=4, slots_total=4, running=3, waiting=2, evictions=5, preemptions=1,
+        steps=120, generated_tokens=400, paused=1, saved_entries=2, saved_bytes=19 * 2**20, saves=5, restores=3,
+        restored_tokens=900, recomputed_tokens=12345,
+    )  # fmt: skip
+    forms = engine_status("continuous", busy)
+    assert [len(f) for f in forms] == sorted((len(f) for f in forms), reverse=True)
+    label = Readout(muted=False, pixel_size=12, elide=True)
+    qtbot.addWidget(label)
+    label.setText(*forms)
+    label.resize(STATUS_WIDTH, label.height())
+    shown = label.shown_text()
+    assert shown in forms[1:] and "KV cells 900/1024" in shown  # the whole line needs more than the label has
+    label.resize(120, label.height())
+    assert label.shown_text().startswith("continuous") and label.shown_text().endswith("…")
+    assert label.fontMetrics().horizontalAdvance(label.shown_text()) <= 120

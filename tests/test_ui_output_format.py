@@ -119,3 +119,24 @@ def test_load_reads_a_schema_or_a_grammar_file_and_checks_it(qtbot, tmp_path, mo
         qtbot.mouseClick(editor.load_button, Qt.MouseButton.LeftButton)
         assert editor.params.output_format == fmt and editor.params.output_text == path.read_text()
         assert editor.output_check.text().startswith(check), editor.output_check.text()
+
+
+def test_the_output_format_marks_the_replies_asked_for_under_it_not_the_earlier_ones(run_tiny_window, qtbot):
+    async def scenario(window):
+        set_params(window, TINY_QUICK)
+        pane = window.panes[0]
+        await send(qtbot, pane, "Say something.")
+        await until(lambda: not pane.is_busy and pane.chat.messages, what="the prose reply")
+        prose = pane.transcript.toPlainText()
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        pick_output(qtbot, pane, "JSON")
+        await until(lambda: pane.params.output_format == "json", 5, "the format")
+        after_pick = pane.transcript.toPlainText()
+        await send(qtbot, pane, "Now as JSON.")
+        await until(lambda: not pane.is_busy and len(pane.chat.messages) >= 4, what="the JSON reply")
+        return prose, after_pick, pane.transcript.toPlainText(), [m.get("json", False) for m in pane.chat.messages]
+
+    prose, after_pick, after_json, marks = run_tiny_window(scenario, panes=1)
+    assert after_pick == prose and "JSON" not in prose  # the earlier prose reply is not judged as JSON
+    assert after_json.startswith(prose.rstrip()) and (VALID_JSON in after_json or CUT_JSON in after_json)
+    assert marks[:2] == [False, False] and True in marks[2:]

@@ -7,8 +7,7 @@ import pytest
 
 from app.engine.stats import EngineSnapshot
 from app.ui.engine_panel import layout_line
-from app.ui.main_window import engine_status
-from app.ui.status_line import layout_message
+from app.ui.status_line import engine_status, layout_message
 
 pytestmark = pytest.mark.unit
 
@@ -21,12 +20,12 @@ def snapshot(**tier) -> EngineSnapshot:
 
 
 def test_the_status_line_names_the_ram_tier_once_it_was_used():
-    assert engine_status("batched", snapshot()) == (
-        "batched · running 2 · paused 1 · waiting 2 · KV cells 900/1024 · evictions 5 · steps 120"
-    )
+    whole, *_ = engine_status("continuous", snapshot())
+    assert whole == "continuous · running 2 · paused 1 · waiting 2 · KV cells 900/1024 · evictions 5 · steps 120"
     used = snapshot(saved_entries=2, saved_bytes=19 * 2**20, saves=5, restores=3, restored_tokens=900)
-    assert engine_status("batched", used) == (
-        "batched · running 2 · paused 1 · waiting 2 · KV cells 900/1024 · evictions 5 · in RAM 2 (19 MiB), 3 restored · steps 120"
+    whole, *_ = engine_status("continuous", used)
+    assert whole == (
+        "continuous · running 2 · paused 1 · waiting 2 · KV cells 900/1024 · evictions 5 · in RAM 2 (19 MiB), 3 restored · steps 120"
     )
 
 

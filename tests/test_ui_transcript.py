@@ -327,3 +327,25 @@ def test_any_reply_streamed_in_any_pieces_ends_shown_as_its_rendering(qapp, part
     streamed.show_messages(finished)
     rendered.show_messages(finished)
     assert streamed.toHtml() == rendered.toHtml()
+
+
+def test_a_streaming_reply_stays_followed_through_a_resize_until_the_user_scrolls_up(qtbot, qapp):
+    transcript = shown_transcript(qtbot, [])
+    transcript.resize(400, 200)
+    transcript.begin_reply(CHAT[:1])
+    bar = transcript.verticalScrollBar()
+    words = "".join(f"word{i} " for i in range(400))
+    stream(transcript, qapp, words[:1500], piece=20)
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()
+    transcript.resize(260, 150)  # a dock opened beside the pane: the text reflows, taller
+    qapp.processEvents()
+    stream(transcript, qapp, words[1500:2000], piece=20)
+    assert bar.value() == bar.maximum()  # still following
+    bar.triggerAction(bar.SliderAction.SliderPageStepSub)  # the user pages up to read
+    read_at = bar.value()
+    stream(transcript, qapp, words[2000:], piece=20)
+    assert bar.value() == read_at < bar.maximum()  # left where the user reads
+    bar.triggerAction(bar.SliderAction.SliderToMaximum)  # back at the end: followed again
+    transcript.append_reply(" more words")
+    qapp.processEvents()
+    assert bar.value() == bar.maximum()

@@ -13,11 +13,14 @@ import time
 
 import pytest
 import qasync
+from PySide6.QtCore import QRect
+from PySide6.QtWidgets import QApplication, QStyle
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
 from app.ui.main_window import MainWindow
 from app.ui.settings import HOME_ENV, AppSettings, open_qsettings
+from app.ui.window_placement import room_for_window
 from app.workspace.chat_store import ChatStore
 from app.workspace.pane_params import PaneParams
 
@@ -113,3 +116,21 @@ async def start_long_reply(window: MainWindow, pane, text: str, params: PanePara
     set_params(window, params)
     pane.session.send(text)
     await until(lambda: window.metrics.panes[pane.key].gen_tokens >= 2, what="first tokens")
+
+
+LAPTOP = QRect(0, 0, 1366, 768)
+
+
+def on_laptop(window: MainWindow) -> QRect:
+    """Give the window the room a 1366x768 screen has for it (where it opens there); that room."""
+    room = room_for_window(LAPTOP, window.style().pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight))
+    window.setGeometry(room)
+    return room
+
+
+async def laid_out() -> None:
+    """Deliver what the last change posted (the resize, the layouts' requests, those they post in
+    turn), as the event loop does, rather than waiting a set time for it."""
+    for _ in range(3):
+        QApplication.processEvents()
+        await asyncio.sleep(0)

@@ -17,6 +17,11 @@ class ServingMode(str, Enum):
     # wait for the next batch, and a finished sequence's place stays empty
     STATIC = "static"
 
+    @property
+    def label(self) -> str:
+        """Its name in the window: "continuous" for batched serving (each step refills the batch)."""
+        return "continuous" if self is ServingMode.BATCHED else self.value
+
 
 class OverflowPolicy(str, Enum):
     """What happens when one conversation no longer fits in the context."""

@@ -49,6 +49,15 @@ class HubError(Exception):
     """A pull or a search that cannot go on; the message is one line, fit to show as it is."""
 
 
+class HubUnreachable(HubError):
+    """The hub did not answer (no network, a firewall). Its message ends with the command line's way
+    out; `reason` is the message without it, for the window, where that variable does not help."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"{reason}; HF_HUB_OFFLINE=1 uses the cache only")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RepoHit:
     """One repo a search found."""
@@ -372,6 +381,8 @@ class _hub_errors:
     def __exit__(self, kind, error, tb):
         if error is None or isinstance(error, HubError):
             return False
+        if isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout)):
+            raise HubUnreachable(f"cannot reach the hub at {hub_endpoint()} (no network?)") from error
         message = self.message(error)
         if message is None:
             return False
@@ -392,8 +403,6 @@ class _hub_errors:
             return f"cannot reach the hub at {hub_endpoint()} and {name} is not in the cache (no network?)"
         if isinstance(error, EntryNotFoundError):
             return f"{repo} has no file {name}"
-        if isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout)):
-            return f"cannot reach the hub at {hub_endpoint()} (no network? HF_HUB_OFFLINE=1 uses the cache only)"
         if isinstance(error, (httpx2.TransportError, httpx2.TimeoutException)):
             return f"the download of {name} was interrupted ({type(error).__name__}); run the same command again"
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:

@@ -44,6 +44,7 @@ COLUMNS = (
     ("kv_hit_rate", "KV hit", "{:.0%}"),
     ("cpu_util", "CPU util", "{:.0%}"),
 )
+WHY = "Why"  # the last column: what makes the row's figure what it is, from the measured rows
 BAR_COLOUR = "#3b7dd8"
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum size"
 
@@ -70,12 +71,12 @@ class BenchmarkPanel(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setMinimumHeight(180)
-        self.chart.getAxis("bottom").setHeight(40)  # two lines a label: configuration, parallel count
+        self.chart.getAxis("bottom").setHeight(40)  # two short lines a label: the parallel count, the kind
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brush=BAR_COLOUR)
         self.chart.addItem(self.bars)
         layout.addWidget(self.chart, 1)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([title for _, title, _ in COLUMNS])
+        self.table = QTableWidget(0, len(COLUMNS) + 1)
+        self.table.setHorizontalHeaderLabels([title for _, title, _ in COLUMNS] + [WHY])
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().hide()
         layout.addWidget(self.table, 1)
@@ -191,9 +192,14 @@ class BenchmarkPanel(QWidget):
             value = run[key]
             text = "-" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
             self.table.setItem(row, col, QTableWidgetItem(text))
+        for r, run in enumerate(self.runs):  # a later row can explain an earlier one (continuous beside static)
+            item = QTableWidgetItem(why(run, self.runs))
+            item.setToolTip(item.text())
+            self.table.setItem(r, len(COLUMNS), item)
         heights = [r["agg_tok_s"] for r in self.runs]
         self.bars.setOpts(x=list(range(len(heights))), height=heights)
-        labels = [(i, f"{r['configuration']}\n{r['parallel']} parallel") for i, r in enumerate(self.runs)]
+        # the configuration's whole name is in the table: under a bar, what fits its width
+        labels = [(i, bar_label(r)) for i, r in enumerate(self.runs)]
         self.chart.getAxis("bottom").setTicks([labels])
         self.chart.setXRange(-0.5, len(heights) - 0.5)
         self.chart.setYRange(0, max(heights) * 1.1)
@@ -236,3 +242,31 @@ class BenchmarkPanel(QWidget):
             table.setMaximumHeight(QWIDGETSIZE_MAX)
             self.resize(saved)
             self.layout().activate()
+
+
+def bar_label(run: dict) -> str:
+    """Two short lines under a bar: the parallel count, then what sets the row apart."""
+    kind = {"static": "static"}.get(run["mode"], "" if run["kv_reuse"] else "no reuse")
+    return f"{run['parallel']}×\n{kind}" if kind else f"{run['parallel']}×"
+
+
+def why(run: dict, runs: list[dict]) -> str:
+    """What makes a row's throughput what it is, against the rows it compares with (measured)."""
+    single = next((r for r in runs if r["parallel"] == 1 and r["mode"] == "batched"), None)
+    peer = next((r for r in runs if r["parallel"] == run["parallel"] and r["mode"] == "batched" and r["kv_reuse"]), None)
+    if run["parallel"] == 1:
+        return "one reply at a time: the baseline"
+    if run["mode"] == "static" and peer is not None:
+        ratio = run["agg_tok_s"] / peer["agg_tok_s"] if peer["agg_tok_s"] else math.nan
+        if ratio >= 0.95:
+            return (
+                f"{ratio:.2f}× continuous: each batch waits for its slowest reply, but on this machine a step "
+                "costs about its tokens, so the idle slots cost little"
+            )
+        return f"{ratio:.2f}× continuous: each batch waits for its slowest reply while its finished slots idle"
+    if not run["kv_reuse"]:
+        return "every turn's prompt computed again: no cells kept between turns"
+    if single is not None and single["agg_tok_s"]:
+        gain = run["agg_tok_s"] / single["agg_tok_s"]
+        return f"{gain:.2f}× one sequence: {run['parallel']} replies share each step's pass over the weights"
+    return f"{run['parallel']} replies share each step's pass over the weights"

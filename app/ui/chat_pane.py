@@ -42,7 +42,8 @@ from .transcript import Transcript
 MODEL_CHARS = 9  # of a model's name shown in the pane's header: its end, where the quantization is
 READOUT_LEGEND = (
     "tok/s: the tokens this pane got in the last second\nTTFT: time to the first token\n"
-    "KV hit: the chat's prompt found in the KV cache\nctx: tokens in context\n"
+    "KV hit: the chat's prompt found in the KV cache; after a broadcast the pane that computed the\n"
+    "shared prompt reads 0%, the panes that reused its cells read high\nctx: tokens in context\n"
     "drafts: of the tokens the last reply drafted ahead (speculative decoding), the share accepted\n"
     "tok/step: the tokens the last reply got per decode step (1 without drafts)"
 )
@@ -114,7 +115,6 @@ class ChatPane(QFrame):
         self.transcript = Transcript()
         self.transcript.show_probs = params.show_probs
         self.transcript.completion = params.completion
-        self.transcript.json_replies = params.json_replies
         self.transcript.sigTokenClicked.connect(self._offer_branch)
         layout.addWidget(self.transcript, 1)
         # offered when the model's own chat template failed on this chat (it looped, raised, ran long)
@@ -184,6 +184,9 @@ class ChatPane(QFrame):
             row.addWidget(b)
         return row
 
+    def show_engine_drafts(self, drafts: bool) -> None:
+        self.params_editor.show_engine_drafts(drafts)
+
     def show_models(self, names: list[str]) -> None:
         """The loaded models to pick from (the first is the default); a pane whose model is gone goes
         on with the default."""
@@ -230,10 +233,9 @@ class ChatPane(QFrame):
         self._show_mode(params)
         if not self.refusal_label.isHidden() and params.format_problem() is None:
             self.refusal_label.setVisible(False)  # the format was mended
-        drawn = (self.transcript.show_probs, self.transcript.completion, self.transcript.json_replies)
-        if (params.show_probs, params.completion, params.json_replies) != drawn:
+        # the output format is not among these: it marks the replies asked for under it, not earlier ones
+        if (params.show_probs, params.completion) != (self.transcript.show_probs, self.transcript.completion):
             self.transcript.show_probs, self.transcript.completion = params.show_probs, params.completion
-            self.transcript.json_replies = params.json_replies
             if not self.is_busy:  # a streaming reply is drawn anew when it ends
                 self.transcript.redraw(self.chat.messages)
 

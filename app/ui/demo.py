@@ -2,6 +2,7 @@
 
 python -m app.ui.demo --panes 4 --prompt "first" --prompt "second" --screenshot-after-tokens 40 \
     --screenshot out.png --exit-when-done
+python -m app.ui.demo --panes 8 --docks all --prompt "hello" --geometry-json layout.json --exit-when-done
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fan-out", metavar="SETTING=VALUES", help="fan the first prompt out, e.g. temperature=0..1.5 step 0.5")
     parser.add_argument("--probs", action="store_true", help="every pane shows its tokens' probabilities")
     parser.add_argument("--schema", metavar="JSON", help="every pane's replies follow this JSON schema file (greedy)")
+    parser.add_argument(
+        "--docks", action="append", metavar="NAME", help='open this dock (its title, e.g. "KV cells"), or "all"; repeat for more'
+    )
+    parser.add_argument(
+        "--geometry-json", metavar="FILE", help="after the demo, write the visible docks, plots, transcripts, readouts and status"
+    )
+    parser.add_argument("--show-batching", action="store_true", help="run Show batching (with --prompt: on that prompt)")
     args = parser.parse_args(argv)
     if args.dark:
         from PySide6.QtWidgets import QApplication

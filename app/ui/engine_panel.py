@@ -234,9 +234,9 @@ class EnginePanel(QWidget):
         return _row((self.model_path, 1), (browse, 0))
 
     def _mode_row(self) -> QWidget:
-        self.batched = QRadioButton("Batched")
-        self.static = QRadioButton("Static")
-        self.sequential = QRadioButton("Sequential")
+        self.batched = QRadioButton("Continuous", toolTip="Continuous batching: every step refills the batch")
+        self.static = QRadioButton("Static", toolTip="Static batching: a batch runs until its last reply ends")
+        self.sequential = QRadioButton("Sequential", toolTip="One request at a time")
         self.mode_buttons = {
             ServingMode.BATCHED: self.batched,
             ServingMode.STATIC: self.static,

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.models import hub
-from app.models.hub import HubError, HubModel, RepoHit
+from app.models.hub import HubError, HubModel, HubUnreachable, RepoHit
 
 from . import theme
 from .model_library import format_size
@@ -41,6 +41,8 @@ from .model_library import format_size
 REPO_COLUMNS = ("Repo", "Downloads", "Likes", "Updated")
 FILE_COLUMNS = ("File", "Quant", "Size", "Fits")
 FILE, FILE_QUANT, FILE_SIZE, FITS = range(len(FILE_COLUMNS))
+SLOW_SEARCH_S = 3  # a search unanswered this long says it is still waiting
+OFFLINE_ADVICE = "The models already on this machine are in the “On this machine” tab."
 FIT_SHARE = 0.8  # a model fits when it takes less than this share of the memory available now
 FIT_RULE = (
     f"Fits: the file takes less than {FIT_SHARE:.0%} of the memory available now. Tight: less than "
@@ -96,6 +98,7 @@ class GetModels(QWidget):
         self._start_bytes = 0
         self._resumed_at = 0  # bytes an earlier run had left, when this one resumed them
         self._download_task: asyncio.Future | None = None
+        self._search: asyncio.Future | None = None  # the search running, if any
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(self._search_row())
@@ -142,19 +145,39 @@ class GetModels(QWidget):
 
     @asyncSlot()
     async def search(self) -> None:
+        """Search the hub; while it runs the button is Cancel, and after a few seconds without an
+        answer the line says so (huggingface_hub retries a failed connection for about 20 s)."""
+        if self._search is not None:
+            self._search.cancel()
+            return
         text = self.search_field.text().strip()
         if not text:
             return
-        self.search_button.setEnabled(False)
+        started = time.monotonic()
         self._say(f"Searching for {text}…")
+        waiting = QTimer(self, interval=1000)
+        waiting.timeout.connect(lambda: self._say_waiting(text, time.monotonic() - started))
+        waiting.start()
+        self.search_button.setText("Cancel")
+        self._search = asyncio.get_running_loop().run_in_executor(None, hub.search, text, 50)
         try:
-            hits = await asyncio.get_running_loop().run_in_executor(None, hub.search, text, 50)
+            hits = await self._search
+        except asyncio.CancelledError:  # the thread's answer, when it comes, is dropped
+            return self._say(f"Search for {text} cancelled")
+        except HubUnreachable as e:
+            return self._say_error(f"{e.reason[0].upper()}{e.reason[1:]}. {OFFLINE_ADVICE}")
         except HubError as e:
             return self._say_error(str(e))
         finally:
-            self.search_button.setEnabled(True)
+            waiting.stop()
+            self._search = None
+            self.search_button.setText("Search")
         self.show_hits(hits)
         self._say(f"{len(hits)} GGUF repo{'s' if len(hits) != 1 else ''} for “{text}”" if hits else f"No GGUF repo for “{text}”")
+
+    def _say_waiting(self, text: str, seconds: float) -> None:
+        if seconds >= SLOW_SEARCH_S:
+            self._say(f"Searching for {text}… {seconds:.0f} s: the hub has not answered yet, retrying. Cancel stops waiting.")
 
     def show_hits(self, hits: list[RepoHit]) -> None:
         self.hits = hits

@@ -24,6 +24,7 @@ from app.workspace.chat_store import ChatStore
 
 from .batching_demo import DEMO_PROMPT, show_batching
 from .fan_out import SETTINGS, Sweep, parse_values
+from .layout_report import write_layout_report
 from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
 
@@ -95,15 +96,23 @@ async def _main(args) -> int:
     closed = asyncio.Event()
     window.sigClosed.connect(closed.set)
     window.show()
+    if getattr(args, "docks", None):
+        window.show_docks(args.docks)
     close_on_sigterm(window)
     freeze_startup_objects()
     if getattr(args, "show_batching", False):
-        await show_batching(window, args.prompt or DEMO_PROMPT)
+        prompt = args.prompt[0] if isinstance(args.prompt, list) else args.prompt  # the demo's --prompt repeats
+        await show_batching(window, prompt or DEMO_PROMPT)
         if args.screenshot:
             await asyncio.sleep(2 * POLL_S)  # the dock drawn
             save_screenshot(window, args.screenshot)
     elif args.prompt:
         await run_demo(window, args)
+    if getattr(args, "geometry_json", None):
+        await asyncio.sleep(2 * POLL_S)  # laid out and drawn after the last token
+        window.tick()
+        window.refresh_readouts()
+        write_layout_report(window, args.geometry_json)
     if args.exit_when_done:
         window.close()
     await closed.wait()

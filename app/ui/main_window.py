@@ -12,7 +12,6 @@ engine_recovery.py (the banner's Restart) and window_closing.py.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -20,12 +19,13 @@ from PySide6.QtCore import QElapsedTimer, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QDockWidget,
-    QGridLayout,
+    QFrame,
     QHBoxLayout,
     QLineEdit,
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -33,13 +33,14 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.client import EngineClient
+from app.engine.params import SpecType
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
 from app.workspace.chat_store import ChatStore
 from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
 from app.workspace.session import Branch, PaneSession
 from app.workspace.source import Sources
-from app.workspace.workspace import MAX_PANES, Workspace
+from app.workspace.workspace import Workspace
 
 from .batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
 from .benchmark_dock import BenchmarkPanel
@@ -55,9 +56,10 @@ from .get_models import GetModels
 from .kv_map import KVMapPanel
 from .loaded_models import LoadedModels
 from .model_library import ModelLibrary
+from .pane_grid import PaneGrid
 from .plots import PlotsPanel
 from .serve_control import ServeControl
-from .settings import AppSettings
+from .settings import WINDOW_STATE_VERSION, AppSettings
 from .status_line import LayoutWatch, add_status_widgets, engine_status, show_save_state
 from .step_timeline import StepTimeline
 from .trace_file import save_trace
@@ -68,15 +70,23 @@ from .window_placement import place_window
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
-COMPARE_HEIGHT = 200  # px: the compare dock's first height
+LEFT_SHARE, RIGHT_SHARE = 0.24, 0.3  # of the window's width: the most a side's docks take as one is shown
+BOTTOM_SHARE = 0.3  # of the window's height: the most the bottom's docks take as one is shown
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
 
 
-def grid_columns(n: int) -> int:
-    """1 pane: one column; up to 4: two; more: two rows."""
-    return 1 if n == 1 else 2 if n <= 4 else math.ceil(n / 2)
+def scrolled(widget: QWidget) -> QScrollArea:
+    """`widget` in a frameless scroll area that gives it the whole width and scrolls what does not fit."""
+    area = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+    area.setWidget(widget)
+    return area
+
+
+def _in_front(dock: QDockWidget) -> bool:
+    """Shown in the window, and not a tab behind another."""
+    return dock.isVisible() and not dock.isFloating() and not dock.visibleRegion().isEmpty()
 
 
 class MainWindow(QMainWindow):
@@ -107,7 +117,8 @@ class MainWindow(QMainWindow):
         self.workspace.completion = self.models.is_base_model
         self.workspace.restore(pane_count)
         place_window(self, self.settings.geometry)
-        self.restoreState(self.settings.window_state)  # the docks as they were left (an empty state: the defaults)
+        # the docks as they were left; an empty state, or one of an older layout: the defaults
+        self.restoreState(self.settings.window_state, WINDOW_STATE_VERSION)
         self.models.suit_blank_panes()
         self.chat_list.show_rows([ChatRow.of(chat, is_open) for chat, is_open in self.workspace.listed_chats()])
         if client.failure:
@@ -124,9 +135,8 @@ class MainWindow(QMainWindow):
         self.banner = EngineBanner()
         layout.addWidget(self.banner)
         layout.addLayout(self._broadcast_bar())
-        self.grid = QGridLayout()
-        self.grid.setSpacing(6)
-        layout.addLayout(self.grid, 1)
+        self.pane_grid = PaneGrid()
+        layout.addWidget(self.pane_grid, 1)
         self.setCentralWidget(central)
         self.chat_list = ChatList()
         self.chat_list.sigOpen.connect(self.open_chat)
@@ -144,9 +154,8 @@ class MainWindow(QMainWindow):
         self.engine_dock = self._dock("Engine", self.engine_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self.engine_dock.hide()
         self.benchmark_panel = BenchmarkPanel(lambda: self.client.config.model_path)
-        self.bench_dock = self._dock("Benchmark", self.benchmark_panel, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.tabifyDockWidget(self.plots_dock, self.bench_dock)
-        self.plots_dock.raise_()
+        # its form, chart and table scroll in a short dock, rather than set the window's least height
+        self.bench_dock = self._dock("Benchmark", scrolled(self.benchmark_panel), Qt.DockWidgetArea.RightDockWidgetArea)
         self.bench_dock.hide()
         self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self.models.paths)
         self.library.sigLoad.connect(self.models.load)
@@ -171,6 +180,7 @@ class MainWindow(QMainWindow):
         self.batching = BatchingComparison()
         self.batching_dock = self._dock("Batching compared", self.batching, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.batching_dock.hide()
+        self._group_docks()
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
         self.layout_watch = LayoutWatch(self.client, self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
@@ -200,8 +210,7 @@ class MainWindow(QMainWindow):
 
     def show_batching_runs(self, runs) -> None:
         self.batching.show_runs(runs)
-        self.batching_dock.show()
-        self.batching_dock.raise_()
+        self.show_bottom_dock(self.batching_dock)
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -226,7 +235,66 @@ class MainWindow(QMainWindow):
         dock.setObjectName(title)
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
+        # shown from a menu or the toolbar, a dock comes to the front of its tabs, its side no wider than its share
+        dock.toggleViewAction().triggered.connect(lambda shown: shown and self._bring_forward(dock))
         return dock
+
+    def _bring_forward(self, dock: QDockWidget) -> None:
+        dock.raise_()
+        QTimer.singleShot(0, self.fit_docks)  # once the dock is laid out in its place
+
+    def _group_docks(self) -> None:
+        """The docks of an area are tabs of one group, so that opening another never halves the
+        ones open: stacked, five plots, the step timeline and the KV map left each other a few pixels
+        on a 1366x768 screen. Each group's first dock is its first tab."""
+        self.dock_groups = (
+            (self.plots_dock, self.timeline_dock, self.kv_map_dock, self.bench_dock),
+            (self.chats_dock, self.engine_dock),
+            (self.compare_dock, self.batching_dock, self.library_dock),
+        )
+        for first, *others in self.dock_groups:
+            for dock in others:
+                self.tabifyDockWidget(first, dock)
+            first.raise_()
+
+    def fit_docks(self) -> None:
+        """Each side's docks no wider, and the bottom's no taller, than their share of the window (a
+        panel's preferred width, a table's rows would take the panes' room), or their least size where
+        that is more."""
+        shares = (
+            (Qt.DockWidgetArea.LeftDockWidgetArea, LEFT_SHARE, Qt.Orientation.Horizontal),
+            (Qt.DockWidgetArea.RightDockWidgetArea, RIGHT_SHARE, Qt.Orientation.Horizontal),
+            (Qt.DockWidgetArea.BottomDockWidgetArea, BOTTOM_SHARE, Qt.Orientation.Vertical),
+        )
+        for area, share, orientation in shares:
+            shown = next((d for d in self.findChildren(QDockWidget) if self.dockWidgetArea(d) == area and _in_front(d)), None)
+            horizontal = orientation == Qt.Orientation.Horizontal
+            most = int((self.width() if horizontal else self.height()) * share)
+            if shown is not None and (shown.width() if horizontal else shown.height()) > most:
+                self.resizeDocks([shown], [most], orientation)  # one of a tab group: the group takes its size
+
+    def show_docks(self, names: list[str]) -> None:
+        """Open the docks named by their titles (any case), or every one for "all" (each group's
+        first tab in front); the first named of a group is in front of its tabs."""
+        docks = {dock.windowTitle().lower(): dock for dock in self.findChildren(QDockWidget)}
+        unknown = [name for name in names if name.lower() not in docks and name.lower() != "all"]
+        if unknown:
+            known = ", ".join(d.windowTitle() for d in docks.values())
+            raise SystemExit(f"error: no dock {', '.join(map(repr, unknown))}; one of: all, {known}")
+        if any(name.lower() == "all" for name in names):
+            chosen = [dock for group in self.dock_groups for dock in group]
+        else:
+            chosen = [docks[name.lower()] for name in names]
+        for dock in reversed(chosen):
+            dock.show()
+            dock.raise_()
+        QTimer.singleShot(0, self.fit_docks)  # once the docks are laid out in their places
+
+    def show_bottom_dock(self, dock: QDockWidget) -> None:
+        """Show a bottom dock in front of its tabs, no taller than its share of the window, so the
+        panes keep most of their height."""
+        dock.show()
+        self._bring_forward(dock)
 
     def _pane_labels(self) -> dict[str, tuple[str, str]]:
         """Each pane's chat key -> (its colour, "pane 2 “chat name”"): the KV cell map's legend."""
@@ -259,6 +327,11 @@ class MainWindow(QMainWindow):
         ws.said_in_list.connect(self.chat_list.say)
 
     @property
+    def engine_drafts(self) -> bool:
+        """Whether the engine speculates (its --spec-type), which a pane's Draft ahead depends on."""
+        return self.client.config.spec_type is not SpecType.NONE
+
+    @property
     def capacity(self) -> int:
         return self.workspace.capacity
 
@@ -283,6 +356,7 @@ class MainWindow(QMainWindow):
         pane.sigBranch.connect(self.branch)
         if self.client.models:
             pane.show_models(list(self.client.models))
+        pane.show_engine_drafts(self.engine_drafts)
         self.panes.insert(index, pane)
         self.plots.add_pane(session.key, session.colour, session.chat.name)
         self.models.name_in_plots(session)
@@ -318,13 +392,7 @@ class MainWindow(QMainWindow):
             self.ask_to_close_pane(self.panes[-1])
 
     def _relayout(self) -> None:
-        for pane in self.panes:
-            self.grid.removeWidget(pane)
-        cols = grid_columns(len(self.panes))
-        for i, pane in enumerate(self.panes):
-            self.grid.addWidget(pane, i // cols, i % cols)
-        for c in range(MAX_PANES):
-            self.grid.setColumnStretch(c, 1 if c < cols else 0)
+        self.pane_grid.set_panes(self.panes)
         self.add_action.setEnabled(len(self.panes) < self.capacity)
         self.engine_panel.set_min_capacity(len(self.panes))
 
@@ -377,10 +445,7 @@ class MainWindow(QMainWindow):
             return []
         rows = [Compared(s.key, name) for s, (name, _params) in zip(sessions, variants)]
         self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(sessions)} panes", rows)
-        if self.compare_dock.isHidden():  # room for a few rows; the panes keep the height they stream in
-            self.compare_dock.show()
-            self.resizeDocks([self.compare_dock], [COMPARE_HEIGHT], Qt.Orientation.Vertical)
-        self.compare_dock.raise_()
+        self.show_bottom_dock(self.compare_dock)  # room for a few rows; the panes keep the height they stream in
         return [self.pane_of(s) for s in sessions]
 
     # -- broadcast and stop --------------------------------------------------------------------
@@ -431,7 +496,7 @@ class MainWindow(QMainWindow):
             pane.refresh_readout()
         s = self.client.snapshot
         if s is not None:
-            self.status_label.setText(engine_status(self.client.config.mode.value, s))
+            self.status_label.setText(*engine_status(self.client.config.mode.label, s))
         self.layout_watch.check()  # a KV layout changed while chats ran: said once, in the status bar
         if self.engine_dock.isVisible():
             self.engine_panel.refresh_layout()
@@ -446,6 +511,8 @@ class MainWindow(QMainWindow):
 
     def _on_config_applied(self, config) -> None:
         self.settings.set_engine_config(config)
+        for pane in self.panes:
+            pane.show_engine_drafts(self.engine_drafts)
         self.workspace.set_capacity(self.client.config.capacity)
         self._relayout()
         self.models.show_title()

@@ -178,7 +178,7 @@ class ModelLibrary(QWidget):
         text = f"{usable} model{'s' if usable != 1 else ''}"
         if len(scan.entries) > usable:
             text += f", {len(scan.entries) - usable} that cannot be loaded"
-        text += f" · {scan.files} files read in {scan.seconds:.2f} s"
+        text += f" · {scan.files} file{'s' if scan.files != 1 else ''} read in {scan.seconds:.2f} s"
         if scan.cut_short:
             text += f" · stopped early in {', '.join(scan.cut_short)} (too many folders)"
         if scan.missing:

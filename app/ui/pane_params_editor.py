@@ -144,6 +144,8 @@ class PaneParamsEditor(QWidget):
             box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
             form.addRow("", box)
         self.high_priority, self.show_probs, self.completion, self.builtin_template, self.draft_ahead = self.switches.values()
+        self.switch_labels = {switch.name: switch.label for switch in SWITCHES}
+        self._engine_drafts = True  # whether the engine speculates: Draft ahead means something only then
         self._output_rows(form)
         self.endpoint_edits = self._endpoint_rows(form)
         self.copy_button = QPushButton("Copy these settings to all panes")
@@ -172,6 +174,7 @@ class PaneParamsEditor(QWidget):
             box.blockSignals(True)
             box.setChecked(getattr(params, name))
             box.blockSignals(False)
+        self._show_draft_switch()
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
         self.api_combo.blockSignals(True)
@@ -186,6 +189,22 @@ class PaneParamsEditor(QWidget):
             self.output_edit.blockSignals(False)
         self._show_output_rows()
         self.sigParamsChanged.emit(params)
+
+    def show_engine_drafts(self, drafts: bool) -> None:
+        """Whether the engine speculates (Engine panel: Speculative decoding), so that Draft ahead
+        is never ticked where nothing drafts."""
+        self._engine_drafts = drafts
+        self._show_draft_switch()
+
+    def _show_draft_switch(self) -> None:
+        """Ticked as the pane's choice where the engine speculates; else unticked and greyed, saying
+        why, the choice kept for when it does."""
+        box, on = self.draft_ahead, self._engine_drafts
+        box.blockSignals(True)
+        box.setChecked(self._params.draft_ahead and on)
+        box.blockSignals(False)
+        box.setEnabled(on)
+        box.setText(self.switch_labels["draft_ahead"] if on else "Draft ahead: the engine does not speculate")
 
     # -- output format ---------------------------------------------------------------------------
 

@@ -15,9 +15,10 @@ class Readout(QWidget):
     with eight panes refreshing three times a second that was 1.5% of a core taken from the engine
     (measured), so this one keeps a fixed height and repaints only itself."""
 
-    def __init__(self, muted: bool = True, pixel_size: int = 11, legend: str = "", parent=None):
+    def __init__(self, muted: bool = True, pixel_size: int = 11, legend: str = "", elide: bool = False, parent=None):
         super().__init__(parent)
         self._legend = legend
+        self._elide = elide  # words, not figures: when no form fits, the shortest one cut with "…"
         font = self.font()
         font.setPixelSize(pixel_size)
         self.setFont(font)
@@ -42,9 +43,13 @@ class Readout(QWidget):
             self.update()
 
     def shown_text(self) -> str:
-        """The longest form that fits the width; else "…", as a cut figure ("1…" of "18 tok/s") would mislead."""
+        """The longest form that fits the width; else "…", as a cut figure ("1…" of "18 tok/s") would
+        mislead, or, for a line of words (`elide`), the shortest form cut at its end."""
         metrics = self.fontMetrics()
-        return next((form for form in self._forms if metrics.horizontalAdvance(form) <= self.width()), "…")
+        fits = next((form for form in self._forms if metrics.horizontalAdvance(form) <= self.width()), None)
+        if fits is not None:
+            return fits
+        return metrics.elidedText(self._forms[-1], Qt.TextElideMode.ElideRight, self.width()) if self._elide else "…"
 
     def pen_colour(self) -> QColor:
         palette = self.palette()

@@ -19,6 +19,7 @@ from app.workspace.workspace import MAX_PANES
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
 HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
+WINDOW_STATE_VERSION = 2  # of the saved dock layout (QMainWindow.saveState): 1 stacked the docks of an area, 2 tabs them
 
 
 def data_dir() -> Path:

@@ -13,11 +13,13 @@ from app.workspace.chat_store import PendingSaves
 
 from .readout import Readout
 
+STATUS_WIDTH = 560  # px: the engine's line; its shorter forms fit in this, so it is never "…"
+
 
 def add_status_widgets(bar: QStatusBar) -> tuple[Readout, QLabel]:
     """The engine's line and the save warning (hidden until a save fails), at the bar's right."""
-    status_label = Readout(muted=False, pixel_size=12)
-    status_label.setMinimumWidth(560)
+    status_label = Readout(muted=False, pixel_size=12, elide=True)
+    status_label.setMinimumWidth(STATUS_WIDTH)
     status_label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
     save_warning = QLabel()
     save_warning.setStyleSheet("color: white; background: #b00020; padding: 1px 6px;")
@@ -41,17 +43,22 @@ def show_save_state(bar: QStatusBar, save_warning: QLabel, saves: PendingSaves, 
         save_warning.show()
 
 
-def engine_status(mode: str, s: EngineSnapshot) -> str:
-    """The status bar's line: what runs and waits, the pool, and the RAM tier once it was used."""
-    text = (
-        f"{mode} · running {s.running - s.paused}{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting} · "
-        f"KV cells {s.cells_used}/{s.cells_total} · evictions {s.evictions}"
-    )
+def engine_status(mode: str, s: EngineSnapshot) -> tuple[str, ...]:
+    """The status bar's line, then shorter forms of it for a narrower bar: what runs and waits, the
+    pool, and the RAM tier once it was used; the shortest keeps what runs and the pool."""
+    running = f"running {s.running - s.paused}{f' · paused {s.paused}' if s.paused else ''} · waiting {s.waiting}"
+    cells = f"KV cells {s.cells_used}/{s.cells_total}"
+    extra = f" · evictions {s.evictions}"
     if s.recomputed_tokens:  # what a larger pool (or the RAM tier) would not have paid
-        text += f" · recomputed {s.recomputed_tokens} tokens"
+        extra += f" · recomputed {s.recomputed_tokens} tokens"
     if s.saves:
-        text += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
-    return f"{text} · steps {s.steps}"
+        extra += f" · in RAM {s.saved_entries} ({s.saved_bytes / 2**20:.0f} MiB), {s.restores} restored"
+    return (
+        f"{mode} · {running} · {cells}{extra} · steps {s.steps}",
+        f"{mode} · {running} · {cells} · evictions {s.evictions}",
+        f"{mode} · {running} · {cells}",
+        f"{mode} · run {s.running} · wait {s.waiting} · KV {s.cells_used}/{s.cells_total}",
+    )
 
 
 LAYOUT_MESSAGE_MS = 15000

@@ -103,7 +103,6 @@ class Transcript(QTextBrowser):
         self.token_probs: dict[int, tuple[str, list[TokenProbs]]] = {}
         self.show_probs = False
         self.completion = False  # the chat is one text: no names, no Markdown, the model's part coloured
-        self.json_replies = False  # finished replies are JSON: shown formatted, marked valid or not
         self.document().setDocumentMargin(6)
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
@@ -113,20 +112,27 @@ class Transcript(QTextBrowser):
         # in the middle of an insert: the new layout waits for the event loop
         self._relayout = QTimer(self, interval=0, timeout=self._relayout_reply)
         self._relayout.setSingleShot(True)
+        # the view stays at the end as text comes until the user scrolls away from it; a resize (a dock
+        # opened) changes the range without the user, and must not stop the following
+        self._following = True
+        bar = self.verticalScrollBar()
+        bar.actionTriggered.connect(self._on_user_scroll)
+        bar.rangeChanged.connect(lambda _low, high: self._following and bar.setValue(high))
 
     def show_messages(self, messages: list[dict[str, str]]) -> None:
         """Show `messages`: appending what is new when the document already shows the ones before."""
         if self._reply is not None:  # the streamed reply gives way to its rendered form
             self._remove_reply()
             self._reply = None
-        turns = [(m["role"], m["content"]) for m in messages if m["role"] != "system"]
+        shown = [m for m in messages if m["role"] != "system"]
+        turns = [(m["role"], m["content"]) for m in shown]
         if turns[: len(self._shown)] != self._shown:
             self.clear()
             self._shown, self._starts = [], []
             # a cleared chat or a regenerated reply: drop the token views of turns it no longer has
             self.token_probs = {i: drawn for i, drawn in self.token_probs.items() if i < len(turns) and turns[i][1] == drawn[0]}
         for number, turn in enumerate(turns[len(self._shown) :], len(self._shown)):
-            if self.json_replies and turn[0] == "assistant" and not self.completion:
+            if shown[number].get("json") and not self.completion:  # asked for as JSON, whatever the format is now
                 after = turns[number + 1] if number + 1 < len(turns) else ("", "")
                 cut = after[0] == NOTICE and after[1].startswith(LENGTH_NOTE)
                 turn = (turn[0], turn[1], cut)
@@ -177,8 +183,7 @@ class Transcript(QTextBrowser):
         self._scroll_to_end()
 
     def append_reply(self, text: str) -> None:
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
+        at_bottom = self._following
         reply = self._reply
         reply.pieces.append(text)
         if self.completion:
@@ -361,8 +366,15 @@ class Transcript(QTextBrowser):
         return cursor
 
     def _scroll_to_end(self) -> None:
+        self._following = True
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    def _on_user_scroll(self, _action: int) -> None:
+        """A scroll by the wheel, the keys or the bar: follow again only once back at the end (the
+        slider's position is the new one here, its value not yet)."""
+        bar = self.verticalScrollBar()
+        self._following = bar.sliderPosition() >= bar.maximum() - 4
 
 
 def _completion_format(role: str, colours: theme.Theme) -> QTextCharFormat:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QCloseEvent
 
+from .settings import WINDOW_STATE_VERSION
+
 if TYPE_CHECKING:
     from .main_window import MainWindow
 
@@ -40,7 +42,7 @@ class WindowClosing:
         w.tick_timer.stop()
         w.benchmark_panel.cancel()
         w.settings.geometry = w.saveGeometry()
-        w.settings.window_state = w.saveState()
+        w.settings.window_state = w.saveState(WINDOW_STATE_VERSION)
         w.settings.sync()
         await w.serve_control.stop()
         await w.workspace.shutdown()

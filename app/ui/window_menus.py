@@ -32,9 +32,6 @@ def build_toolbar(window: MainWindow) -> None:
     bar.addAction(window.timeline_dock.toggleViewAction())
     bar.addAction(window.fan_out_action)
     bar.addAction(window.show_batching_action)
-    # shown from the toolbar, a dock tabbed behind the plots comes to the front
-    for dock in (window.plots_dock, window.bench_dock):
-        dock.toggleViewAction().triggered.connect(lambda shown, d=dock: shown and d.raise_())
     bar.addSeparator()
     bar.addWidget(window.serve_control)
 

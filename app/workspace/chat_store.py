@@ -20,7 +20,8 @@ CORRUPT = ".corrupt-"  # in the name of a file moved aside because it could not 
 class Chat:
     chat_id: str
     name: str
-    # {"role": ..., "content": ...}; a reply cut short (stopped by an error or a kill) also has "cut": True
+    # {"role": ..., "content": ...}; a reply cut short (stopped by an error or a kill) also has "cut": True,
+    # a reply asked for as JSON (an output format) "json": True: it is shown formatted, not later prose
     messages: list[dict] = field(default_factory=list)
     model: str = ""  # the model (file name) of the last reply
     updated: float = 0.0  # when the chat last changed, seconds since the epoch
@@ -44,8 +45,8 @@ class Chat:
         what was written and what the model wrote, joined as they are (no notices)."""
         return system_prompt + "".join(m["content"] for m in self.messages if m["role"] != NOTICE)
 
-    def add(self, role: str, content: str) -> None:
-        self.messages.append({"role": role, "content": content})
+    def add(self, role: str, content: str, json: bool = False) -> None:
+        self.messages.append({"role": role, "content": content, "json": True} if json else {"role": role, "content": content})
         self.touch()
 
     def add_cut_reply(self, text: str, why: str) -> None:
@@ -91,7 +92,7 @@ class Chat:
             elif m.get("cut"):
                 chat.messages.append({"role": role, "content": content, "cut": True})
             else:
-                chat.messages.append({"role": role, "content": content})
+                chat.add(role, content, json=m.get("json") is True)
         chat.updated = float(data.get("updated", 0.0))
         return chat
 

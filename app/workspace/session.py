@@ -67,6 +67,7 @@ class PaneSession:
         self._received: list[str] = []  # the reply so far
         self._taken = 0  # how many of those the window has taken
         self._prefix = NO_PREFIX  # what the running reply goes on from (a branch)
+        self._reply_is_json = False  # the running reply was asked for as JSON: kept as a mark on it
         self._owes_end = False
         self.chat_changed = Signal()  # Chat: save it
         self.params_changed = Signal()  # PaneParams
@@ -197,6 +198,7 @@ class PaneSession:
         request_id = self._request_id = new_request_id()
         self.metrics.track(request_id, self.key, time.monotonic())  # now, so the readout resets at once
         self._prefix = prefix or NO_PREFIX
+        self._reply_is_json = self._params.json_replies and not self._params.completion
         self._owes_end = True  # until _end_reply: a task cancelled before it ran still ends its reply
         self.reply_started.emit()
         self._task = self.spawn(self._reply(request_id))
@@ -274,7 +276,7 @@ class PaneSession:
         else:
             text = self._prefix.text + final.text if final is not None else streamed
             if text.strip():
-                self.chat.add("assistant", text)
+                self.chat.add("assistant", text, json=self._reply_is_json)
                 if self.reply_probs:  # drawn token by token when the pane shows probabilities
                     self.turn_probs[len(self.chat.messages) - 1] = (text, self.reply_probs)
             note = final.notice if final is not None else None

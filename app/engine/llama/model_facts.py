@@ -6,6 +6,8 @@ import ctypes
 
 import llama_cpp as ll
 
+from app.models.gguf_meta import format_params
+
 from ..pool import KVShape
 
 
@@ -22,10 +24,13 @@ def meta_value(model, key: str) -> str | None:
 
 
 def description(model) -> str:
-    """llama.cpp's one-line description of the model, e.g. "llama 135M Q4_1"."""
+    """The model's architecture, size and quantization, e.g. "llama 135M Q4_1": llama.cpp's description
+    with the size counted from the weights, as the model library and About say it (llama.cpp names a
+    size from the layer count alone: "256M" for SmolLM2-135M)."""
     buf = ctypes.create_string_buffer(256)
     ll.llama_model_desc(model, buf, len(buf))
-    return buf.value.decode("utf-8", errors="replace")
+    arch, _size, quant = (buf.value.decode("utf-8", errors="replace").split(" ", 2) + ["", ""])[:3]
+    return " ".join(filter(None, (arch, format_params(ll.llama_model_n_params(model)), quant)))
 
 
 def kv_shape(model) -> KVShape:
