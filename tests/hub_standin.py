@@ -30,6 +30,7 @@ class HubStandin:
     drop_first_get: bool = False  # the first GET of a file sends half of it, then drops the connection
     drop_resumes: bool = False  # every GET with a Range drops the connection before its body
     seconds_per_kib: float = 0.0  # a slow hub: a file's body is sent a KiB at a time, with this pause
+    search_pause: float = 0.0  # a hub slow to answer a search: seconds before it does
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header)
 
     def start(self) -> str:
@@ -72,6 +73,7 @@ class HubStandin:
 
     def _search(self, h, query: dict) -> None:
         text = query.get("search", [""])[0].lower()
+        time.sleep(self.search_pause)
         assert query.get("filter") == ["gguf"], query
         hits = [
             {"id": rid, "downloads": r.downloads, "likes": r.likes, "lastModified": "2025-01-02T03:04:05.000Z"}

@@ -5,6 +5,7 @@ slow download and leaves no model file."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,24 @@ def test_a_gated_repo_says_how_to_get_in_and_cancel_stops_a_slow_download(run_ti
         await until(lambda: window.library.row_of("slow-Q4_K_M") >= 0, what="the model in the library")
 
     run_tiny_window(scenario, panes=1)
+
+
+def test_a_search_the_hub_is_slow_to_answer_says_it_waits_and_cancel_stops_waiting(run_tiny_window, qtbot, standin):
+    standin.search_pause = 6.0
+
+    async def scenario(window):
+        view = await open_tab(window, qtbot)
+        qtbot.keyClicks(view.search_field, "tiny")
+        qtbot.mouseClick(view.search_button, Qt.MouseButton.LeftButton)
+        await until(lambda: view.search_button.text() == "Cancel", 5, "the search under way")
+        await until(lambda: "has not answered yet" in view.status.text(), 10, "the waiting line")
+        waiting = view.status.text()
+        qtbot.mouseClick(view.search_button, Qt.MouseButton.LeftButton)
+        await until(lambda: "cancelled" in view.status.text(), 5, "the cancel")
+        cancelled = view.status.text(), view.search_button.text()
+        await asyncio.sleep(4)  # the hub's late answer is dropped, not shown
+        return waiting, cancelled, view.repo_table.rowCount(), view.status.text()
+
+    waiting, cancelled, rows, after = run_tiny_window(scenario, panes=1)
+    assert waiting.startswith("Searching for tiny… ") and "Cancel stops waiting" in waiting
+    assert cancelled == ("Search for tiny cancelled", "Search") and rows == 0 and after == cancelled[0]

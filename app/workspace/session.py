@@ -282,7 +282,13 @@ class PaneSession:
             note = final.notice if final is not None else None
             if final is None or (final.reason is FinishReason.CANCELLED and not note):
                 note = "stopped"
-            elif final.reason is FinishReason.LENGTH and not note and not self._params.completion:  # completion: go on
+            elif (
+                final.reason is FinishReason.LENGTH
+                and not note
+                and not self._params.completion
+                and self.sampling_override is None
+            ):
+                # completion goes on; a reply of a set length (Show batching's) was meant to stop there
                 note = f"{LENGTH_NOTE} ({self._params.max_tokens}): raise it in ⚙ for longer replies"
             if note:
                 self.chat.add(NOTICE, note)
