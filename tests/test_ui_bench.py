@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QToolButton
 from ui_fixtures import until
 
 from app.engine.params import Policy, ServingMode
-from app.ui.benchmark_dock import BenchmarkPanel
+from app.ui.benchmark_dock import BenchmarkPanel, bar_label, why
 
 pytestmark = pytest.mark.gui
 
@@ -154,3 +154,22 @@ def test_the_benchmark_button_brings_its_view_forward_and_a_bad_count_is_explain
         assert view.status.text() == "Parallel counts: whole numbers of 2 or more, e.g. 4, 8, 16"
 
     run_tiny_window(scenario, panes=1)
+
+
+def _run(parallel: int, mode: str, tok_s: float, kv_reuse: bool = True) -> dict:
+    return {"parallel": parallel, "mode": mode, "kv_reuse": kv_reuse, "agg_tok_s": tok_s}
+
+
+def test_each_benchmark_row_says_why_from_the_rows_it_compares_with():
+    single, static = _run(1, "batched", 60.0), _run(4, "static", 100.0)
+    plain, continuous = _run(4, "batched", 80.0, kv_reuse=False), _run(4, "batched", 96.0)
+    runs = [single, static, plain, continuous]
+    assert why(single, runs) == "one reply at a time: the baseline"
+    assert why(static, runs).startswith("1.04× continuous") and "idle slots cost little" in why(static, runs)
+    slower = _run(4, "static", 70.0)
+    assert why(slower, [single, slower, continuous]).startswith("0.73× continuous") and "cost little" not in why(
+        slower, [single, slower, continuous]
+    )
+    assert "prompt computed again" in why(plain, runs)
+    assert why(continuous, runs).startswith("1.60× one sequence")
+    assert [bar_label(r) for r in runs] == ["1×", "4×\nstatic", "4×\nno reuse", "4×"]

@@ -57,6 +57,9 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         assert plain.gen_tokens == 100 and plain.drafted_tokens == 0
         window.refresh_readouts()
         assert "drafts" not in pane.readout.text() and "KV hit" in pane.readout.text()
+        switch = pane.params_editor.draft_ahead  # the pane's choice, never ticked where nothing drafts
+        assert pane.params.draft_ahead and not switch.isChecked() and not switch.isEnabled()
+        assert "does not speculate" in switch.text()
 
         # on, drafts of 8 tokens at most, from the panel's real widgets
         choose(qtbot, panel.spec_type, "ngram-simple")
@@ -69,6 +72,7 @@ def test_drafts_are_turned_on_in_the_panel_told_in_the_readout_and_drawn_hatched
         await until(lambda: panel.status.text() == "reloaded", what="the reload")
         config = window.client.config
         assert (config.spec_type, config.spec_draft_n_max, config.spec_draft_n_min) == (SpecType.NGRAM, 8, 1)
+        assert switch.isChecked() and switch.isEnabled() and switch.text() == "Draft ahead (speculative)"
 
         stats = await _send(window, qtbot, pane, PROMPT)
         assert stats.gen_tokens == 100
