@@ -363,6 +363,8 @@ def test_the_automatic_pool_is_sized_from_the_model_and_the_panes(model_path):
         assert info.n_ctx == backend.n_ctx == expected == 16384  # 2 panes × its training context, on this machine
         assert info.pool_reason == "automatic: 2 × the training context 8192"
         assert info.kv_bytes == 16384 * F16_CELL  # what llama.cpp logged it allocated
+        # the size counted from the weights, as the library and About say it (llama.cpp's own: "256M")
+        assert info.description == "llama 135M Q4_1" and round(info.n_params / 1e6) == 135
     finally:
         backend.close()
 
