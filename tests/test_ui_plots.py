@@ -9,11 +9,18 @@ import time
 import numpy as np
 import pytest
 from helpers import Started, run, user
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtWidgets import QWidget
 
+from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import GREEDY, SpecType
+from app.engine.stats import RequestStats
 from app.ui.plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
-from app.ui.plots import RIGHT_AXIS_WIDTH, PlotsPanel
+from app.ui.plots import MIN_VIEW_HEIGHT, RIGHT_AXIS_WIDTH, PlotsPanel
+from app.ui.theme import contrast, dark_palette
 from app.workspace.metrics import MetricsStore
+from app.workspace.workspace import PANE_COLOURS
 
 EXTRA = PlotSpec(
     "extra",
@@ -73,7 +80,7 @@ def test_a_new_plot_is_one_entry_with_its_series(qtbot):
     assert steps.viewRange()[1] == pytest.approx([1.98, 3.02])  # whole decades
 
     # the last plot shows the time axis, and every plot shows the same times
-    assert steps.getAxis("bottom").isVisible() and steps.getAxis("bottom").labelText == "seconds ago"
+    assert steps.getAxis("bottom").isVisible() and steps.getAxis("bottom")._tickLevels[0][-1] == (0.0, "now")
     for row in range(len(specs) - 1):
         plot = panel.ci.getItem(row, 0)
         assert not plot.getAxis("bottom").isVisible()
@@ -102,6 +109,183 @@ def test_a_right_axis_needs_its_unit_and_its_points():
         PlotSpec("r", "R", "", per_pane=True, series=(PointsSpec("x", "ttft", size=5, right=True),))
     with pytest.raises(ValueError, match="right axis"):
         PlotSpec("r", "R", "", per_pane=True, series=(PointsSpec("x", "ttft", size=5),), right_unit="tok")
+
+
+def _panel(qtbot, size: tuple[int, int], panes: int = 4) -> PlotsPanel:
+    """A shown panel of `size` with `panes` panes, in the window's colours."""
+    metrics = MetricsStore()
+    panel = PlotsPanel(metrics)
+    qtbot.addWidget(panel)
+    panel.resize(*size)
+    panel.show()
+    for i in range(panes):
+        metrics.add_pane(f"p{i}")
+        panel.add_pane(f"p{i}", PANE_COLOURS[i], f"Chat {i + 1}")
+    return panel
+
+
+def _stream(panel: PlotsPanel, start: float, seconds: float, rate: float = 5.0) -> float:
+    """Ticks at 10 Hz from `start` for `seconds`, every pane getting `rate` tokens/s and the engine
+    stepping (none of either at rate 0), as the window's timer samples them; the time at the end."""
+    metrics, now = panel.metrics, start
+    for _ in range(round(10 * seconds)):
+        now += 0.1
+        for pane in metrics.panes.values():
+            pane.tok_rate.push(now, rate)
+        metrics.seqs_per_step.push(now, len(metrics.panes) if rate else 0.0)
+        metrics.batch_limit.push(now, 8)
+        panel.refresh(now)
+    return now
+
+
+def _colours_near(image, at, radius: int = 1) -> set[str]:
+    return {
+        image.pixelColor(at.x() + dx, at.y() + dy).name()
+        for dx in range(-radius, radius + 1)
+        for dy in range(-radius, radius + 1)
+    }
+
+
+@pytest.mark.gui
+def test_panes_at_the_same_rate_are_each_a_line_and_a_band_in_their_colour(qtbot, qapp):
+    panel = _panel(qtbot, (380, 600), panes=2)
+    now = _stream(panel, panel.t0, 3.0)
+    lower, upper = (panel.pane_curves[key]["rate"] for key in ("p0", "p1"))
+    assert set(lower.getData()[1]) == {5.0} and set(upper.getData()[1]) == {10.0}  # stacked: the second on the first
+    qapp.processEvents()
+    image = panel.grab().toImage()
+    view = panel.rate_plot.vb
+
+    def at(y: float):  # a second ago, at `y`, on the panel
+        return panel.mapFromScene(view.mapViewToScene(QPointF(-1.0 - (np.ceil(now - panel.t0) - (now - panel.t0)), y)))
+
+    for key, colour, line, band in (("p0", PANE_COLOURS[0], 5.0, 2.5), ("p1", PANE_COLOURS[1], 10.0, 7.5)):
+        assert colour in _colours_near(image, at(line)), key  # the line, drawn and not covered
+        hues = abs(image.pixelColor(at(band)).hue() - QColor(colour).hue())
+        assert min(hues, 360 - hues) < 10, key  # the band under it: its pane's, pale
+
+
+@pytest.mark.gui
+def test_a_prompts_kv_hit_is_plotted_at_its_first_token(qtbot):
+    panel = _panel(qtbot, (380, 600), panes=1)
+    metrics = panel.metrics
+    metrics.track("r1", "p0", panel.t0)
+    metrics.on_events([TokenEvent("r1", "Hi", 1, panel.t0 + 0.5, 7, cached=97, evaluated=3)])
+    panel.refresh(panel.t0 + 0.6)
+    x, y = panel.points("p0", "hit")
+    assert x.tolist() == pytest.approx([0.5]) and y.tolist() == pytest.approx([97.0])  # while the reply streams
+    assert metrics.panes["p0"].kv_hit_rate == pytest.approx(0.97)  # the readout says the newest point
+    stats = RequestStats("r1", prompt_tokens=100, cached_tokens=97, evaluated_tokens=3, gen_tokens=2)
+    metrics.on_events([TokenEvent("r1", "!", 1, panel.t0 + 0.7), FinishEvent("r1", FinishReason.STOP, "Hi!", stats)])
+    panel.refresh(panel.t0 + 0.8)
+    assert panel.points("p0", "hit")[1].tolist() == pytest.approx([97.0])  # and its end adds none
+
+
+@pytest.mark.gui
+def test_the_time_span_follows_the_activity(qtbot):
+    panel = _panel(qtbot, (380, 600))
+    now = _stream(panel, panel.t0, 2.0, rate=0)  # idle: the narrowest span
+    now = _stream(panel, now, 6.0)  # a 6 s broadcast
+    low, high = panel.rate_plot.viewRange()[0]
+    assert high - low < 20 and panel.span == 10
+    first = panel.pane_curves["p0"]["rate"].getData()[0][np.argmax(panel.pane_curves["p0"]["rate"].getData()[1] > 0)]
+    assert first - np.ceil(now - panel.t0) > low  # the broadcast's start is in view
+    assert all(plot.viewRange()[0] == [low, high] for plot in (panel.latency_plot, panel.batch_plot))
+    ticks = panel.batch_plot.getAxis("bottom")._tickLevels[0]
+    assert [label for _, label in ticks] == ["-10 s", "-8 s", "-6 s", "-4 s", "-2 s", "now"]
+    now = _stream(panel, now, 30.0, rate=0)  # it scrolls left: the span widens to keep it
+    assert panel.span == 60
+    _stream(panel, now, 70.0, rate=0)  # out of sight: narrow again
+    assert panel.span == 10
+
+
+def _shown_rows(panel: PlotsPanel) -> list:
+    return [getattr(panel, f"{spec.name}_plot") for spec in PLOTS if getattr(panel, f"{spec.name}_plot").isVisible()]
+
+
+@pytest.mark.gui
+def test_rows_fold_rather_than_shrink_below_a_legible_height(qtbot, qapp):
+    panel = _panel(qtbot, (380, 300))
+    _stream(panel, panel.t0, 3.0)
+    qapp.processEvents()
+    shown = _shown_rows(panel)
+    assert 1 < len(shown) < 5  # the drafts row waits for drafts: five rows at most
+    assert all(plot.vb.height() >= MIN_VIEW_HEIGHT for plot in shown)
+    tops = sorted((plot.sceneBoundingRect().top(), plot.sceneBoundingRect().bottom()) for plot in shown)
+    assert all(bottom <= next_top for (_, bottom), (next_top, _) in zip(tops, tops[1:]))  # none overlaps
+    axis = shown[-1].getAxis("bottom")
+    assert axis.isVisible() and axis.sceneBoundingRect().bottom() <= panel.fold_note.sceneBoundingRect().top()
+    assert panel.fold_note.sceneBoundingRect().bottom() <= panel.height()  # all of it on the panel
+    assert panel.fold_note.isVisible() and panel.fold_note.text.startswith(f"{5 - len(shown)} plots folded")
+    kept = {spec.name for spec in PLOTS if getattr(panel, f"{spec.name}_plot") in shown}
+    assert kept == {"rate", "engine"} and panel.folded == {"latency", "hit", "batch"}  # the least priority fold
+
+    panel.resize(380, 760)  # the room back: every row again
+    qapp.processEvents()
+    assert len(_shown_rows(panel)) == 5 and not panel.folded and not panel.fold_note.isVisible()
+    assert all(plot.vb.height() >= MIN_VIEW_HEIGHT for plot in _shown_rows(panel))
+    assert panel.batch_plot.getAxis("bottom").isVisible()
+
+
+def _tick_labels(axis) -> list:
+    """Where an axis draws its tick labels, in the scene (what its paint draws)."""
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        return [axis.mapRectToScene(rect) for rect, _, _ in axis.generateDrawSpecs(painter)[2]]
+    finally:
+        painter.end()
+
+
+@pytest.mark.gui
+@pytest.mark.parametrize("width", [320, 380])
+def test_units_are_in_the_titles_clear_of_the_tick_labels(qtbot, qapp, width):
+    panel = _panel(qtbot, (width, 700))
+    _stream(panel, panel.t0, 2.0)
+    qapp.processEvents()
+    for spec in PLOTS:
+        plot = getattr(panel, f"{spec.name}_plot")
+        if not plot.isVisible():
+            continue
+        assert f"({spec.unit}" in plot.titleLabel.text or not spec.unit
+        title = plot.titleLabel.item.sceneBoundingRect()  # the text itself
+        assert title.left() >= 0 and title.right() <= panel.width()  # whole
+        for name in ("left", "right", "bottom"):
+            axis = plot.getAxis(name)
+            if axis.isVisible():
+                assert not any(title.intersects(tick) for tick in _tick_labels(axis)), (spec.name, name)
+                assert not axis.label.isVisible()  # no rotated unit over the ticks
+
+
+@pytest.mark.gui
+def test_the_batch_limit_is_labelled_in_a_colour_no_pane_has(qtbot):
+    panel = _panel(qtbot, (380, 700))
+    _stream(panel, panel.t0, 2.0)
+    title = panel.batch_plot.titleLabel.text
+    pen = panel.engine_curves["limit"].body.items[0].pen()
+    assert "dashed: batch limit (8)" in title and pen.style() == Qt.PenStyle.DashLine
+    assert pen.color().name() in title  # the words in the line's colour
+    limit = pen.color()
+
+    def distance(colour: str) -> float:
+        c = QColor(colour)
+        return ((c.red() - limit.red()) ** 2 + (c.green() - limit.green()) ** 2 + (c.blue() - limit.blue()) ** 2) ** 0.5
+
+    assert min(distance(colour) for colour in PANE_COLOURS) > 80
+
+
+@pytest.mark.gui
+@pytest.mark.parametrize("dark", [False, True])
+def test_titles_are_in_the_themes_text_colour(qtbot, dark):
+    dock = QWidget()  # the panel takes its colours from where it is made
+    qtbot.addWidget(dock)
+    if dark:
+        dock.setPalette(dark_palette())
+    panel = PlotsPanel(MetricsStore(), dock)
+    for spec in PLOTS:
+        colour = QColor(getattr(panel, f"{spec.name}_plot").titleLabel.opts["color"])
+        assert colour == panel.palette().color(QPalette.ColorRole.Text)
+        assert contrast(colour, panel.backgroundBrush().color()) >= 4.5
 
 
 REPEATING = "repeat after me: " + "the mill and the river " * 6  # greedy, the tiny model's reply repeats: drafts hit

@@ -76,6 +76,9 @@ class PlotSpec:
 
 
 PLOTS = (
+    # stacked rather than offset lines (which would misstate every rate but one) or a plot per pane
+    # (eight rows' height and axes): panes in one batch get the same rate, and a band each shows
+    # every pane, its share and, at the top, the total the batch gave
     PlotSpec(
         "rate",
         "Tokens per pane, stacked: a band each",

@@ -42,7 +42,9 @@ PREFERRED_WIDTH = 400  # as the window opens: on a 1366 px laptop screen eight p
 LEFT_AXIS_WIDTH = 38
 RIGHT_AXIS_WIDTH = 34  # a right axis's; while one shows, every plot keeps this margin, so their times line up
 MIN_VIEW_HEIGHT = 80  # a plot's drawing area, at least: lower, its ticks and points cannot be told apart
-TITLE_HEIGHT = 18  # a title's row (pyqtgraph gives 30 to its 11pt titles)
+TITLE_HEIGHT = 16  # a title's row (pyqtgraph gives 30 to its 11pt titles)
+# between a title and its plot: the top tick label, centred on its tick, reaches above the plot this far
+TITLE_GAP = 6
 TITLE_SIZE = "9pt"
 BAND_ALPHA = 60  # a stacked band's fill: its pane's colour, pale, so the lines on it stay the boldest
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's largest widget size: no maximum
@@ -184,7 +186,7 @@ def _plot(layout: pg.GraphicsLayoutWidget, row: int, spec: PlotSpec, text_colour
     plot.titleLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)  # cut, never wider than the dock
     plot.vb.setMinimumHeight(MIN_VIEW_HEIGHT)
     plot.getAxis("left").setWidth(LEFT_AXIS_WIDTH)
-    plot.getAxis("bottom").setLabel("seconds ago")  # shown by the lowest row only
+    plot.titleLabel.item.document().setDocumentMargin(0)  # its row is its text's height
     if spec.y_range is not None:
         plot.setYRange(*spec.y_range, padding=0)
     for name in ("left", "bottom"):
@@ -328,6 +330,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         plot.setTitle(title, color=self.text_colour, size=TITLE_SIZE)
         plot.titleLabel.setMaximumHeight(TITLE_HEIGHT)
         plot.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+        plot.layout.setRowFixedHeight(1, TITLE_GAP)  # the top axis's row, empty
 
     def sizeHint(self) -> QSize:
         return QSize(PREFERRED_WIDTH, super().sizeHint().height())
@@ -346,7 +349,7 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
 
     def _row_height(self) -> int:
         _, top, _, bottom = self._rows[0][1].layout.getContentsMargins()  # the same in every plot
-        return TITLE_HEIGHT + MIN_VIEW_HEIGHT + math.ceil(top + bottom) + self._spacing()
+        return TITLE_HEIGHT + TITLE_GAP + MIN_VIEW_HEIGHT + math.ceil(top + bottom) + self._spacing()
 
     def _spacing(self) -> int:
         return math.ceil(self.ci.layout.verticalSpacing())
@@ -401,7 +404,8 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
         so it is done only as the span steps."""
         self.span = span
         step = int(_round_up(span / 6))
-        ticks = [[(float(v), str(v)) for v in range(-int(span), 1, step)]]
+        # the ticks say the unit themselves: an axis label under them would take a row's worth of room
+        ticks = [[(float(v), f"{v} s" if v else "now") for v in range(-int(span), 1, step)]]
         for _, plot in self._rows:
             plot.setXRange(-span, RIGHT_MARGIN_S, padding=0)  # a margin: the newest dots whole
             plot.getAxis("bottom").setTicks(ticks)
