@@ -1,6 +1,6 @@
 """A stand-in of the Hugging Face hub's HTTP API, on a loopback port: just what huggingface_hub calls
 to search, describe a repo and download a file (ETag, X-Repo-Commit, Range), with switches for the
-failures a real hub has (a gated repo, a dropped connection)."""
+failures a real hub has (a gated repo, a dropped connection, a server that ignores Range)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ class HubStandin:
     repos: dict[str, StandinRepo] = field(default_factory=dict)
     drop_first_get: bool = False  # the first GET of a file sends half of it, then drops the connection
     drop_resumes: bool = False  # every GET with a Range drops the connection before its body
+    ignore_ranges: bool = False  # a GET with a Range gets 200 and the whole file (a proxy or CDN that ignores Range)
     seconds_per_kib: float = 0.0  # a slow hub: a file's body is sent a KiB at a time, with this pause
     search_pause: float = 0.0  # a hub slow to answer a search: seconds before it does
     requests: list[tuple[str, str, str]] = field(default_factory=list)  # (method, path, Range header)
@@ -105,7 +106,9 @@ class HubStandin:
         headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(data).hexdigest()}"', "Accept-Ranges": "bytes"}
         if head:
             return _send(h, 200, b"", headers={**headers, "Content-Length": str(size)}, head=True)
-        start = int(h.headers.get("Range", "bytes=0-").removeprefix("bytes=").split("-")[0] or 0)
+        start = 0 if self.ignore_ranges else int(h.headers.get("Range", "bytes=0-").removeprefix("bytes=").split("-")[0] or 0)
+        if start >= len(data) > 0:
+            return _send(h, 416, b"range not satisfiable", headers={"Content-Range": f"bytes */{len(data)}"})
         if start:
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         body = data[start:]

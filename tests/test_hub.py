@@ -190,6 +190,43 @@ def test_damaged_download_is_refused(standin, tmp_path):
     assert Path(hub.pull("bartowski/Tiny-GGUF:Q8_0")).read_bytes() == data
 
 
+def _partial_blob(tmp_path, data: bytes, content: bytes) -> Path:
+    """An .incomplete blob of `data` as an earlier run left it, holding `content`."""
+    blobs = tmp_path / "hf" / "hub" / "models--bartowski--Tiny-GGUF" / "blobs"
+    blobs.mkdir(parents=True)
+    partial = blobs / (hashlib.sha256(data).hexdigest() + ".incomplete")
+    partial.write_bytes(content)
+    return partial
+
+
+def test_partial_longer_than_the_file_is_fetched_anew_in_one_run(standin, tmp_path):
+    """A partial blob longer than the file (a run that appended a whole answer to a Range) starts over
+    from byte 0, never with a Range past the end."""
+    data = GGUF * 2
+    partial = _partial_blob(tmp_path, data, data + b"X" * 100)
+    assert Path(hub.pull("bartowski/Tiny-GGUF:Q8_0")).read_bytes() == data
+    assert [r[2] for r in _downloads(standin)] == [""]
+    assert not partial.exists()
+
+
+@pytest.mark.parametrize("had", [len(GGUF), 2 * len(GGUF)], ids=["half", "all but verified"])
+def test_range_answered_with_the_whole_file_ends_whole(standin, tmp_path, had):
+    """A server that answers a Range with 200 and the whole file: what was there is replaced, not
+    appended to, and the file is whole and checked in the same run."""
+    standin.ignore_ranges = True
+    data = GGUF * 2
+    _partial_blob(tmp_path, data, data[: had - 1])
+    assert Path(hub.pull("bartowski/Tiny-GGUF:Q8_0")).read_bytes() == data
+    assert [r[2] for r in _downloads(standin)] == [f"bytes={had - 1}-"]
+
+
+def test_dropped_connection_resumed_with_the_whole_file(standin, monkeypatch):
+    _quick_retries(monkeypatch)
+    standin.drop_first_get = standin.ignore_ranges = True
+    assert Path(hub.pull("bartowski/Tiny-GGUF:Q4_K_M")).read_bytes() == GGUF
+    assert [r[2] for r in _downloads(standin)] == ["", f"bytes={len(GGUF) // 2}-"]
+
+
 def test_killed_pull_resumes_in_the_next_run(standin, tmp_path, monkeypatch):
     """`models pull` killed (SIGKILL) halfway through a file leaves what it wrote as an .incomplete blob,
     never a model; the next run asks for the rest with a Range and ends with the hub's checksum."""

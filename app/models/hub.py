@@ -252,7 +252,8 @@ class _ByteProgress:
 def _fetch_blob(repo_id: str, name: str, cache: Path, tqdm_class=None) -> None:
     """Download a file's blob where huggingface_hub keeps it (blobs/<etag>) through blobs/<etag>.incomplete,
     which a later run resumes with a Range request: 2.4.0 writes to a name of its own each run and deletes
-    it on failure. The size, and the sha256 when the ETag is one (an LFS file), are checked before the
+    it on failure. A server that answers the Range with 200 and the whole file: http_get rewinds to 0
+    and takes it all. The size, and the sha256 when the ETag is one (an LFS file), are checked before the
     blob takes its name; hf_hub_download then finds it and links it into the snapshot."""
     url = hf_hub_url(repo_id, name, endpoint=hub_endpoint())
     meta = get_hf_file_metadata(url, endpoint=hub_endpoint())
@@ -273,7 +274,8 @@ def _fetch_blob(repo_id: str, name: str, cache: Path, tqdm_class=None) -> None:
             headers.pop("authorization", None)  # a signed CDN address: no token
         with open(partial, "ab") as f:
             if meta.size is not None and f.tell() > meta.size:
-                f.truncate(0)
+                f.truncate(0)  # longer than the file: no prefix of it, start over
+                f.seek(0)  # truncate leaves the position, which is the resume size: a Range past the end
             http_get(
                 meta.location,
                 f,
