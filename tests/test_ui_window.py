@@ -225,8 +225,9 @@ def test_plots_get_points_for_each_pane_with_a_legend_units_and_hit_rates_in_per
         assert len(window.plots.point_sets["hit"].data) == len(window.panes)  # one per reply
         plots = window.plots
         assert all(pane.chat.name in plots.legend.text for pane in window.panes)
-        units = {name: getattr(plots, f"{name}_plot").getAxis("left").labelText for name in ("rate", "hit", "engine", "batch")}
-        assert units == {"rate": "tok/s", "hit": "%", "engine": "tok/s", "batch": "seqs"}
+        titles = {name: getattr(plots, f"{name}_plot").titleLabel.text for name in ("rate", "hit", "engine", "batch")}
+        units = {"rate": "(tok/s)", "hit": "(%)", "engine": "(tok/s)", "batch": "Sequences per step"}  # each title says its unit
+        assert all(units[name] in title for name, title in titles.items()), titles
         hits = [y for pane in window.panes for y in plots.points(pane.key, "hit")[1]]
         assert 50 < max(hits) <= 100  # in %, as the readouts say it: the later panes reuse the first's prompt
         assert plots.batch_plot.viewRange()[0][1] > 0  # room right of now: the newest dots are whole
