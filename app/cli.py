@@ -50,6 +50,14 @@ def _origin(text: str) -> str:
     return text.strip()
 
 
+def _host_name(text: str) -> str:
+    """A name the server is reached by, as a Host header gives it without the port; or * for any."""
+    name = text.strip()
+    if not name or any(c in name for c in "/:@[] \t"):
+        raise argparse.ArgumentTypeError(f"expected a host name such as myserver.lan (no scheme, no port), or *; got {text!r}")
+    return name
+
+
 def _not_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -190,6 +198,12 @@ def _add_serve_parser(sub) -> None:
         "pages from this machine always may, others get 403",
     )  # fmt: skip
     serve.add_argument(
+        "--allow-host", action="append", dest="allow_hosts", default=[], type=_host_name, metavar="NAME",
+        help="a name the server may be reached by (the Host a request names), e.g. myserver.lan (again for more; * for any), "
+        "beside loopback names and, beyond loopback without --api-key, IP addresses and this machine's own names; "
+        "others get 403 (DNS rebinding)",
+    )  # fmt: skip
+    serve.add_argument(
         "--alias", action="append", dest="aliases", default=[],
         help="the name clients see for a model, once per --model in order (default: its file name without .gguf)",
     )  # fmt: skip
@@ -201,6 +215,11 @@ def _add_serve_parser(sub) -> None:
         type=_positive,
         help="requests in flight at once, running and waiting; more get 503 (default: 4 x --parallel)",
     )
+    serve.add_argument(
+        "--responses-store-mb", type=_positive, metavar="MIB",
+        help="memory for the Responses API's stored responses and their conversations; beyond it the least "
+        "recently used is dropped (default: 256)",
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,7 +405,8 @@ def _serve(args) -> int:
     config = config.with_(**args.engine_overrides)
     aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
     models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
-    return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue, args.allow_origins))
+    options = {"allow_origins": args.allow_origins, "allow_hosts": args.allow_hosts, "store_mb": args.responses_store_mb}
+    return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue, **options))
 
 
 def _print_perf_lines(run: dict) -> None:

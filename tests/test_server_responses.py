@@ -4,6 +4,7 @@ responses, a chain continued with previous_response_id on its KV cells, stored o
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import openai
@@ -13,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serving import Serving
 
-from app.server.responses import Kept, KeptResponses
+from app.engine.events import FinishEvent, FinishReason
+from app.engine.stats import RequestStats
+from app.server.responses import Kept, KeptResponses, ResponseShape, footprint, kept_of, parse_response
 
 pytestmark = pytest.mark.tiny
 
@@ -179,13 +182,120 @@ def test_unsupported_fields_and_bad_requests_are_400s_naming_them(tiny_config):
     assert errors[-1][1] == 200
 
 
+def test_metadata_follows_openais_limits(tiny_config):
+    most = {f"k{i:02d}".ljust(64, "k"): "v" * 512 for i in range(16)}
+    refused = {
+        "object_above_max_properties": {**most, "one more": "v"},
+        "string_above_max_length": {"k" * 65: "v"},
+        "invalid_type": {"count": 3},
+    }
+
+    async def body(api, _url):
+        kept = await api.responses.create(model="any", input="Hi", max_output_tokens=2, metadata=most)
+        errors = {}
+        for code, metadata in [*refused.items(), ("value too long", {"k": "v" * 513})]:
+            with pytest.raises(openai.BadRequestError) as e:
+                await api.responses.create(model="any", input="Hi", max_output_tokens=2, metadata=metadata)
+            errors[code] = e.value.body
+        return kept, await api.responses.retrieve(kept.id), errors
+
+    kept, again, errors = serve(tiny_config, body)
+    assert kept.metadata == again.metadata == most
+    for code, error in errors.items():
+        assert error["param"] == "metadata" and error["type"] == "invalid_request_error", error
+        assert error["code"] == code if code in refused else error["code"] == "string_above_max_length"
+    assert "at most 16 properties" in errors["object_above_max_properties"]["message"]
+    assert "at most 64 characters" in errors["string_above_max_length"]["message"]
+    assert "maximum length 512" in errors["value too long"]["message"]
+
+
+def test_user_is_kept_and_echoed(tiny_config):
+    async def body(api, _url):
+        made = await api.responses.create(model="any", input="Hi", max_output_tokens=2, user="user-7")
+        return made, await api.responses.retrieve(made.id)
+
+    made, again = serve(tiny_config, body)
+    assert made.user == again.user == "user-7"
+    assert again.model_dump(exclude_unset=True) == made.model_dump(exclude_unset=True)
+
+
+def test_a_stored_response_keeps_only_the_apis_fields():
+    """A client's own fields beside the API's, in its tools and formats, are neither echoed nor stored."""
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "x_junk": "j" * 999}
+    with_tools = {"tools": [tool], "tool_choice": {"type": "function", "name": "f", "x_junk": 1}}
+    text = {"text": {"format": {"type": "json_object", "x_junk": 2}, "x_junk": 3}}
+    for asked in (with_tools, text):
+        request = parse_response({"input": "Hi", "user": "u", **asked}, 512, KeptResponses())
+        whole = ResponseShape(request, "m").finished(FinishEvent("r", FinishReason.STOP, "{}", RequestStats("r")))
+        kept = kept_of(request, whole)
+        assert "x_junk" not in json.dumps([kept.response, kept.messages]) and whole["user"] == "u"
+    assert whole["text"] == {"format": {"type": "json_object"}}
+    request = parse_response({"input": "Hi", **with_tools}, 512, KeptResponses())
+    echoed = ResponseShape(request, "m").response()
+    assert echoed["tools"] == [{k: v for k, v in tool.items() if k != "x_junk"}]
+    assert echoed["tool_choice"] == {"type": "function", "name": "f"}
+
+
+def test_the_store_holds_bytes_dropping_the_least_recently_used(tiny_config):
+    ballast = "u" * 30_000  # each response's `user`, so that its bytes are known to within a few KB
+
+    async def main():
+        async with Serving(tiny_config, store_bytes=100_000) as (_client, server, url), aiohttp.ClientSession() as http:
+            api = openai_client(url)
+            try:
+
+                async def create(user=ballast):
+                    return (await api.responses.create(model="any", input="Hi", max_output_tokens=2, user=user)).id
+
+                a, b = await create(), await create()
+                await api.responses.retrieve(a)  # a is used since b
+                c = await create()
+                too_large = await create(user="u" * 120_000)  # more than the whole budget: not kept, nothing dropped for it
+                found = {}
+                for name, response_id in zip("abc", (a, b, c, too_large)):
+                    try:
+                        found[name] = bool(await api.responses.retrieve(response_id))
+                    except openai.NotFoundError:
+                        found[name] = False
+                async with http.get(f"{url}/metrics") as r:
+                    text = await r.text()
+                return found, text, server.responses.bytes
+            finally:
+                await api.close()
+
+    found, text, held = run(main())
+    assert found == {"a": True, "b": False, "c": True}
+    metrics = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    assert metrics["batch_playground_responses_stored"] == "2" and metrics["batch_playground_responses_dropped_total"] == "2"
+    assert 60_000 < int(metrics["batch_playground_responses_stored_bytes"]) == held <= 100_000
+
+
 def test_kept_responses_drop_the_least_recently_used():
-    kept = KeptResponses(limit=2)
+    def response(name: str) -> Kept:
+        return Kept({"id": name, "output": "x" * 1000}, "conv", ())
+
+    size = footprint(response("a").response)
+    kept = KeptResponses(budget_bytes=2 * size)
     for name in "abc":
         if name == "c":
             kept.get("a")  # a was used since b
-        kept.keep(Kept({"id": name}, "conv", ()))
+        kept.keep(response(name))
     assert kept.get("b") is None and kept.get("a") and kept.get("c") and len(kept) == 2
+    assert kept.bytes == 2 * size and kept.dropped == 1
+
+
+def test_a_chain_counts_its_common_turns_once():
+    turns = tuple({"role": "user", "content": f"turn {i} " + "t" * 500} for i in range(4))
+    chain = [Kept({"id": f"r{i}"}, "conv", turns[: i + 1]) for i in range(4)]  # each holds the turns before it
+    kept = KeptResponses()
+    for response in chain:
+        kept.keep(response)
+    assert kept.bytes == sum(footprint(turn) for turn in turns) + sum(footprint(r.response) for r in chain)
+    kept.delete("r3")
+    assert kept.bytes == sum(footprint(turn) for turn in turns[:3]) + sum(footprint(r.response) for r in chain[:3])
+    for name in ("r0", "r1", "r2"):
+        kept.delete(name)
+    assert kept.bytes == 0 and len(kept) == 0
 
 
 # -- any body gets an answer -------------------------------------------------------------------

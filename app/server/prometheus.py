@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 from app.engine.events import FinishEvent
 from app.engine.stats import EngineSnapshot, StepStats, hit_rate
@@ -38,12 +39,23 @@ class Totals:
         self.gen_tokens += st.gen_tokens
 
 
-class ServedTotals:
-    """Totals over every finished request (panes and API alike), all models' and each model's; fed by the client's listener."""
+class Stored(Protocol):
+    """The Responses API's stored responses, as /metrics shows them."""
 
-    def __init__(self):
+    bytes: int
+    dropped: int
+
+    def __len__(self) -> int: ...
+
+
+class ServedTotals:
+    """Totals over every finished request (panes and API alike), all models' and each model's; fed by
+    the client's listener. `stored`: the server's stored responses, if it keeps any."""
+
+    def __init__(self, stored: Stored | None = None):
         self.all = Totals()
         self.by_model: dict[str, Totals] = {}
+        self.stored = stored
 
     def on_events(self, events) -> None:
         for ev in events:
@@ -80,7 +92,19 @@ def prometheus_text(models: dict[str, ModelFigures], totals: ServedTotals) -> st
     for model in models:
         for reason, count in sorted(totals.by_model.get(model, Totals()).requests.items()):
             lines.append(f'{PREFIX}requests_total{{model={_label(model)},reason="{reason}"}} {count}')
+    if totals.stored is not None:
+        for kind, name, help_text, value in _stored_figures(totals.stored):
+            lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}", f"{PREFIX}{name} {value}"]
     return "\n".join(lines) + "\n"
+
+
+def _stored_figures(stored: Stored) -> list[tuple[str, str, str, int]]:
+    """The stored responses of every model together (one store serves them all), as whole numbers (`:g` would round bytes)."""
+    return [
+        ("gauge", "responses_stored", "stored responses of the Responses API kept", len(stored)),
+        ("gauge", "responses_stored_bytes", "memory holding the stored responses and their conversations", stored.bytes),
+        ("counter", "responses_dropped_total", "stored responses dropped for room, least recently used first", stored.dropped),
+    ]
 
 
 def _sum(snapshots) -> EngineSnapshot:

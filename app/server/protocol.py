@@ -32,11 +32,12 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 
 
 class BadRequest(Exception):
-    """The request cannot be served as sent: HTTP 400 with this message."""
+    """The request cannot be served as sent: HTTP 400 with this message (and OpenAI's code for the rule, where it has one)."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .responses import ResponseShape
 
 INPUT_PART_TYPES = ("input_text", "output_text", "text")
+TOOL_FIELDS = ("type", "name", "description", "parameters", "strict")  # a Responses function tool's
 
 
 def chat_tools(body: dict) -> dict:
@@ -40,10 +41,14 @@ def _chat_tool(tool: object, index: int) -> object:
 
 
 def tool_echo(body: dict) -> dict:
-    """What a response echoes of its tools, as OpenAI's does."""
+    """What a response echoes of its tools (checked by parse_tools), as OpenAI's does: the API's fields
+    only, so that nothing else a client sends is kept with a stored response."""
+    choice = body.get("tool_choice") or "auto"
+    if isinstance(choice, dict):
+        choice = {"type": "function", "name": choice["name"]}
     return {
-        "tools": body["tools"],
-        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": [{k: t[k] for k in TOOL_FIELDS if k in t} for t in body["tools"]],
+        "tool_choice": choice,
         "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
     }
 

@@ -3,6 +3,7 @@ response objects and stream events, and the conversations kept for `previous_res
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -30,9 +31,15 @@ from .response_tools import call_output, call_turn, chat_tools, function_call, i
 from .tool_calls import parse_tools, reply_of
 from .tool_syntax import GENERIC, Syntax
 
-# stored responses whose conversations are kept for `previous_response_id` (and GET): beyond this,
-# the least recently used is dropped; their messages share their common turns, so a chain costs its text once
-MAX_KEPT_RESPONSES = 512
+# memory for the stored responses, whose conversations are kept for `previous_response_id` (and GET):
+# beyond it the least recently used is dropped; a chain's responses share their common turns, counted once
+STORE_BYTES = 256 * 2**20
+# OpenAI's rules for `metadata`
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+# what a response echoes of its `text.format`: the API's fields of each type, no other
+FORMAT_FIELDS = ("type", "name", "description", "schema", "strict")
 # the request fields that set a sampling knob of sampling_fields.py; the length is `max_output_tokens`
 SAMPLING_KEYS = (
     "temperature",
@@ -78,34 +85,83 @@ class ResponseRequest:
     previous_response_id: str | None
     max_output_tokens: int | None
     metadata: dict = field(default_factory=dict)
+    user: str | None = None  # echoed
     text: dict = field(default_factory=lambda: TEXT)  # the format asked, echoed
     tooling: dict = field(default_factory=lambda: NO_TOOLS)  # tools, tool_choice and parallel_tool_calls, echoed
 
 
 class KeptResponses:
-    """The stored responses, least recently used dropped first beyond `limit`."""
+    """The stored responses within `budget_bytes` of memory, the least recently used (created,
+    retrieved or continued) dropped first. A turn that several responses of a chain hold is one
+    object among them, so it is counted once, while any of them holds it."""
 
-    def __init__(self, limit: int = MAX_KEPT_RESPONSES):
-        self.limit = limit
-        self._kept: OrderedDict[str, Kept] = OrderedDict()
+    def __init__(self, budget_bytes: int = STORE_BYTES):
+        self.budget_bytes = budget_bytes
+        self.bytes = 0  # held now: every kept response's object, and each turn they hold once
+        self.dropped = 0  # responses dropped for room (or too large to keep at all)
+        self._kept: OrderedDict[str, tuple[Kept, int]] = OrderedDict()  # by id: the response, its object's bytes
+        self._turns: dict[int, list] = {}  # id(turn) -> [the turn, its bytes, how many responses hold it]
 
     def __len__(self) -> int:
         return len(self._kept)
 
     def get(self, response_id: str) -> Kept | None:
-        kept = self._kept.get(response_id)
-        if kept is not None:
-            self._kept.move_to_end(response_id)
-        return kept
+        entry = self._kept.get(response_id)
+        if entry is None:
+            return None
+        self._kept.move_to_end(response_id)
+        return entry[0]
 
     def keep(self, kept: Kept) -> None:
-        self._kept[kept.response["id"]] = kept
-        self._kept.move_to_end(kept.response["id"])
-        while len(self._kept) > self.limit:
-            self._kept.popitem(last=False)
+        """Keep `kept`, dropping the least recently used for room; one larger than the whole budget is not kept."""
+        self.delete(kept.response["id"])
+        own = footprint(kept.response)
+        new_turns = {id(turn): turn for turn in kept.messages if id(turn) not in self._turns}
+        sizes = {key: footprint(turn) for key, turn in new_turns.items()}
+        if own + sum(sizes.values()) > self.budget_bytes:
+            self.dropped += 1
+            return
+        for turn in kept.messages:
+            key = id(turn)
+            if key in self._turns:
+                self._turns[key][2] += 1
+            else:
+                self._turns[key] = [turn, sizes[key], 1]
+                self.bytes += sizes[key]
+        self._kept[kept.response["id"]] = (kept, own)
+        self.bytes += own
+        while self.bytes > self.budget_bytes:
+            self._forget(*self._kept.popitem(last=False)[1])
+            self.dropped += 1
 
     def delete(self, response_id: str) -> bool:
-        return self._kept.pop(response_id, None) is not None
+        entry = self._kept.pop(response_id, None)
+        if entry is not None:
+            self._forget(*entry)
+        return entry is not None
+
+    def _forget(self, kept: Kept, own: int) -> None:
+        self.bytes -= own
+        for turn in kept.messages:
+            held = self._turns[id(turn)]
+            held[2] -= 1
+            if held[2] == 0:
+                del self._turns[id(turn)]
+                self.bytes -= held[1]
+
+
+def footprint(value) -> int:
+    """The bytes a JSON-like value takes in memory: sys.getsizeof of it and of everything in it."""
+    total, pending = 0, [value]
+    while pending:  # not recursive: a schema may nest as deep as the JSON reader allows
+        item = pending.pop()
+        total += sys.getsizeof(item)
+        if isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, (list, tuple)):
+            pending += item
+    return total
 
 
 class NotFound(Exception):
@@ -140,11 +196,49 @@ def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses, syntax: Synt
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
     stream = get_field(body, "stream", bool, False)
     job = Job(params, messages=messages, conversation_id=conversation_id, stream=stream, tools=tools)
-    metadata = get_field(body, "metadata", dict, {})
-    get_field(body, "user", str, None)
+    metadata = _metadata(body)
+    user = get_field(body, "user", str, None)
     store = get_field(body, "store", bool, True)
     tooling = tool_echo(body) if tools is not None else NO_TOOLS
-    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, text or TEXT, tooling)
+    echoed = TEXT if text is None else {"format": {k: v for k, v in text["format"].items() if k in FORMAT_FIELDS}}
+    user = None if user is None else check_text(user, "user")
+    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, user, echoed, tooling)
+
+
+def _metadata(body: dict) -> dict[str, str]:
+    """`metadata` as OpenAI takes it: at most 16 pairs, keys of at most 64 characters, string values of at most 512."""
+    metadata = get_field(body, "metadata", dict, {})
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise BadRequest(
+            f"Invalid 'metadata': too many properties. Expected an object with at most {MAX_METADATA_PAIRS} properties, "
+            f"but got an object with {len(metadata)} properties instead.",
+            "metadata",
+            "object_above_max_properties",
+        )
+    for key, value in metadata.items():
+        check_text(key, "metadata")
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise BadRequest(
+                f"Invalid 'metadata': a key is too long. Expected keys of at most {MAX_METADATA_KEY_CHARS} characters, "
+                f"but got {shown(key)}, of {len(key)} characters.",
+                "metadata",
+                "string_above_max_length",
+            )
+        if not isinstance(value, str):
+            raise BadRequest(
+                f"Invalid type for 'metadata.{key}': expected a string, but got {shown(value)} instead.",
+                "metadata",
+                "invalid_type",
+            )
+        if len(value) > MAX_METADATA_VALUE_CHARS:
+            raise BadRequest(
+                f"Invalid 'metadata.{key}': string too long. Expected a string with maximum length "
+                f"{MAX_METADATA_VALUE_CHARS}, but got a string with length {len(value)} instead.",
+                "metadata",
+                "string_above_max_length",
+            )
+        check_text(value, "metadata")
+    return metadata
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -250,6 +344,7 @@ class ResponseShape:
             "tools": self.asked.tooling["tools"],
             "truncation": "disabled",
             "metadata": self.asked.metadata,
+            "user": self.asked.user,
             "usage": usage(final) if final is not None else None,
         }
 

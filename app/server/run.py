@@ -21,10 +21,14 @@ async def serve(
     api_key: str | None,
     max_queue: int | None = None,
     allow_origins: Sequence[str] = (),
+    allow_hosts: Sequence[str] = (),
+    store_mb: int | None = None,
 ) -> int:
     """Serve `models` ((settings, alias or None) each; the first is the default) until a signal.
 
-    `allow_origins`: web pages' origins that may call it beside this machine's ("*": any)."""
+    `allow_origins`: web pages' origins that may call it beside this machine's ("*": any);
+    `allow_hosts`: names it answers to beside this machine's ("*": any); `store_mb`: MiB for the
+    Responses API's stored responses (None: the server's default)."""
     if not api_key and not is_loopback(host):
         print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
     (config, alias), *more = models
@@ -36,7 +40,8 @@ async def serve(
     except BaseException:
         await client.close()
         raise
-    server = ApiServer(client, api_key, max_queue=max_queue, allow_origins=allow_origins)
+    store = {} if store_mb is None else {"store_bytes": store_mb * 2**20}
+    server = ApiServer(client, api_key, max_queue=max_queue, allow_origins=allow_origins, allow_hosts=allow_hosts, **store)
     print(client.model_info.build.summary(), file=sys.stderr)
     for name, info in client.models.items():
         print(f"{name}: {info.placement()}; pool {info.pool_reason}; layout {info.kv_layout}", file=sys.stderr)
@@ -53,6 +58,9 @@ async def serve(
             print(f"serving {name} at {url}/v1 ({client.config_of(name).capacity} parallel, {room})")
         if allow_origins:
             print(f"web pages from {', '.join(allow_origins)} may call it", file=sys.stderr)
+        if server.host_names and not api_key and "*" not in server.allow_hosts:
+            names = ", ".join(sorted({"localhost", *server.host_names, *server.allow_hosts}))
+            print(f"it answers to a Host of an IP address or {names}; --allow-host NAME for another", file=sys.stderr)
         print(f"{server.max_queue} requests in flight at most", flush=True)
         await _until_signal()
     finally:

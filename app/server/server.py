@@ -2,15 +2,18 @@
 
 What a browser page may do follows Ollama: a page from another origin gets a 403 (loopback pages
 and --allow-origin ones may call it, with CORS headers), a server on loopback answers only to a
-loopback Host (DNS rebinding), and a POST body must be sent as application/json (415).
+loopback Host (DNS rebinding), one beyond loopback without an API key only to an IP address or a
+name of this machine (or --allow-host ones), and a POST body must be sent as application/json (415).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 
@@ -26,7 +29,7 @@ from . import handlers
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
 from .protocol import BadRequest, Job
-from .responses import KeptResponses, NotFound
+from .responses import STORE_BYTES, KeptResponses, NotFound
 from .shaping import error_body
 
 MAX_BODY_BYTES = 64 * 2**20  # larger bodies get a 413; a long prompt under this gets a clear 400
@@ -51,14 +54,20 @@ class ApiServer:
         max_queue: int | None = None,
         *,
         allow_origins: Iterable[str] = (),
+        allow_hosts: Iterable[str] = (),
         body_timeout_s: float = BODY_TIMEOUT_S,
         keepalive_s: float = KEEPALIVE_S,
         max_connections: int = MAX_CONNECTIONS,
+        store_bytes: int = STORE_BYTES,
     ):
-        """`allow_origins`: browser origins that may call the server beside loopback pages ("*": any)."""
+        """`allow_origins`: browser origins that may call the server beside loopback pages ("*": any);
+        `allow_hosts`: names it answers to (its Host header) beside this machine's ("*": any);
+        `store_bytes`: memory for the Responses API's stored responses."""
         self.client = client
         self._max_queue = max_queue
         self.allow_origins = {_normal_origin(o) for o in allow_origins}
+        self.allow_hosts = {_normal_host(h) for h in allow_hosts}
+        self.host_names: frozenset[str] = frozenset()  # this machine's own names, while it listens beyond loopback
         self.body_timeout_s = body_timeout_s
         self.keepalive_s = keepalive_s
         self.max_connections = max_connections
@@ -68,8 +77,8 @@ class ApiServer:
         self.in_flight = 0  # requests admitted and not yet answered
         self.api_key = api_key or None
         self.on_request = on_request
-        self.totals = ServedTotals()
-        self.responses = KeptResponses()  # stored responses of the Responses API, and their conversations
+        self.responses = KeptResponses(store_bytes)  # stored responses of the Responses API, and their conversations
+        self.totals = ServedTotals(self.responses)
         self.created = int(time.time())
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
@@ -106,6 +115,8 @@ class ApiServer:
         # aiohttp's handlers behind our own factory, which counts the connections
         self.connections = Connections(runner.server, self.max_connections)
         self._loopback_only = is_loopback(host or "")
+        if not self._loopback_only:
+            self.host_names = await asyncio.to_thread(_names_of_this_machine)  # getfqdn may ask DNS
         try:
             listener = await asyncio.get_running_loop().create_server(self.connections, host, port, backlog=BACKLOG)
         except OSError:
@@ -176,7 +187,7 @@ class ApiServer:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler):
-        """Browser pages: a foreign Origin or, on loopback, a foreign Host is a 403; CORS preflights; JSON bodies only."""
+        """Browser pages: a foreign Origin or Host is a 403; CORS preflights; JSON bodies only."""
         refusal = self._refuse_page(request)
         if refusal is not None:
             return refusal
@@ -189,14 +200,22 @@ class ApiServer:
             return web.json_response(error_body(message, code="unsupported_media_type"), status=415)
         return await handler(request)
 
+    def host_allowed(self, name: str) -> bool:
+        """Whether a request may name the server `name` (its Host header, without the port). On
+        loopback: loopback names; beyond it without a key: IP addresses and this machine's names;
+        with a key, any. `--allow-host` names beside them. A page whose name was rebound to this
+        machine's address (DNS rebinding) sends its own name: refused."""
+        name = _normal_host(name)
+        if is_loopback(name) or name in self.allow_hosts or "*" in self.allow_hosts:
+            return True
+        if self._loopback_only:
+            return False
+        return bool(self.api_key) or name in self.host_names or _is_ip_address(name)
+
     def _refuse_page(self, request: web.Request) -> web.Response | None:
         host = request.headers.get(hdrs.HOST)
-        if self._loopback_only and host is not None and not is_loopback(host_of(host)):
-            message = (
-                f"the Host {host[:80]!r} is not this machine: a server on a loopback address answers to "
-                "localhost, 127.0.0.1 or [::1] only (a page whose name was rebound to this address is refused)"
-            )
-            return web.json_response(error_body(message, "permission_error", code="host_not_allowed"), status=403)
+        if host is not None and not self.host_allowed(host_of(host)):
+            return web.json_response(self._host_refusal(host), status=403)
         origin = request.headers.get(hdrs.ORIGIN)
         if origin is not None and not self.origin_allowed(origin):
             message = (
@@ -205,6 +224,21 @@ class ApiServer:
             )
             return web.json_response(error_body(message, "permission_error", code="origin_not_allowed"), status=403)
         return None
+
+    def _host_refusal(self, host: str) -> dict:
+        name = host_of(host)[:80]
+        if self._loopback_only:
+            answers = "a server on a loopback address answers to localhost, 127.0.0.1 or [::1] only"
+        else:
+            names = ", ".join(sorted({"localhost", *self.host_names}))
+            answers = (
+                f"a server beyond loopback without an API key answers to IP addresses and this machine's names ({names}) only"
+            )
+        message = (
+            f"the Host {host[:80]!r} is not this machine: {answers} (a page whose name was rebound to this address "
+            f"is refused); if {name!r} is a name of this server, start it with --allow-host {name}"
+        )
+        return error_body(message, "permission_error", code="host_not_allowed")
 
     def _preflight(self, request: web.Request, route_error) -> web.Response:
         """A CORS preflight (or a plain OPTIONS) for a path that exists: the methods and headers a page may use."""
@@ -259,7 +293,7 @@ class ApiServer:
         try:
             return await handler(request)
         except BadRequest as e:
-            return web.json_response(error_body(str(e), param=e.param), status=400)
+            return web.json_response(error_body(str(e), param=e.param, code=e.code), status=400)
         except NotFound as e:  # a response id not kept (never stored, deleted or dropped): as OpenAI answers
             return web.json_response(error_body(str(e), param=e.param, code="not_found"), status=404)
         except Busy:
@@ -289,6 +323,22 @@ class ApiServer:
 
 def _normal_origin(origin: str) -> str:
     return origin.strip().rstrip("/").lower()
+
+
+def _normal_host(name: str) -> str:
+    return name.strip().rstrip(".").lower()
+
+
+def _names_of_this_machine() -> frozenset[str]:
+    return frozenset(_normal_host(n) for n in (socket.gethostname(), socket.getfqdn()) if n)
+
+
+def _is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class Busy(Exception):
