@@ -128,4 +128,4 @@ def test_the_window_asks_a_bottom_dock_for_a_third_of_its_height_at_most(run_tin
         return window.batching_dock.height(), window.height(), min(p.height() for p in window.panes)
 
     dock, height, pane = run_tiny_window(scenario, panes=4)
-    assert dock <= 0.36 * height and pane >= MIN_PANE_HEIGHT
+    assert dock <= 0.3 * height and pane >= MIN_PANE_HEIGHT

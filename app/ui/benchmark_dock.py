@@ -196,6 +196,7 @@ class BenchmarkPanel(QWidget):
             item = QTableWidgetItem(why(run, self.runs))
             item.setToolTip(item.text())
             self.table.setItem(r, len(COLUMNS), item)
+            self.table.item(r, 0).setToolTip(item.text())  # the last column is often scrolled out of view
         heights = [r["agg_tok_s"] for r in self.runs]
         self.bars.setOpts(x=list(range(len(heights))), height=heights)
         # the configuration's whole name is in the table: under a bar, what fits its width
