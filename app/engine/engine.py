@@ -89,6 +89,7 @@ class Engine:
         )
         self.layout_changes = 0
         self.layout_change_s = 0.0  # spent building the context again and moving the cells
+        self._failed_move: tuple | None = None  # a change of layout that failed, and the chats it failed for
         self.steps = StepHistory(STEP_HISTORY)
         self._arrivals = 0
         self._generated = 0
@@ -180,6 +181,10 @@ class Engine:
         if self._early_cancels.pop(request.request_id, False):
             self.discard(prompt)
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
+            return
+        if self.backend.lost is not None:  # no context to run it in
+            self.discard(prompt)
+            self._emit([self._failed(request.request_id, stats, self._lost_error(), Fault.UNAVAILABLE)])
             return
         prompt = prompt or self.prepare(request)
         if prompt.error is not None or not prompt.tokens:  # no token may reach a batch without a prompt
@@ -284,26 +289,53 @@ class Engine:
         if not backend.movable:
             return
         scheduler = self.scheduler
-        longest = max((len(s.tokens) for s in (*scheduler.running, *scheduler.waiting)), default=0)
+        at_hand = (*scheduler.running, *scheduler.waiting)
+        longest = max((len(s.tokens) for s in at_hand), default=0)
         if not backend.streams:  # a conversation kept for its next turn must fit a stream too
             longest = max(longest, max(len(s.tokens) for s in self.kv.slots))
         change = next_layout(backend.streams, backend.stream_cells, longest)
         if change is None:
             return
+        # a move that failed is tried again only once the requests or the slots' chats changed
+        attempt = (change.unified, frozenset(s.request_id for s in at_hand), tuple(s.owner for s in self.kv.slots))
+        if attempt == self._failed_move:
+            return
         t0 = time.perf_counter()
         why = backend.relayout(change, [s.seq_id for s in self.kv.slots if s.tokens])
-        if why is not None:  # the old layout stays, and with it a stream's cap
-            self.n_ctx_seq = self.prompts.n_ctx_seq = backend.seq_room
+        if why is None:
+            self.kv.relayout(backend.streams, backend.n_ctx)
+            self.layout_changes += 1
+            self.layout_change_s += time.perf_counter() - t0
+            self._failed_move = None
             return
-        self.kv.relayout(backend.streams, backend.n_ctx)
-        self.layout_changes += 1
-        self.layout_change_s += time.perf_counter() - t0
+        self._failed_move = attempt
+        if backend.lost is not None:
+            self.fail_all(self._lost_error(), Fault.UNAVAILABLE)
+            return
+        self.n_ctx_seq = self.prompts.n_ctx_seq = backend.seq_room  # a kept layout caps a chat at its stream
+        if change.unified:
+            self._end_outgrown(backend.stream_cells, why)
+
+    def _end_outgrown(self, stream_cells: int, why: str) -> None:
+        """The chats that needed one pool end, with why: a stream cannot hold them."""
+        events: list[Event] = []
+        for seq in [s for s in (*self.scheduler.running, *self.scheduler.waiting) if len(s.tokens) > stream_cells]:
+            if seq.is_decoding:  # a reply that reached the end of its stream
+                seq.notice = f"the context of {stream_cells} tokens is full (the KV layout could not change: {why})"
+                self._finish(seq, FinishReason.CONTEXT, events)
+            else:
+                error = f"a stream holds {stream_cells} tokens, this chat needs {len(seq.tokens)}: {why}"
+                self._finish(seq, FinishReason.ERROR, events, error=error, fault=Fault.UNAVAILABLE)
+        self._emit(events)
+
+    def _lost_error(self) -> str:
+        return f"the model has no KV memory now ({self.backend.lost}): load it again"
 
     def _draft(self, plan: Plan) -> list[Sequence]:
         """Give the greedy sequences decoding in this step a draft of their next tokens (speculation.py),
         within the step's token budget, their room and their reply's length; return those drafting."""
         decoding = [seq for seq, _ in plan if seq.is_decoding and _greedy(seq) and seq.params.speculate]
-        if self.config.spec_type is SpecType.NONE or not decoding:
+        if self.config.spec_type is SpecType.NONE or self.backend.drafts_refused or not decoding:
             return []
         model = self.backend.draft
         n_step = sum(n for _, n in plan)

@@ -270,8 +270,14 @@ class KVCacheManager:
         slot = self.slots[seq.slot_id]
         start = seq.num_computed
         kept = start + 1 + len(accepted)
-        if len(accepted) < drafted:
-            self._mem.seq_rm(slot.seq_id, kept, -1)
+        if len(accepted) < drafted and not self._mem.seq_rm(slot.seq_id, kept, -1):
+            # this memory cannot drop the wrong guesses alone (a recurrent state): the sequence
+            # gives up its cells and reads its tokens again, rather than go on from wrong ones
+            self._truncate(slot, 0)
+            seq.num_computed = 0
+            seq.stats.recomputed_tokens += kept
+            self.recomputed_tokens += kept
+            return
         slot.tokens.append(seq.tokens[start])
         slot.tokens.extend(accepted)
         self._add_cells(slot, 1 + len(accepted))

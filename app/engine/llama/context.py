@@ -57,6 +57,7 @@ class LlamaBackend:
         self.notices: list[str] = []
         self.draft: DraftModel | None = None
         self._layout_kept = False  # a change of layout failed: no more are tried
+        self.lost: str | None = None  # why the context is gone (a change of layout failed both ways)
         with recording_load() as load_log:
             self.model = self._load_model(config)
             # a KV cache's sequence states (seq_state.py moves them), not a recurrent model's (asked once:
@@ -70,11 +71,16 @@ class LlamaBackend:
         self._placement = placement_from_log(load_log)
         self.batch = Batch(config.n_batch)
         self.chat_template = meta_value(self.model, "tokenizer.chat_template")
+        # llama.cpp's recurrent and hybrid memories refuse to remove part of a sequence: rejected
+        # guesses would stay in the state, so such a model never drafts
+        self.drafts_refused = None if self._kv_states else "its memory (recurrent or hybrid) cannot remove rejected guesses"
+        if self.drafts_refused and config.spec_type is not SpecType.NONE:
+            self.notices.append(f"speculative decoding is off for this model: {self.drafts_refused}")
         self.info = self._read_info(config.model_path)
         self.notices = list(self.info.notices)
         self.vocab = Vocab(self.model)  # the tokenizer: the prompt thread reads it
         self.samplers = Samplers(self.ctx, self.vocab, self.batch, config.capacity)
-        if config.spec_type is SpecType.DRAFT:
+        if config.spec_type is SpecType.DRAFT and not self.drafts_refused:
             self.draft = self._load_draft(config)
 
     def _load_draft(self, config: EngineConfig) -> DraftModel:
@@ -252,6 +258,8 @@ class LlamaBackend:
     def layout_text(self) -> str:
         """The layout now, and why."""
         layout: LayoutChoice = self.layout
+        if self.lost is not None:
+            return f"none ({self.lost})"
         if layout.unified:
             return f"one pool ({layout.reason})"
         streams = self.n_ctx // max(1, self.n_ctx_seq)
@@ -279,7 +287,9 @@ class LlamaBackend:
     def movable(self) -> bool:
         """Whether the layout may change while chats run: set to automatic, several sequences, and
         a KV cache whose sequence states seq_state.py can move (not a recurrent model's state)."""
-        return self.config.kv_unified is None and not self._layout_kept and self.config.capacity > 1 and self._kv_states
+        config = self.config
+        kept = self._layout_kept or self.lost is not None
+        return config.kv_unified is None and not kept and config.capacity > 1 and self._kv_states
 
     @property
     def n_stream(self) -> int:
@@ -287,40 +297,71 @@ class LlamaBackend:
 
     def relayout(self, layout: LayoutChoice, seq_ids: list[int]) -> str | None:
         """Build the context again in `layout`, the cells of `seq_ids` carried over through their
-        saved states (nothing computed again); None when done, else why not (the old layout stays)."""
+        saved states (nothing computed again); None when done, else why not. Then the old layout
+        stays (built again where it was freed), or, where it could not be, the context is gone:
+        `lost` says why, and no llama call reaches the freed one."""
         states = {}
         for seq_id in seq_ids:
-            size = self.seq_state_size(seq_id)
-            states[seq_id] = (self.seq_save(seq_id, size), size)
-            if states[seq_id][0] is None:
+            try:
+                size = self.seq_state_size(seq_id)
+                state = self.seq_save(seq_id, size)
+            except Exception as e:  # e.g. no RAM for the copy: the context is untouched yet
+                return f"the cells of sequence {seq_id} could not be saved: {e!r}"
+            if state is None:
                 return f"the cells of sequence {seq_id} could not be saved"
+            states[seq_id] = (state, size)
         before = self.layout
         self.samplers.detach_all()  # the graph of the freed context must not keep them
-        ll.llama_free(self.ctx)
-        self.ctx = None
+        ctx = self._forget_context()
+        try:
+            ll.llama_free(ctx)
+        except Exception as e:  # freed or not, it is never used again; a new one might hold the pool twice
+            return self._lose(f"the old context could not be freed: {e!r}")
         why = self._open_in(layout, states)
-        if why is not None:
-            if self._open_in(before, states) is not None:
-                raise RuntimeError(f"the KV layout could not change ({why}), nor go back")
-            self._layout_kept = True  # from now on: a chat ends where its stream does
-            self.layout = LayoutChoice(before.unified, f"kept: it could not change ({why})")
+        if why is None:
+            return None
+        if self._open_in(before, states) is not None:
+            return self._lose(f"it could not change ({why}), nor be built again as it was")
+        self._layout_kept = True  # from now on: a chat ends where its stream does
+        self.layout = LayoutChoice(before.unified, f"kept: it could not change ({why})")
         return why
 
+    def _forget_context(self):
+        """Take the context's handles out of use (before it is freed); return the context."""
+        ctx = self.ctx
+        self.ctx = self.memory = self.samplers.ctx = None
+        return ctx
+
+    def _lose(self, why: str) -> str:
+        self.lost = f"the KV layout could not change: {why}"
+        return self.lost
+
     def _open_in(self, layout: LayoutChoice, states: dict[int, tuple[object, int]]) -> str | None:
-        """A context of the same pool in `layout` with `states` restored; None when done, else why not."""
+        """A context of the same pool in `layout` with `states` restored; None when done, else why
+        not (and no context)."""
         self.layout = layout
         forget_tail()
-        ctx = ll.llama_init_from_model(self.model, self._context_params(self._context_config, self._context_cells))
+        try:
+            ctx = ll.llama_init_from_model(self.model, self._context_params(self._context_config, self._context_cells))
+        except Exception as e:
+            return f"no context could be made: {e!r}"
         if not ctx:
             return last_error() or "out of memory"
         self.ctx, self.memory = ctx, ll.llama_get_memory(ctx)
         self.n_ctx, self.n_ctx_seq = ll.llama_n_ctx(ctx), ll.llama_n_ctx_seq(ctx)
         self.samplers.ctx = ctx
+        why = self._restore_all(states)
+        if why is not None:  # a half-filled context never serves
+            ll.llama_free(self._forget_context())
+        return why
+
+    def _restore_all(self, states: dict[int, tuple[object, int]]) -> str | None:
         for seq_id, (state, size) in states.items():
-            if not self.seq_restore(seq_id, state, size):
-                ll.llama_free(ctx)
-                self.ctx = None
-                return f"the cells of sequence {seq_id} did not fit"
+            try:
+                if not self.seq_restore(seq_id, state, size):
+                    return f"the cells of sequence {seq_id} did not fit"
+            except Exception as e:  # the stream-count rewrite or the restore failed in a way not foreseen
+                return f"the cells of sequence {seq_id} could not be restored: {e!r}"
         return None
 
     def close(self) -> None:
@@ -340,31 +381,39 @@ class LlamaBackend:
 
     def decode(self) -> int:
         """Decode the batch: 0 ok, 1 no room in the KV cells, other values are errors."""
+        if not self.ctx:
+            return -1
         self.batch.struct.n_tokens = self.batch.n_tokens
         return ll.llama_decode(self.ctx, self.batch.struct)
 
-    # -- KV memory -------------------------------------------------------------------------
+    # -- KV memory (without a context, after a failed change of layout: nothing held, nothing done) --
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
-        return ll.llama_memory_seq_rm(self.memory, seq_id, p0, p1)
+        return bool(self.memory) and ll.llama_memory_seq_rm(self.memory, seq_id, p0, p1)
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        if not self.memory:
+            return
         if self.streams and src != dst:  # llama.cpp aborts the process on a partial copy across streams
             raise ValueError("seq_cp across KV streams: the KV manager copies through the sequence state")
         ll.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
 
     def seq_state_size(self, seq_id: int) -> int:
         """The bytes of one sequence's KV state (its cells' K and V rows, in the cache's types)."""
-        return ll.llama_state_seq_get_size(self.ctx, seq_id)
+        return ll.llama_state_seq_get_size(self.ctx, seq_id) if self.ctx else 0
 
     def seq_save(self, seq_id: int, size: int) -> object | None:
         """A copy of one sequence's cells (llama.cpp's sequence state) of `size` bytes, as
         seq_state_size tells; None when llama.cpp writes another size."""
+        if not self.ctx:
+            return None
         state = (ctypes.c_uint8 * size)()
         return state if ll.llama_state_seq_get_data(self.ctx, state, size, seq_id) == size else None
 
     def seq_restore(self, seq_id: int, state, size: int) -> bool:
         """Put saved cells back under `seq_id` (saved in either layout); False when they find no room."""
+        if not self.ctx:
+            return False
         if self.movable:
             try:
                 if stream_count(state) != self.n_stream:
@@ -375,7 +424,11 @@ class LlamaBackend:
         return ll.llama_state_seq_set_data(self.ctx, state, size, seq_id) == size
 
     def seq_pos_max(self, seq_id: int) -> int:
-        return ll.llama_memory_seq_pos_max(self.memory, seq_id)
+        return ll.llama_memory_seq_pos_max(self.memory, seq_id) if self.memory else -1
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        return ll.llama_memory_seq_pos_min(self.memory, seq_id) if self.memory else -1
 
     def clear_memory(self) -> None:
-        ll.llama_memory_clear(self.memory, True)
+        if self.memory:
+            ll.llama_memory_clear(self.memory, True)
