@@ -83,6 +83,20 @@ def test_a_template_that_raises_rejects_the_conversation_with_its_words():
         template.close()
 
 
+def test_a_template_s_words_reach_the_client_cut_to_one_kib():
+    from app.engine.template_worker import CUT_MARK, MAX_ERROR_BYTES
+
+    template = ChatTemplate("{{ raise_exception('no ' + 'é' * 100000) }}", model="Wordy")
+    builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)
+    try:
+        error = builder.prepare(Request("r", SamplingParams(), messages=tuple(HI))).error  # a pane's message, a 400's
+    finally:
+        template.close()
+    head = "the chat template of Wordy rejected this conversation: "
+    assert error.startswith(head + "no éé") and error.endswith("é" + CUT_MARK)
+    assert MAX_ERROR_BYTES - 2 < len(error[len(head) :].encode()) <= MAX_ERROR_BYTES  # a whole é at the cut
+
+
 def test_a_closed_template_fails_a_render_in_progress_at_once():
     import threading
 

@@ -14,6 +14,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import RequestError
 from .template_sandbox import SandboxFault, TemplateSandbox
+from .template_worker import cut
 
 # used when a GGUF carries no template, as llama-server does, and when a user picks the built-in one
 CHATML = (
@@ -93,8 +94,13 @@ class ChatTemplate:
         except TemplateError as e:
             raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}") from e
 
+    @property
+    def interrupted_message(self) -> str:
+        return f"the chat template of {self.model} was interrupted: the request was cancelled"
+
     def interrupt(self) -> None:
-        """Stop a render in progress at once (its request was cancelled); the next render works."""
+        """Stop a render in progress at once (its request was cancelled); the next render works. An idle
+        template process is kept."""
         if self._sandbox is not None:
             self._sandbox.interrupt()
 
@@ -110,9 +116,10 @@ class ChatTemplate:
             raise ChatTemplateError(self._fault_message(e.kind, seconds)) from None
         if "error" not in answer or answer.get("kind") == "syntax":
             return answer
+        words = cut(str(answer["error"]))  # the template's own, of any length: 1 KiB reaches the client
         if answer.get("kind") == "template":  # it raised: often a conversation it does not allow
-            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {answer['error']}")
-        raise ChatTemplateError(f"the chat template of {self.model} was stopped: {answer['error']}; {FALLBACK_ADVICE}")
+            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {words}")
+        raise ChatTemplateError(f"the chat template of {self.model} was stopped: {words}; {FALLBACK_ADVICE}")
 
     def _fall_back(self) -> None:
         """The model's template cannot be read: ChatML from now on, as llama-server falls back."""
@@ -127,7 +134,7 @@ class ChatTemplate:
                 f"so the request was stopped; {FALLBACK_ADVICE}"
             )
         if kind == "interrupted":
-            return f"the chat template of {self.model} was interrupted: the request was cancelled"
+            return self.interrupted_message
         if kind == "closed":
             return f"the chat template of {self.model} was stopped: the model is being closed"
         return f"the chat template of {self.model} stopped its renderer (it crashed); {FALLBACK_ADVICE}"

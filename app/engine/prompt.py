@@ -56,9 +56,13 @@ class PromptBuilder:
         self._history = history
         self._spell = spell
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
+        self._interrupted = False  # the request being prepared was cancelled: render no more for it
 
     def interrupt(self) -> None:
-        """Stop a render of the model's chat template in progress (from any thread): its request was cancelled."""
+        """The request being prepared was cancelled (from any thread): a render of the model's chat
+        template in progress stops, and no other starts for it; the template's process, idle while
+        the prompt is tokenized, is left alone."""
+        self._interrupted = True
         self._template.interrupt()
 
     def close(self) -> None:
@@ -67,6 +71,7 @@ class PromptBuilder:
 
     def prepare(self, request: Request) -> Prompt:
         """build() that never raises: a request it cannot read gets a Prompt with the reason."""
+        self._interrupted = False  # a cancel of the request before this one, come late
         try:
             tokens, notice = self.build(request)
         except ChatTemplateError as e:
@@ -119,6 +124,8 @@ class PromptBuilder:
     def _render(self, template: ChatTemplate, messages: list[Message], request: Request, history=None) -> list[int]:
         if not messages:
             raise RequestError("the conversation is empty")
+        if self._interrupted:  # cancelled between two renders (dropping turns to fit)
+            raise ChatTemplateError(template.interrupted_message)
         tools = json.loads(request.params.tools) if request.params.tools else None
         budget = self._render_budget(messages) + 2 * len(request.params.tools or "")
         text = template.render(messages, max_chars=budget, tools=tools)

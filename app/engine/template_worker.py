@@ -14,8 +14,18 @@ import struct
 import sys
 
 MEMORY_HEADROOM = 1 << 30  # bytes of address space a render may take beyond what the process holds at start
+MAX_ERROR_BYTES = 1024  # of a template's own words (raise_exception, an exception's text) in a reply's error
+CUT_MARK = "…"
 _HEADER = struct.Struct(">I")
 MEMORY = {"error": "it took more memory than a chat template may", "kind": "memory"}
+
+
+def cut(text: str, limit: int = MAX_ERROR_BYTES) -> str:
+    """`text` in at most `limit` bytes of UTF-8, ending with CUT_MARK where it was cut."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - len(CUT_MARK.encode())].decode("utf-8", "ignore") + CUT_MARK
 
 
 def read_frame(stream) -> object | None:
@@ -56,6 +66,10 @@ def _strftime_now(form: str) -> str:
     return datetime.datetime.now().strftime(form)
 
 
+def _error(text: str, kind: str) -> dict:
+    return {"error": cut(text), "kind": kind}  # cut here too: a gigabyte of words never crosses the pipe
+
+
 class OverBudget(Exception):
     """The render wrote more characters than its budget."""
 
@@ -85,19 +99,19 @@ class Renderer:
         except MemoryError:
             return MEMORY
         except Exception as e:  # a syntax this Jinja cannot read, or nesting too deep to compile
-            return {"error": str(e), "kind": "syntax"}
+            return _error(str(e), "syntax")
         try:
             return {"text": self._render(template, job["variables"], job["max_chars"])}
         except OverBudget as e:
-            return {"error": str(e), "kind": "size"}
+            return _error(str(e), "size")
         except MemoryError:
             return MEMORY
         except TemplateError as e:
-            return {"error": str(e), "kind": "template"}
+            return _error(str(e), "template")
         except RecursionError:
-            return {"error": "it recursed too deeply", "kind": "template"}
+            return _error("it recursed too deeply", "template")
         except Exception as e:  # any other fault of the template's code: still a reason, not a crash
-            return {"error": f"{type(e).__name__}: {e}", "kind": "template"}
+            return _error(f"{type(e).__name__}: {e}", "template")
 
     def _template(self, source: str):
         template = self._compiled.get(source)
