@@ -72,6 +72,7 @@ FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
 LEFT_SHARE, RIGHT_SHARE = 0.24, 0.3  # of the window's width: the most a side's docks take as one is shown
 BOTTOM_SHARE = 0.25  # of the window's height: the most the bottom's docks take as one is shown
+RESULT_SHARE = 0.4  # Show batching's result: the three timelines are what the demo was for
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
@@ -165,7 +166,7 @@ class MainWindow(QMainWindow):
         self.library_tabs = QTabWidget(documentMode=True)
         self.library_tabs.addTab(self.library, "On this machine")
         self.library_tabs.addTab(self.get_models, "Get models")
-        self.library_dock = self._dock("Model library", self.library_tabs, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.library_dock = self._dock("Model library", scrolled(self.library_tabs), Qt.DockWidgetArea.BottomDockWidgetArea)
         self.library_dock.hide()
         self.compare_view = CompareView()
         self.compare_view.sigExported.connect(self._show_exported)
@@ -210,7 +211,7 @@ class MainWindow(QMainWindow):
 
     def show_batching_runs(self, runs) -> None:
         self.batching.show_runs(runs)
-        self.show_bottom_dock(self.batching_dock)
+        self.show_bottom_dock(self.batching_dock, RESULT_SHARE)
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -290,11 +291,13 @@ class MainWindow(QMainWindow):
             dock.raise_()
         QTimer.singleShot(0, self.fit_docks)  # once the docks are laid out in their places
 
-    def show_bottom_dock(self, dock: QDockWidget) -> None:
-        """Show a bottom dock in front of its tabs, no taller than its share of the window, so the
-        panes keep most of their height."""
+    def show_bottom_dock(self, dock: QDockWidget, share: float = BOTTOM_SHARE) -> None:
+        """Show a bottom dock in front of its tabs, `share` of the window's height, so the panes keep
+        the rest."""
         dock.show()
-        self._bring_forward(dock)
+        dock.raise_()
+        height = int(self.height() * share)
+        QTimer.singleShot(0, lambda: self.resizeDocks([dock], [height], Qt.Orientation.Vertical))  # once in its place
 
     def _pane_labels(self) -> dict[str, tuple[str, str]]:
         """Each pane's chat key -> (its colour, "pane 2 “chat name”"): the KV cell map's legend."""
