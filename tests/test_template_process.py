@@ -8,6 +8,8 @@ import gc
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from helpers import Started, collect, run, user
@@ -127,7 +129,6 @@ def test_fifty_cancels_at_any_moment_leave_descriptors_and_processes_where_they_
 @pytest.mark.unit
 @linux_only
 def test_a_cancel_while_the_prompt_is_tokenized_keeps_the_idle_process_and_renders_no_more(monkeypatch):
-    import threading
 
     started = _counting_starts(monkeypatch)
     template = ChatTemplate(SLOW_ON_REQUEST, model="Slow")
@@ -159,21 +160,26 @@ def test_a_cancel_while_the_prompt_is_tokenized_keeps_the_idle_process_and_rende
         template.close()
 
 
+def _keep_interrupting(template: ChatTemplate, done: threading.Event) -> None:
+    while not done.wait(0.005):
+        template.interrupt()
+
+
 @pytest.mark.unit
 @linux_only
 def test_renders_interrupted_or_over_time_leave_no_descriptor_nor_zombie(monkeypatch):
-    import threading
-
     started = _counting_starts(monkeypatch)
     template = ChatTemplate(SLOW_ON_REQUEST, seconds=0.05)
     try:
         template.render(HI)
         fds = _open_fds()
         for i in range(4):
-            if i % 2:  # the other half run over their time
-                threading.Timer(0.03, template.interrupt).start()
+            done = threading.Event()
+            if i % 2:  # cancels keep coming (the other half run over their time): only the render is killed
+                threading.Thread(target=_keep_interrupting, args=(template, done)).start()
             with pytest.raises(ChatTemplateError, match="interrupted" if i % 2 else "did not finish"):
                 template.render([{"role": "user", "content": "slow"}])
+            done.set()
             assert template.render(HI).endswith("<|im_start|>assistant\n")
         assert _open_fds() == fds
         assert len(started) == 5 and all(_ended_for_good(process) for process in started[:-1])
@@ -186,8 +192,6 @@ def test_renders_interrupted_or_over_time_leave_no_descriptor_nor_zombie(monkeyp
 @linux_only
 @pytest.mark.parametrize("rendering", [False, True])
 def test_close_waits_for_the_process_it_kills(rendering, monkeypatch):
-    import threading
-    import time
 
     started = _counting_starts(monkeypatch)
     fds = _open_fds()
@@ -261,3 +265,12 @@ def test_serve_answers_a_template_s_long_words_with_a_400_of_one_kib_of_them(tin
     words = message.split("rejected this conversation: ", 1)[1]
     assert words.startswith("roles must alternate!!!") and words.endswith("!" + CUT_MARK)
     assert len(words.encode()) <= 1024
+
+
+@pytest.mark.unit
+def test_the_template_process_environment_is_built_from_an_allow_list():
+    parent = {"PATH": "/bin", "LC_ALL": "C.UTF-8", "TZ": "UTC", "PYTHONPATH": "extra", "HF_TOKEN": "hf_secret"}
+    parent |= {"OPENAI_API_KEY": "sk", "AWS_ACCESS_KEY_ID": "a", "HTTP_PROXY": "http://u:p@proxy:1", "MY_SECRET": "s"}
+    env = template_sandbox.worker_environment(parent)
+    assert set(env) == {"PATH", "LC_ALL", "TZ", "PYTHONPATH"}
+    assert env["PYTHONPATH"].endswith(os.pathsep + "extra")  # the app's folder first, so the worker imports

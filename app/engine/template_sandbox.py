@@ -20,9 +20,11 @@ from .template_worker import read_frame, write_frame
 
 START_SECONDS = 30.0  # for the child to import Jinja, on a machine busy loading a model
 REAP_SECONDS = 2.0  # for a killed child to be gone (it dies at once; a busy machine schedules it late)
-# what Python needs to start and Jinja to render (strftime_now reads TZ); nothing that names a secret
+# what Python needs to start and find Jinja (a user's site-packages: HOME, APPDATA), and Jinja to render
+# (strftime_now reads TZ), with the locale (LC_*) beside; nothing that may hold a secret
 ENV_NAMES = frozenset(
-    {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONHOME", "PYTHONUTF8", "SYSTEMROOT", "WINDIR"}
+    {"PATH", "HOME", "USERPROFILE", "APPDATA", "SYSTEMROOT", "WINDIR", "TMPDIR", "TEMP", "TMP"}
+    | {"LANG", "LANGUAGE", "TZ", "PYTHONHOME", "PYTHONUTF8"}
 )
 
 
