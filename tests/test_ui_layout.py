@@ -39,11 +39,16 @@ async def laid_out() -> None:
 
 
 def _too_small(report) -> list[str]:
+    """What is shown smaller than it can be read at, or wider than its dock (cut off at its edge)."""
+    docks = {s.name: s.width for s in report if s.kind == "dock"}
     small = []
     for shown in report:
         least = {"plot": MIN_PLOT, "transcript": MIN_TRANSCRIPT}.get(shown.kind)
         if least and (shown.width < least[0] or shown.height < least[1]):
             small.append(f"{shown.kind} {shown.name}: {shown.width}x{shown.height}")
+        dock = docks.get(shown.name.split(":")[0]) if shown.kind == "plot" else None
+        if dock is not None and shown.width > dock:
+            small.append(f"{shown.name}: {shown.width} px wide in a dock of {dock}")
     return small
 
 

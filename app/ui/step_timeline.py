@@ -36,9 +36,11 @@ TALL_CAP = (
 )
 CUT_LABEL_ROOM = 0.05  # of the x range: the least gap between two cut columns' labels, so they never overlap
 MIN_TOP = 10  # tokens: one sequence's column is drawn small, beside a batch of eight
-KEY_LINES = (
-    "solid: decode tokens · hatched: drafted tokens · pale: prompt chunks, in the pane's colour",
-    "dashed: batch limit (sequences) · dotted: sequences in the step; between them, idle slots",
+KEY_LINES = (  # short lines: the dock may be a third of a laptop screen wide
+    "solid: decode tokens · hatched: drafted tokens",
+    "pale: prompt chunks, in the pane's colour",
+    "dashed: batch limit · dotted: sequences in the step",
+    "(between those two lines: idle slots)",
 )
 
 Panes = Callable[[], dict[str, tuple[str, str]]]  # pane key -> (name, colour)
@@ -137,10 +139,16 @@ class StepTimeline(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         self._recent_steps, self._panes = recent_steps, panes
         self.setBackground(self.palette().color(QPalette.ColorRole.Base))
-        self.plot = self.addPlot(row=0, col=0, title="Engine steps: each step's tokens, by pane")
+        self.text_colour = self.palette().color(QPalette.ColorRole.Text).name()  # readable on any theme
+        self.plot = self.addPlot(row=0, col=0)
+        self.plot.setTitle("Engine steps: tokens by pane", color=self.text_colour)
+        # a title never widens the plot past its dock (it was cut off with the newest steps)
+        self.plot.titleLabel.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.key_label: pg.LabelItem | None = None  # key=False: the caller says what the columns mean
         if key:
-            self.key_label = self.addLabel("<br>".join(KEY_LINES), row=1, col=0, size="8pt", justify="left")
+            self.key_label = self.addLabel(
+                "<br>".join(KEY_LINES), row=1, col=0, size="8pt", justify="left", color=self.text_colour
+            )
             self.key_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the dock
         self.cut_labels: list[pg.TextItem] = []  # clip_at's: the tokens of each column cut at the top
         plot = self.plot
@@ -205,7 +213,7 @@ class StepTimeline(pg.GraphicsLayoutWidget):
             self._ensure_bars(key, panes)
         self._draw(body=True)
         self._fit_y()
-        self.plot.setTitle(title)
+        self.plot.setTitle(title, color=self.text_colour)
         self.plot.setLabel("bottom", "seconds since the broadcast")
         self.plot.getAxis("bottom").setTicks(None)
         self.plot.setXRange(0, span, padding=0.01)
