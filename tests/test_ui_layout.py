@@ -55,7 +55,7 @@ def _too_small(report) -> list[str]:
 def test_every_dock_open_on_a_laptop_screen_leaves_every_view_readable(run_tiny_window):
     async def scenario(window):
         room = on_laptop(window)
-        window.show_docks(["all"])
+        window.docks.show(["all"])
         set_params(window, TINY_LONG)
         window.workspace.broadcast("Tell me a long story.")
         await until(lambda: all(window.metrics.panes[p.key].gen_tokens >= 2 for p in window.panes), what="eight streams")
@@ -84,7 +84,7 @@ def test_every_dock_open_on_a_laptop_screen_leaves_every_view_readable(run_tiny_
 def test_the_panes_take_fewer_columns_rather_than_shrink_past_their_minimum(run_tiny_window):
     async def scenario(window):
         on_laptop(window)
-        window.show_docks(["Chats", "Live plots"])
+        window.docks.show(["Chats", "Live plots"])
         await laid_out()
         grid = window.pane_grid
         narrow = grid.viewport().width()
@@ -102,8 +102,8 @@ def test_the_panes_take_fewer_columns_rather_than_shrink_past_their_minimum(run_
 def test_rows_that_do_not_fit_scroll_rather_than_crush_the_panes(run_tiny_window):
     async def scenario(window):
         on_laptop(window)
-        window.show_docks(["Compare"])  # a bottom dock as well as the two sides
-        window.show_docks(["Engine", "Live plots"])
+        window.docks.show(["Compare"])  # a bottom dock as well as the two sides
+        window.docks.show(["Engine", "Live plots"])
         await laid_out()
         return [pane.height() for pane in window.panes], window.pane_grid.verticalScrollBar().maximum()
 
@@ -113,7 +113,7 @@ def test_rows_that_do_not_fit_scroll_rather_than_crush_the_panes(run_tiny_window
 
 def test_a_dock_shown_from_the_view_menu_comes_to_the_front_of_its_tabs(run_tiny_window, qtbot):
     async def scenario(window):
-        window.show_docks(["Live plots"])
+        window.docks.show(["Live plots"])
         await laid_out()
         action = window.kv_map_dock.toggleViewAction()
         action.trigger()  # as the menu's entry does
@@ -128,7 +128,7 @@ def test_a_dock_shown_from_the_view_menu_comes_to_the_front_of_its_tabs(run_tiny
 def test_a_bottom_dock_takes_its_share_of_the_height_and_the_panes_keep_theirs(run_tiny_window):
     async def scenario(window):
         on_laptop(window)
-        window.show_bottom_dock(window.compare_dock)
+        window.docks.show_bottom(window.compare_dock)
         await laid_out()
         compare = window.compare_dock.height()
         window.show_batching_runs([])  # Show batching's result, which asks for more

@@ -97,7 +97,7 @@ async def _main(args) -> int:
     window.sigClosed.connect(closed.set)
     window.show()
     if getattr(args, "docks", None):
-        window.show_docks(args.docks)
+        window.docks.show(args.docks)
     close_on_sigterm(window)
     freeze_startup_objects()
     if getattr(args, "show_batching", False):

@@ -48,6 +48,7 @@ from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
 from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
+from .dock_layout import DockLayout
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
@@ -70,9 +71,7 @@ from .window_placement import place_window
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
 READOUT_EVERY_TICKS = 3  # the panes' and the status bar's figures, about three times a second
-LEFT_SHARE, RIGHT_SHARE = 0.24, 0.3  # of the window's width: the most a side's docks take as one is shown
-BOTTOM_SHARE = 0.25  # of the window's height: the most the bottom's docks take as one is shown
-RESULT_SHARE = 0.4  # Show batching's result: the three timelines are what the demo was for
+RESULT_SHARE = 0.4  # of the window's height for Show batching's result: the three timelines are what the demo was for
 SAVE_RETRY_TICKS = 50  # chats that could not be saved are tried again every 5 s
 API_KEY = "API"  # the metrics and plots entry of requests served over HTTP
 API_COLOUR = "#555555"
@@ -83,11 +82,6 @@ def scrolled(widget: QWidget) -> QScrollArea:
     area = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
     area.setWidget(widget)
     return area
-
-
-def _in_front(dock: QDockWidget) -> bool:
-    """Shown in the window, and not a tab behind another."""
-    return dock.isVisible() and not dock.isFloating() and not dock.visibleRegion().isEmpty()
 
 
 class MainWindow(QMainWindow):
@@ -181,7 +175,14 @@ class MainWindow(QMainWindow):
         self.batching = BatchingComparison()
         self.batching_dock = self._dock("Batching compared", self.batching, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.batching_dock.hide()
-        self._group_docks()
+        self.docks = DockLayout(
+            self,
+            (
+                (self.plots_dock, self.timeline_dock, self.kv_map_dock, self.bench_dock),
+                (self.chats_dock, self.engine_dock),
+                (self.compare_dock, self.batching_dock, self.library_dock),
+            ),
+        )
         self.status_label, self.save_warning = add_status_widgets(self.statusBar())
         self.layout_watch = LayoutWatch(self.client, self.statusBar())
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
@@ -211,7 +212,7 @@ class MainWindow(QMainWindow):
 
     def show_batching_runs(self, runs) -> None:
         self.batching.show_runs(runs)
-        self.show_bottom_dock(self.batching_dock, RESULT_SHARE)
+        self.docks.show_bottom(self.batching_dock, RESULT_SHARE)
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -236,68 +237,7 @@ class MainWindow(QMainWindow):
         dock.setObjectName(title)
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
-        # shown from a menu or the toolbar, a dock comes to the front of its tabs, its side no wider than its share
-        dock.toggleViewAction().triggered.connect(lambda shown: shown and self._bring_forward(dock))
         return dock
-
-    def _bring_forward(self, dock: QDockWidget) -> None:
-        dock.raise_()
-        QTimer.singleShot(0, self.fit_docks)  # once the dock is laid out in its place
-
-    def _group_docks(self) -> None:
-        """The docks of an area are tabs of one group, so that opening another never halves the
-        ones open: stacked, five plots, the step timeline and the KV map left each other a few pixels
-        on a 1366x768 screen. Each group's first dock is its first tab."""
-        self.dock_groups = (
-            (self.plots_dock, self.timeline_dock, self.kv_map_dock, self.bench_dock),
-            (self.chats_dock, self.engine_dock),
-            (self.compare_dock, self.batching_dock, self.library_dock),
-        )
-        for first, *others in self.dock_groups:
-            for dock in others:
-                self.tabifyDockWidget(first, dock)
-            first.raise_()
-
-    def fit_docks(self) -> None:
-        """Each side's docks no wider, and the bottom's no taller, than their share of the window (a
-        panel's preferred width, a table's rows would take the panes' room), or their least size where
-        that is more."""
-        shares = (
-            (Qt.DockWidgetArea.LeftDockWidgetArea, LEFT_SHARE, Qt.Orientation.Horizontal),
-            (Qt.DockWidgetArea.RightDockWidgetArea, RIGHT_SHARE, Qt.Orientation.Horizontal),
-            (Qt.DockWidgetArea.BottomDockWidgetArea, BOTTOM_SHARE, Qt.Orientation.Vertical),
-        )
-        for area, share, orientation in shares:
-            shown = next((d for d in self.findChildren(QDockWidget) if self.dockWidgetArea(d) == area and _in_front(d)), None)
-            horizontal = orientation == Qt.Orientation.Horizontal
-            most = int((self.width() if horizontal else self.height()) * share)
-            if shown is not None and (shown.width() if horizontal else shown.height()) > most:
-                self.resizeDocks([shown], [most], orientation)  # one of a tab group: the group takes its size
-
-    def show_docks(self, names: list[str]) -> None:
-        """Open the docks named by their titles (any case), or every one for "all" (each group's
-        first tab in front); the first named of a group is in front of its tabs."""
-        docks = {dock.windowTitle().lower(): dock for dock in self.findChildren(QDockWidget)}
-        unknown = [name for name in names if name.lower() not in docks and name.lower() != "all"]
-        if unknown:
-            known = ", ".join(d.windowTitle() for d in docks.values())
-            raise SystemExit(f"error: no dock {', '.join(map(repr, unknown))}; one of: all, {known}")
-        if any(name.lower() == "all" for name in names):
-            chosen = [dock for group in self.dock_groups for dock in group]
-        else:
-            chosen = [docks[name.lower()] for name in names]
-        for dock in reversed(chosen):
-            dock.show()
-            dock.raise_()
-        QTimer.singleShot(0, self.fit_docks)  # once the docks are laid out in their places
-
-    def show_bottom_dock(self, dock: QDockWidget, share: float = BOTTOM_SHARE) -> None:
-        """Show a bottom dock in front of its tabs, `share` of the window's height, so the panes keep
-        the rest."""
-        dock.show()
-        dock.raise_()
-        height = int(self.height() * share)
-        QTimer.singleShot(0, lambda: self.resizeDocks([dock], [height], Qt.Orientation.Vertical))  # once in its place
 
     def _pane_labels(self) -> dict[str, tuple[str, str]]:
         """Each pane's chat key -> (its colour, "pane 2 “chat name”"): the KV cell map's legend."""
@@ -448,7 +388,7 @@ class MainWindow(QMainWindow):
             return []
         rows = [Compared(s.key, name) for s, (name, _params) in zip(sessions, variants)]
         self.compare_view.start(f"{sweep.prompt[:80]} · {sweep.setting.label} over {len(sessions)} panes", rows)
-        self.show_bottom_dock(self.compare_dock)  # room for a few rows; the panes keep the height they stream in
+        self.docks.show_bottom(self.compare_dock)  # room for a few rows; the panes keep the height they stream in
         return [self.pane_of(s) for s in sessions]
 
     # -- broadcast and stop --------------------------------------------------------------------
