@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
+import llama_cpp
 import pytest
 from helpers import Started, run, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine.events import FinishReason
+from app.engine.llama.context import LlamaBackend
 from app.engine.params import GREEDY, SpecType
 from app.engine.speculation import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter, StepCost
 
@@ -188,3 +190,50 @@ def test_a_fewest_draft_length_drafts_at_least_that_whatever_was_measured():
     assert Drafter(4, 16).length(StepCost(), 1, 16) == 4  # nothing measured yet
     assert Drafter(4, 16).length(linear, 1, 3) == 0  # fewer fit: none
     assert Drafter(0, 16).length(linear, 8, 16) == 0
+
+
+def refuses_partial_removal(monkeypatch):
+    """The backend's memory acts as a recurrent one: removing part of a sequence is refused."""
+    real = LlamaBackend.seq_rm
+
+    def seq_rm(self, seq_id, p0, p1=-1):
+        return False if p0 > 0 or p1 >= 0 else real(self, seq_id, p0, p1)
+
+    monkeypatch.setattr(LlamaBackend, "seq_rm", seq_rm)
+
+
+@pytest.mark.tiny
+def test_a_model_whose_memory_refuses_partial_removal_never_drafts_and_says_so(tiny_config, monkeypatch):
+    refuses_partial_removal(monkeypatch)
+    monkeypatch.setattr(llama_cpp, "llama_model_is_hybrid", lambda model: True)  # as llama.cpp tells of such a model
+
+    async def main():
+        async with Started(tiny_config.with_(spec_type=SpecType.NGRAM)) as client:
+            final = await client.complete(chats(1)[0], GREEDY.with_(max_tokens=48, ignore_eos=True))
+            return final, client.snapshot, client.model_info
+
+    final, snapshot, info = run(main())
+    assert final.ok and final.stats.gen_tokens == 48
+    assert snapshot.drafted_tokens == 0
+    assert [n for n in info.notices if n.startswith("speculative decoding is off")] == [
+        "speculative decoding is off for this model: its memory (recurrent or hybrid) cannot remove rejected guesses"
+    ]
+
+
+@pytest.mark.model  # the tiny model's replies are runs of one token: its guesses are never wrong
+def test_rejected_guesses_a_memory_cannot_remove_are_read_again_not_kept(config, monkeypatch):
+    """Where seq_rm refuses to drop the rejected guesses anyway, the sequence reads its tokens again
+    (the engine checks its cells against llama.cpp's after every decode) and the reply is the plain one."""
+    config = config.with_(n_ctx=2048, capacity=2)
+    params = GREEDY.with_(max_tokens=64, ignore_eos=True)
+
+    async def main(spec):
+        async with Started(config.with_(spec_type=spec)) as client:
+            return await client.complete(chats(1)[0], params)
+
+    plain = run(main(SpecType.NONE))
+    refuses_partial_removal(monkeypatch)
+    drafted = run(main(SpecType.NGRAM))
+    assert drafted.stats.drafted_tokens > drafted.stats.accepted_tokens  # some guesses were wrong
+    assert drafted.stats.recomputed_tokens > 0
+    assert (drafted.text, drafted.stats.gen_tokens) == (plain.text, plain.stats.gen_tokens)
