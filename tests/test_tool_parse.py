@@ -13,7 +13,7 @@ import tool_templates
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from app.server.tool_parse import ToolStream, scan, value_end
+from app.server.tool_parse import ToolStream, ValueReads, _read_value, scan, value_end
 from app.server.tool_syntax import (
     COMMAND_R7B,
     FUNCTIONARY_V3_2,
@@ -90,6 +90,51 @@ def test_any_reply_streams_exactly_what_it_reads_as_whole_and_never_raises(text,
     assert content == whole.content
     assert calls == [{"name": c.name, "arguments": c.arguments} for c in whole.calls]
     assert syntax.parallel or len(calls) <= 1
+
+
+def rescanned(text: str, syntax: Syntax, cuts: list[int]) -> list[dict]:
+    """The deltas of a stream that scans the whole text so far at every feed (as ToolStream once did)."""
+    ids, deltas, content_sent, arguments_sent = iter(range(1000)), [], 0, []
+    for cut, final in [*((c, False) for c in sorted(set(cuts))), (len(text), True)]:
+        found = scan(text[:cut], syntax, final)
+        if len(found.content) > content_sent:
+            deltas.append({"content": found.content[content_sent:]})
+            content_sent = len(found.content)
+        for index, call in enumerate(found.calls):
+            if index == len(arguments_sent):
+                arguments_sent.append(0)
+                head = {"id": f"call_{next(ids)}", "type": "function", "function": {"name": call.name, "arguments": ""}}
+                deltas.append({"tool_calls": [{"index": index, **head}]})
+            if fragment := call.arguments[arguments_sent[index] :]:
+                deltas.append({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+                arguments_sent[index] = len(call.arguments)
+    return deltas
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies, st.sampled_from(SYNTAXES), st.lists(st.integers(0, 80), max_size=24))
+@example('{"response": "C:\\Users\\me"}', GENERIC, list(range(30)))
+@example('<tool_call>{"name": "f", "arguments": {"a": "x\\\n"}}', HERMES, list(range(50)))
+def test_a_stream_reading_on_sends_what_rescanning_sends(text, syntax, cuts):
+    """ToolStream reads only what each feed adds; its deltas are those of a scan of the whole text at every feed."""
+    ids = iter(range(1000))
+    tool_stream = ToolStream(syntax, lambda: f"call_{next(ids)}")
+    deltas = [d for cut in sorted(set(cuts)) for d in tool_stream.feed(text[:cut])]
+    deltas += tool_stream.feed(text, final=True)
+    assert deltas == rescanned(text, syntax, cuts)
+
+
+VALUE_PIECES = ["{", "}", "[", "]", '"', "\\", ",", ":", " ", "\n", "\u00a0", "a", "1", '"x"', "\\n"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(VALUE_PIECES), max_size=30).map("".join), st.lists(st.integers(0, 40), max_size=8))
+@example('"a\\\n" ]', [2, 3, 4])  # a backslash before a line break: that quote opens no string
+@example('"a\\"b"', [3])  # cut after a backslash: the quote that follows is escaped
+def test_a_value_read_on_reads_as_one_read_at_once(text, cuts):
+    reads = ValueReads()
+    for cut in [*sorted(set(cuts)), len(text)]:
+        assert reads.read(text[:cut], 0) == _read_value(text[:cut], 0)
 
 
 json_values = st.recursive(

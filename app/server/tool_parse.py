@@ -14,11 +14,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from itertools import islice
 
 from .tool_syntax import Syntax, Wrapper
 
 # a JSON string (closed, or running to the end of the text), punctuation, whitespace, or a scalar
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[{}\[\],:]|\s+|[^"{}\[\],:\s]+')
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*(?:"|\\?\Z)')  # a string of _TOKEN read on from a piece's start
 _WS = " \t\r\n"
 
 
@@ -48,26 +50,74 @@ class Scan:
     calls: list[CallText] = field(default_factory=list)
 
 
-def value_end(text: str, i: int) -> int | None:
+def value_end(text: str, i: int, reads: ValueReads | None = None) -> int | None:
     """Where the JSON value that starts at text[i] ends; None when the text ends first; -1 when it
     is malformed (a bracket closed that was not open). Scalars are not checked, only the structure."""
-    return _read_value(text, i)[0]
+    return _read_value(text, i, reads)[0]
 
 
-def _read_value(text: str, i: int) -> tuple[int | None, int]:
+def _read_value(text: str, i: int, reads: ValueReads | None = None) -> tuple[int | None, int]:
     """value_end's answer, and where the reading stopped: the value's end, the text's end, or the
     token that made it malformed (the text before it was well formed so far)."""
-    stack: list[str] = []
-    for m in _TOKEN.finditer(text, i):
+    if reads is not None:
+        return reads.read(text, i)
+    return _read_on(text, _Reading([], i)) or (None, len(text))
+
+
+@dataclass
+class _Reading:
+    """A value's reading that the text's end stopped: what to go on from when the text grows."""
+
+    stack: list[str]
+    at: int  # a token's start, or inside the string at string_at, a piece's start
+    string_at: int = -1
+
+
+class ValueReads:
+    """The values read in one growing text (a stream's), each reading going on where it stopped:
+    what a token decided stays, only the token that the text's end cut is read again."""
+
+    def __init__(self):
+        self._readings: dict[int, _Reading | tuple[int | None, int]] = {}
+
+    def read(self, text: str, i: int) -> tuple[int | None, int]:
+        reading = self._readings.get(i) or _Reading([], i)
+        if isinstance(reading, tuple):
+            return reading
+        answer = _read_on(text, reading)
+        self._readings[i] = answer or reading
+        return answer or (None, len(text))
+
+
+def _read_on(text: str, r: _Reading) -> tuple[int | None, int] | None:
+    """Reads on from `r`: the answer once decided, else None with `r` moved to where to go on."""
+    stack, at, n = r.stack, r.at, len(text)
+    if r.string_at >= 0:
+        m = _STRING_REST.match(text, at)
+        if m is None:  # a backslash before a line break: _TOKEN matches no string at that quote
+            at, r.string_at = r.string_at + 1, -1
+        elif m.end() == n and not (text[-1] == '"' and n - 1 >= at and _backslashes_before(text, n - 1, at) % 2 == 0):
+            r.at = n - _backslashes_before(text, n, at) % 2  # a lone backslash at the end: its escape is to come
+            return None
+        else:
+            at, r.string_at = m.end(), -1
+            if not stack:
+                return at, at
+    r.at = at
+    for m in _TOKEN.finditer(text, at):
         token = m.group()
         c = token[0]
         if c in _WS:
+            r.at = m.start()  # whitespace at the end may go on (with more whitespace, read as one token)
             continue
         if c == '"':
-            if len(token) < 2 or token[-1] != '"' or _odd_backslashes(token):
-                return None, len(text)  # the string is not closed yet
+            if len(token) < 2 or token[-1] != '"' or _backslashes_before(text, m.end() - 1, m.start() + 1) % 2:
+                r.string_at = m.start()  # the string is not closed yet
+                r.at = n - _backslashes_before(text, n, m.start() + 1) % 2
+                return None
         elif c in "{[":
             stack.append("}" if c == "{" else "]")
+            r.at = m.end()
             continue
         elif c in "}]":
             if not stack or stack.pop() != c:
@@ -75,18 +125,23 @@ def _read_value(text: str, i: int) -> tuple[int | None, int]:
         elif c in ",:":
             if not stack:
                 return -1, m.start()
+            r.at = m.end()
             continue
-        elif m.end() == len(text):  # a number or word the text may go on with
-            return None, len(text)
+        elif m.end() == n:  # a number or word the text may go on with
+            r.at = m.start()
+            return None
         if not stack:
             return m.end(), m.end()
-    return None, len(text)
+        r.at = m.end()
+    return None
 
 
-def _odd_backslashes(token: str) -> bool:
-    """Whether the quote closing `token` is escaped (the regex only ends at an unescaped one or the text's end)."""
-    n = len(token) - 1 - len(token[:-1].rstrip("\\"))
-    return n % 2 == 1
+def _backslashes_before(text: str, end: int, start: int) -> int:
+    """How many backslashes run back from text[end - 1], not before `start`."""
+    i = end
+    while i > start and text[i - 1] == "\\":
+        i -= 1
+    return end - i
 
 
 def _skip_ws(text: str, i: int) -> int:
@@ -95,7 +150,7 @@ def _skip_ws(text: str, i: int) -> int:
     return i
 
 
-def call_object(text: str, i: int, syntax: Syntax) -> tuple[CallText, int, State]:
+def call_object(text: str, i: int, syntax: Syntax, reads: ValueReads | None = None) -> tuple[CallText, int, State]:
     """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys) that opens at
     text[i] (a "{"), any other keys skipped: the call, where its reading stopped, and DONE, OPEN or
     NONE (malformed)."""
@@ -108,7 +163,7 @@ def call_object(text: str, i: int, syntax: Syntax) -> tuple[CallText, int, State
         if text[j] == "}":
             call.closed = True
             return call, j + 1, State.DONE
-        key_end = value_end(text, j) if text[j] == '"' else -1
+        key_end = value_end(text, j, reads) if text[j] == '"' else -1
         if key_end is None:
             return call, j, State.OPEN
         key = _string(text[j:key_end]) if key_end > 0 else None
@@ -118,7 +173,7 @@ def call_object(text: str, i: int, syntax: Syntax) -> tuple[CallText, int, State
         if j < n and text[j] != ":":
             return call, j, State.NONE
         j = _skip_ws(text, j + 1)
-        end, stop = _read_value(text, j) if j < n else (None, n)
+        end, stop = _read_value(text, j, reads) if j < n else (None, n)
         # what a stream sent stays sent: the first name and arguments count, and arguments that turn
         # out malformed keep the text before the fault
         if key == syntax.arguments_key and not has_arguments:
@@ -146,19 +201,21 @@ def _string(token: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def call_block(text: str, i: int, syntax: Syntax, final: bool) -> tuple[list[CallText], int, State]:
+def call_block(
+    text: str, i: int, syntax: Syntax, final: bool, reads: ValueReads | None = None
+) -> tuple[list[CallText], int, State]:
     """The calls of one block that opens at text[i] (after the family's trigger, or at the reply's
     start): one call object (then the family's closer, if any) or a JSON array of them."""
     j = _skip_ws(text, i)
     if j == len(text):
         return [], j, State.OPEN
     if syntax.wrapper is Wrapper.ARRAY:
-        return _array_block(text, j, syntax, final)
+        return _array_block(text, j, syntax, final, reads)
     if syntax.wrapper is Wrapper.RECIPIENT:
-        return _recipient_block(text, j, final)
+        return _recipient_block(text, j, final, reads)
     if text[j] != "{":
         return [], j, State.NONE
-    call, end, state = call_object(text, j, syntax)
+    call, end, state = call_object(text, j, syntax, reads)
     if call.name is None:
         return [], end, State.NONE if state is not State.OPEN else State.OPEN
     if state is not State.DONE:
@@ -176,7 +233,9 @@ def _closed(calls: list[CallText], text: str, end: int, syntax: Syntax, final: b
     return calls, end, State.DONE
 
 
-def _array_block(text: str, j: int, syntax: Syntax, final: bool = True) -> tuple[list[CallText], int, State]:
+def _array_block(
+    text: str, j: int, syntax: Syntax, final: bool = True, reads: ValueReads | None = None
+) -> tuple[list[CallText], int, State]:
     if text[j] != "[":
         return [], j, State.NONE
     calls: list[CallText] = []
@@ -187,7 +246,7 @@ def _array_block(text: str, j: int, syntax: Syntax, final: bool = True) -> tuple
             return calls, j, State.OPEN
         if text[j] != "{":
             break
-        call, end, state = call_object(text, j, syntax)
+        call, end, state = call_object(text, j, syntax, reads)
         if call.name is not None:
             calls.append(call)
         if state is not State.DONE or call.name is None:
@@ -207,7 +266,7 @@ def _array_block(text: str, j: int, syntax: Syntax, final: bool = True) -> tuple
 _RECIPIENT = re.compile(r"[A-Za-z0-9_-]*")
 
 
-def _recipient_block(text: str, j: int, final: bool) -> tuple[list[CallText], int, State]:
+def _recipient_block(text: str, j: int, final: bool, reads: ValueReads | None = None) -> tuple[list[CallText], int, State]:
     """Functionary's `name\n{arguments}`: one call; the recipient `all` opens text, no call. A whole
     reply that ends before a call's arguments open is text."""
     k = _RECIPIENT.match(text, j).end()
@@ -222,7 +281,7 @@ def _recipient_block(text: str, j: int, final: bool) -> tuple[list[CallText], in
         return [], a, State.NONE if final else State.OPEN
     if text[a] != "{":
         return [], j, State.NONE
-    end, stop = _read_value(text, a)
+    end, stop = _read_value(text, a, reads)
     call = CallText(text[j:k], text[a:stop], closed=bool(end and end > 0))
     if end is None:
         return [call], stop, State.OPEN
@@ -258,10 +317,10 @@ def scan(text: str, syntax: Syntax, final: bool = True) -> Scan:
     return Scan("".join(parts), calls if syntax.parallel else calls[:1])
 
 
-def _next_opening(text: str, pos: int, syntax: Syntax) -> tuple[int | None, int]:
+def _next_opening(text: str, pos: int, syntax: Syntax, searched: int = 0) -> tuple[int | None, int]:
     """Where the next call block opens at or after `pos`, and where its body starts: the family's
     trigger, or at the reply's start a bare call (a model whose trigger is a control token, written
-    as no text, starts its reply with the call itself)."""
+    as no text, starts its reply with the call itself). No trigger starts before `searched`."""
     lead = _skip_ws(text, pos)
     trigger = syntax.trigger
     # the trigger (or what may still become it) opens the reply: not a bare call
@@ -271,7 +330,7 @@ def _next_opening(text: str, pos: int, syntax: Syntax) -> tuple[int | None, int]
                 body = _skip_ws(text, lead + len(prefix))
                 if text.startswith(syntax.start_char, body) or (prefix and body == len(text)):
                     return lead, lead + len(prefix)
-    at = text.find(trigger, pos) if trigger else -1
+    at = text.find(trigger, max(pos, searched)) if trigger else -1
     return (at, at + len(trigger)) if at >= 0 else (None, 0)
 
 
@@ -304,8 +363,7 @@ def _generic(text: str, syntax: Syntax, final: bool) -> Scan:
     """A reply the grammar held to the generic format; one that is not (cut before its key) is content."""
     head = _GENERIC_HEAD.match(text)
     if head is None:
-        compact = re.sub(r"\s", "", text)
-        if not final and any(opening.startswith(compact) for opening in _GENERIC_OPENINGS):
+        if not final and _may_open_generic(text):
             return Scan("")  # it may still become one
         return Scan(text.strip())
     if head.group(1) == "response":
@@ -314,6 +372,14 @@ def _generic(text: str, syntax: Syntax, final: bool) -> Scan:
     return Scan("", calls if syntax.parallel else calls[:1])
 
 
+def _may_open_generic(text: str) -> bool:
+    # the text less its whitespace, only as far as an opening is long
+    compact = "".join(m.group() for m in islice(_NOT_SPACE.finditer(text), max(map(len, _GENERIC_OPENINGS)) + 1))
+    return any(opening.startswith(compact) for opening in _GENERIC_OPENINGS)
+
+
+_NOT_SPACE = re.compile(r"\S")
+_STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
 _ESCAPE_OR_TEXT = re.compile(r"[^\\]+|\\u[0-9a-fA-F]{0,4}|\\.?", re.S)
 
 
@@ -322,16 +388,22 @@ def _partial_string(text: str, i: int, final: bool) -> str:
     or the first half of a surrogate pair, waits for the rest; a whole reply drops them)."""
     if i >= len(text) or text[i] != '"':
         return ""
-    body = re.compile(r'"((?:[^"\\]|\\.)*)').match(text, i).group(1)
+    body = _STRING_BODY.match(text, i + 1).group()
+    return json.loads(f'"{body[: _whole_length(body)[0]]}"', strict=False)  # a raw newline in it is still text
+
+
+def _whole_length(body: str) -> tuple[int, bool]:
+    """How many characters of a string's body (or of its rest, from a piece's start) decode for good,
+    and whether the piece that stops them is followed by more of the body (so never decodes)."""
     pieces = [m.group() for m in _ESCAPE_OR_TEXT.finditer(body)]
-    whole = 0  # characters of `body` that decode for good
+    whole = 0
     for k, piece in enumerate(pieces):
         if not _whole_piece(piece):
-            break  # an escape cut short, or one JSON does not know (the string ends there)
+            return whole, k + 1 < len(pieces)  # an escape cut short, or one JSON does not know (the string ends there)
         if _is_high_surrogate(piece) and (k + 1 == len(pieces) or not _whole_piece(pieces[k + 1])):
-            break  # its other half may follow
+            return whole, k + 2 < len(pieces)  # its other half may follow
         whole += len(piece)
-    return json.loads(f'"{body[:whole]}"', strict=False)  # a raw newline in it is still text
+    return whole, False
 
 
 def _whole_piece(piece: str) -> bool:
@@ -349,22 +421,49 @@ def _is_high_surrogate(piece: str) -> bool:
 
 class ToolStream:
     """The deltas of a reply with tools, as its text grows: `feed(text)` with the whole text so far
-    returns what to send now: {"content": ...} and {"tool_calls": [...]} deltas, in OpenAI's form."""
+    returns what to send now: {"content": ...} and {"tool_calls": [...]} deltas, in OpenAI's form.
+
+    It reads on from where the last feed's scan decided for good (a block read, a trigger that was
+    text), and the values of an open block go on from where their reading stopped: a token costs its
+    own text, not the reply's. The last feed (`final`) scans the whole reply once."""
 
     def __init__(self, syntax: Syntax, new_id):
         self._syntax = syntax
         self._new_id = new_id  # a fresh call id
         self._content_sent = 0
         self._arguments_sent: list[int] = []  # per call whose head went: characters of its arguments sent
+        self._calls_sent = 0  # calls whose every delta went (their block is read)
         self.ids: list[str] = []
+        # the scan as far as it decided: where it goes on, the content and calls before that
+        self._pos, self._after_call = 0, True
+        self._content_decided = 0
+        self._calls: list[CallText] = []
+        self._searched = 0  # no trigger starts before this
+        self._reads = ValueReads()
+        self._string_to = -1  # the generic response: how far its string decoded (-1: not open yet)
+        self._string_ended = False
 
     def feed(self, text: str, final: bool = False) -> list[dict]:
-        found = scan(text, self._syntax, final)
+        if final:
+            found = scan(text, self._syntax, True)
+            return self._deltas(found.content[self._content_sent :], found.calls)
+        if self._syntax.wrapper is Wrapper.GENERIC:
+            return self._deltas(*self._generic_on(text))
+        return self._deltas(*self._scan_on(text))
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self._arguments_sent)
+
+    def _deltas(self, content: str, calls: list[CallText], read_calls: int = 0) -> list[dict]:
+        """The deltas of `content` not sent yet and of `calls` (the first `read_calls` of them are read whole)."""
         deltas = []
-        if len(found.content) > self._content_sent:
-            deltas.append({"content": found.content[self._content_sent :]})
-            self._content_sent = len(found.content)
-        for index, call in enumerate(found.calls):
+        if content:
+            deltas.append({"content": content})
+            self._content_sent += len(content)
+        calls = calls if self._syntax.parallel else calls[:1]
+        for index in range(self._calls_sent, len(calls)):
+            call = calls[index]
             if call.name is None:
                 break
             if index == len(self._arguments_sent):  # its name is whole: the head goes first
@@ -376,8 +475,97 @@ class ToolStream:
             if fragment:
                 deltas.append({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
                 self._arguments_sent[index] = len(call.arguments)
+        self._calls_sent = max(self._calls_sent, min(read_calls, len(self._arguments_sent)))
         return deltas
 
-    @property
-    def has_calls(self) -> bool:
-        return bool(self._arguments_sent)
+    def _scan_on(self, text: str) -> tuple[str, list[CallText], int]:
+        """scan(text, final=False) from where the last feed decided: the content not sent yet, the calls."""
+        syntax, decided = self._syntax, []
+        while True:
+            pos = self._pos
+            opening, body = _next_opening(text, pos, syntax, self._searched)
+            start = _lstrip_at(text, pos, len(text) if opening is None else opening) if self._after_call else pos
+            if opening is None:
+                if syntax.trigger:
+                    self._searched = max(pos, len(text) - len(syntax.trigger) + 1)
+                live, open_calls = (start, _held_back_end(text, start, syntax, pos == 0)), []
+                break
+            found, end, state = call_block(text, body, syntax, False, self._reads)
+            if state is State.NONE:  # the opening was text: go on after it
+                decided.append(text[start : opening + 1])
+                self._pos, self._after_call = opening + 1, False
+                continue
+            live, open_calls = (start, _rstrip_at(text, start, opening)), found
+            if state is State.OPEN:
+                break
+            decided.append(text[slice(*live)])
+            self._calls += found
+            self._pos, self._after_call, self._searched = end, True, end
+        return self._unsent(decided, text, *live), self._calls + open_calls, len(self._calls)
+
+    def _unsent(self, decided: list[str], text: str, start: int, end: int) -> str:
+        """The content not sent yet: of the parts decided by this feed, then of text[start:end]."""
+        new = "".join(decided)
+        sent = self._content_sent - self._content_decided  # of new + text[start:end]
+        self._content_decided += len(new)
+        return new[sent:] + text[start + max(0, sent - len(new)) : end]
+
+    def _generic_on(self, text: str) -> tuple[str, list[CallText], int]:
+        """_generic(text, final=False), its response's string decoded from where the last feed stopped."""
+        head = _GENERIC_HEAD.match(text)
+        if head is None:
+            if _may_open_generic(text):
+                return "", [], 0
+            start = _lstrip_at(text, 0, len(text))
+            return text[start + self._content_sent : _rstrip_at(text, start, len(text))], [], 0
+        if head.group(1) == "tool_calls":
+            calls = _array_block(text, head.end(), self._syntax, True, self._reads)[0] if head.end() < len(text) else []
+            return "", calls, 0
+        return self._response_on(text, head.end()), [], 0
+
+    def _response_on(self, text: str, i: int) -> str:
+        """What of the generic response's string (it opens at text[i]) decodes now and did not before."""
+        if self._string_to < 0:
+            if i >= len(text) or text[i] != '"':
+                return ""
+            self._string_to = i + 1
+        if self._string_ended:
+            return ""
+        body = _STRING_BODY.match(text, self._string_to).group()
+        whole, stuck = _whole_length(body)
+        at = self._string_to + len(body)
+        # the string ends for good at its closing quote, or where no escape can go on
+        self._string_ended = stuck or (at < len(text) and not (at == len(text) - 1 and text[at] == "\\"))
+        self._string_to += whole
+        return json.loads(f'"{body[:whole]}"', strict=False)
+
+
+def _lstrip_at(text: str, i: int, end: int) -> int:
+    """Where text[i:end].lstrip() starts."""
+    while i < end and text[i].isspace():
+        i += 1
+    return i
+
+
+def _rstrip_at(text: str, start: int, end: int) -> int:
+    """Where text[start:end].rstrip() ends."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+def _held_back_end(text: str, start: int, syntax: Syntax, at_start: bool) -> int:
+    """Where _held_back(text[start:], syntax, at_start, final=False) ends, reading only the text's end."""
+    end = len(text)
+    openings = [syntax.trigger] if syntax.trigger else []
+    if at_start and start < end:
+        openings += [p + syntax.start_char for p in syntax.start_prefixes]
+        lead = _lstrip_at(text, start, end)
+        if end - lead <= max(map(len, openings)) and any(o.startswith(text[lead:]) for o in openings):
+            return start
+    for opening in openings:
+        for k in range(min(len(opening) - 1, end - start), 0, -1):
+            if text.endswith(opening[:k], start, end):
+                end -= k
+                break
+    return _rstrip_at(text, start, end)
