@@ -4,7 +4,8 @@ the calls, in the syntax of the model's family (tool_syntax.py).
 One left-to-right scan decides, for as much of the text as it can, what is content and what is a
 call; the rest waits for more text. What it decides never changes as the text grows, so a stream
 sends the difference between two scans: content as it comes, a call's name once written, then its
-arguments as the model writes them (ToolStream). Text that opens a call is never content; text
+arguments as the model writes them (ToolStream, which reads on from where the last scan decided
+rather than from the start). Text that opens a call is never content; text
 that only looked like a call's start (`<tool_call>hello`) is.
 """
 
