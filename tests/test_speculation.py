@@ -138,15 +138,20 @@ def test_after_a_drafted_reply_the_next_turn_finds_its_whole_history(tiny_config
     penalty=st.sampled_from([1.0, 1.1, 1.3]),
 )
 def test_any_prompt_gets_the_same_greedy_reply_with_or_without_drafts(tiny_config, words, max_tokens, eos, penalty):
-    messages = user(" ".join(words))
+    # an earlier assistant turn: at the reply's first step its last tokens (the assistant header) were
+    # seen before, so with drafts of at least one whatever the costs say, it drafts from its first step
+    text = " ".join(words)
+    messages = [*user(text), {"role": "assistant", "content": text}, *user(text)]
     params = GREEDY.with_(max_tokens=max_tokens, ignore_eos=eos, repeat_penalty=penalty)
 
     async def main(spec):
-        async with Started(tiny_config.with_(n_ctx=2048, capacity=2, spec_type=spec)) as client:
+        async with Started(tiny_config.with_(n_ctx=2048, capacity=2, spec_type=spec, spec_draft_n_min=1)) as client:
             return await client.complete(messages, params)
 
     plain, drafted = run(main(SpecType.NONE)), run(main(SpecType.NGRAM))
     assert (drafted.text, drafted.reason, drafted.stats.gen_tokens) == (plain.text, plain.reason, plain.stats.gen_tokens)
+    assert drafted.stats.drafted_tokens > 0 or plain.stats.gen_tokens < 2  # a reply of one token has no room to draft
+    assert plain.stats.drafted_tokens == 0
 
 
 @pytest.mark.unit
@@ -218,6 +223,9 @@ def test_a_model_whose_memory_refuses_partial_removal_never_drafts_and_says_so(t
     assert [n for n in info.notices if n.startswith("speculative decoding is off")] == [
         "speculative decoding is off for this model: its memory (recurrent or hybrid) cannot remove rejected guesses"
     ]
+    assert (
+        info.drafts_refused == "its memory (recurrent or hybrid) cannot remove rejected guesses"
+    )  # the panes' Draft ahead reads it
 
 
 @pytest.mark.model  # the tiny model's replies are runs of one token: its guesses are never wrong

@@ -91,7 +91,7 @@ def test_the_dock_opened_by_mouse_draws_each_panes_cells_as_the_engine_counts_th
     assert "pushed out" in panel.counters_label.text() and "pushed out" in panel.counters_label.toolTip()
     first = held[0]
     row = rows[first.conversation_id]
-    text = panel.describe_at(QPointF(1.5, row.top + 0.5))
+    text = panel.describe_at(QPointF(0.1, row.top + 0.5))  # the first pixel's start: token 1 at any scale
     assert text.startswith(panel.name_of(first.conversation_id)) and "pane" in text
     assert "token 1 of" in text and "the same cell as pane" in text  # shared with whom
     assert "RAM tier" in panel.ram_label.text()

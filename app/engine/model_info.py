@@ -77,6 +77,7 @@ class ModelInfo:
     kv_layout: str = "one pool"  # or "a stream per sequence (8 × 8192 cells)", with how it was chosen
     has_chat_template: bool = True  # False: a base model (chats are rendered in ChatML; completion suits it better)
     notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
+    drafts_refused: str = ""  # why this model never drafts (speculative decoding), "" where it may
     build: BuildInfo | None = None
 
     def placement(self) -> str:

@@ -314,7 +314,7 @@ class EnginePanel(QWidget):
             escape(info.placement()),
         ]
         config = self.client.config
-        if config.spec_type is SpecType.DRAFT and config.spec_draft_model:
+        if config.spec_type is SpecType.DRAFT and config.spec_draft_model and not info.drafts_refused:
             lines.append(f"Drafting with {escape(os.path.basename(config.spec_draft_model))} (speculative decoding)")
         if info.build is not None:
             lines.append(f"Build: {escape(info.build.summary())}")

@@ -48,7 +48,7 @@ from .chat_list import ChatList, ChatRow
 from .chat_pane import ChatPane
 from .compare_view import Compared, CompareView
 from .dialogs import confirm, export_with_dialog
-from .dock_layout import DockLayout
+from .dock_layout import DockLayout, in_front
 from .engine_banner import EngineBanner
 from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
@@ -271,8 +271,10 @@ class MainWindow(QMainWindow):
 
     @property
     def engine_drafts(self) -> bool:
-        """Whether the engine speculates (its --spec-type), which a pane's Draft ahead depends on."""
-        return self.client.config.spec_type is not SpecType.NONE
+        """Whether the engine speculates (its --spec-type, and a model whose memory can take back
+        rejected guesses), which a pane's Draft ahead depends on."""
+        info = self.client.model_info
+        return self.client.config.spec_type is not SpecType.NONE and not (info and info.drafts_refused)
 
     @property
     def capacity(self) -> int:
@@ -425,11 +427,12 @@ class MainWindow(QMainWindow):
             self.workspace.retry_saves()
         if self.isMinimized():
             return
-        if self.plots_dock.isVisible():  # closed plots cost nothing: the engine gets the CPU
+        # closed docks, and tabs behind another, cost nothing: the engine gets the CPU
+        if in_front(self.plots_dock):
             self.plots.refresh(now)
-        if self.timeline_dock.isVisible():
+        if in_front(self.timeline_dock):
             self.timeline.refresh(now)
-        if self.kv_map_dock.isVisible():
+        if in_front(self.kv_map_dock):
             self.kv_map.refresh()
         if self._ticks % READOUT_EVERY_TICKS == 0:  # numbers that change ten times a second cannot be read
             self.refresh_readouts()
@@ -441,7 +444,7 @@ class MainWindow(QMainWindow):
         if s is not None:
             self.status_label.setText(*engine_status(self.client.config.mode.label, s))
         self.layout_watch.check()  # a KV layout changed while chats ran: said once, in the status bar
-        if self.engine_dock.isVisible():
+        if in_front(self.engine_dock):
             self.engine_panel.refresh_layout()
 
     def changeEvent(self, event: QEvent) -> None:

@@ -411,14 +411,22 @@ class PlotsPanel(pg.GraphicsLayoutWidget):
             plot.getAxis("bottom").setTicks(ticks)
 
     def _follow_activity(self, now: float) -> None:
-        """Step the span to hold the first activity (a pane's tokens, the engine's steps) still in the
-        widest span, with some headroom; back to the narrowest once all of it scrolled out."""
-        rings = [m.tok_rate for m in self.metrics.panes.values()] + [self.metrics.seqs_per_step]
+        """Step the span to hold the first activity (a pane's tokens, the engine's steps, a request's
+        point) still in the widest span, with some headroom; back to the narrowest once all of it
+        scrolled out."""
+        rates = [m.tok_rate for m in self.metrics.panes.values()] + [self.metrics.seqs_per_step]
+        # a request's point (its TTFT, its hit, its drafts) is activity whatever its value
+        points = [
+            getattr(m, series.ring)
+            for m in self.metrics.panes.values()
+            for series, _ in self._pane_series
+            if isinstance(series, PointsSpec)
+        ]
         first, last = math.inf, -math.inf
         checked = {}
-        for ring in rings:  # only the points since the last look: a second's worth
+        for ring, is_rate in [(r, True) for r in rates] + [(r, False) for r in points]:  # new since the last look
             t, v = ring.last(ring.pushes - self._checked.get(ring, 0))
-            active = t[v > 0]
+            active = t[v > 0] if is_rate else t
             if len(active):
                 first, last = min(first, active[0]), max(last, active[-1])
             checked[ring] = ring.pushes

@@ -252,6 +252,7 @@ class LlamaBackend:
             kv_layout=self.layout_text(),
             has_chat_template=self.chat_template is not None,
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
+            drafts_refused=self.drafts_refused or "",
             build=self.build,
         )
 
