@@ -19,13 +19,13 @@ from contextlib import aclosing
 from pathlib import Path
 
 from .engine.cell_map import CellMap
-from .engine.engine_thread import EngineThread, model_name
 from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
 from .engine.model_info import ModelInfo
 from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
 from .engine.sequence import Request
 from .engine.stats import EngineSnapshot, StepStats
+from .engine.thread.engine_thread import EngineThread, model_name
 
 Listener = Callable[[list[Event]], None]
 FailureListener = Callable[[str], None]  # the reason the engine thread ended

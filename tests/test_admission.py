@@ -9,10 +9,10 @@ from helpers import Started, collect, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.host_cache import HostCache
-from app.engine.kv_cache import KVCacheManager
+from app.engine.kv.host_cache import HostCache
+from app.engine.kv.manager import KVCacheManager
 from app.engine.params import GREEDY
-from app.engine.scheduler import MAX_BYPASSES, SLICE_STEPS, SLICE_TOKENS, Scheduler
+from app.engine.sched.scheduler import MAX_BYPASSES, SLICE_STEPS, SLICE_TOKENS, Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
 from app.engine.stats import RequestStats
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.engine.chat_template import CHATML, ChatTemplate
+from app.engine.prompt.chat_template import CHATML, ChatTemplate
 
 
 @pytest.mark.unit
@@ -30,7 +30,7 @@ def test_the_default_models_own_template_renders_its_default_system_prompt(model
 @pytest.mark.unit
 def test_the_chatml_fallback_ends_a_reply_at_its_markers_written_as_text():
     from app.engine.params import OverflowPolicy, SamplingParams
-    from app.engine.prompt import PromptBuilder
+    from app.engine.prompt.builder import PromptBuilder
     from app.engine.sequence import Request, Sequence
     from app.engine.stats import RequestStats
 

@@ -18,10 +18,10 @@ from spawn import free_port, running, serve_command
 from app.bench import BenchSettings, conversations_for, engine_config
 from app.cli import build_parser, engine_overrides, main
 from app.engine.errors import ModelLoadError
+from app.engine.kv.pool import MIN_POOL, KVShape, default_pool, free_memory_bytes, halvings
 from app.engine.llama.context import LlamaBackend
 from app.engine.llama.devices import build_info
 from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
-from app.engine.pool import MIN_POOL, KVShape, default_pool, free_memory_bytes, halvings
 
 SMOLLM2 = KVShape(n_layer=30, n_embd_k_gqa=3 * 64, n_embd_v_gqa=3 * 64)  # 3 KV heads of 64
 F16_CELL = 30 * 2 * 192 * 2  # 23,040 bytes: K and V rows of 192 halves in 30 layers

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.engine.history import TokenHistory, kept_prefix
+from app.engine.kv.history import TokenHistory, kept_prefix
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from serving import Serving
 
-from app.engine.host_cache import HostBudget, HostCache, SavedCells
+from app.engine.kv.host_cache import HostBudget, HostCache, SavedCells
 from app.engine.params import GREEDY
 from app.engine.sequence import Request
 

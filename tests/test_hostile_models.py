@@ -23,11 +23,11 @@ from test_template_budget import LOOPS_ON_REQUEST
 from ui_fixtures import TINY_QUICK, close_window, open_window, set_params, until
 
 from app.client import new_request_id
-from app.engine.chat_template import RENDER_SECONDS
 from app.engine.errors import ModelLoadError
 from app.engine.events import FinishReason
 from app.engine.model_file import check_gguf_file
 from app.engine.params import GREEDY, EngineConfig
+from app.engine.prompt.chat_template import RENDER_SECONDS
 from app.models.gguf_meta import read_gguf
 from app.models.library import ModelFinder, ModelFolder
 from app.workspace.chat_store import NOTICE

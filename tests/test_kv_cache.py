@@ -11,7 +11,7 @@ import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 from app.engine.events import FinishReason
-from app.engine.kv_cache import common_prefix_len
+from app.engine.kv.manager import common_prefix_len
 from app.engine.params import GREEDY, OverflowPolicy
 from app.engine.sequence import Request
 

@@ -5,7 +5,7 @@ import random
 import pytest
 from helpers import Started, collect, run, user
 
-from app.engine.kv_cache import common_prefix_len
+from app.engine.kv.manager import common_prefix_len
 from app.engine.params import GREEDY, SamplingParams
 from app.engine.sequence import Request
 

@@ -7,7 +7,7 @@ from helpers import Started, run, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.computed import BLOCK, ComputedPrefixes
+from app.engine.kv.computed import BLOCK, ComputedPrefixes
 from app.engine.params import GREEDY
 
 

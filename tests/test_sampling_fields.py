@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from app.engine.params import GREEDY, SamplingParams
-from app.engine.sampling_fields import SAMPLING_FIELDS, SLIDER_FIELDS, SamplingField
+from app.engine.sampling.fields import SAMPLING_FIELDS, SLIDER_FIELDS, SamplingField
 from app.remote import Endpoint, RemoteClient
 from app.server.protocol import BadRequest, sampling
 from app.workspace.pane_params import PaneParams

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from helpers import Started, run, user
 
-from app.engine.adaptive import MIN_PREFILL, AdaptiveBatch
-from app.engine.kv_cache import KVCacheManager
+from app.engine.kv.manager import KVCacheManager
 from app.engine.params import GREEDY, Policy, Priority
-from app.engine.scheduler import Scheduler
+from app.engine.sched.adaptive import MIN_PREFILL, AdaptiveBatch
+from app.engine.sched.scheduler import Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
 from app.engine.stats import RequestStats, StepStats
 

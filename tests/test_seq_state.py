@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.engine.kv.pool import LayoutChoice
 from app.engine.llama.context import LlamaBackend
 from app.engine.llama.seq_state import MAGIC, StateFormatError, restream, stream_count
-from app.engine.pool import LayoutChoice
 
 
 def block(n_cells: int, seq_id: int, n_layer: int, row: int, v_trans: bool, ext: bool) -> bytes:

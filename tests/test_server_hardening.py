@@ -13,7 +13,7 @@ import pytest
 from helpers import run
 from serving import Serving, chat, engine_is_idle
 
-from app.engine.prompt import PromptBuilder
+from app.engine.prompt.builder import PromptBuilder
 from app.server import handlers
 from app.server.protocol import MAX_CHARS_PER_TOKEN, MAX_KEPT_PROBS
 

@@ -16,9 +16,9 @@ from helpers import run
 from serving import Serving
 from test_server_responses import openai_client
 
-from app.engine.chat_template import ChatTemplate
 from app.engine.params import EngineConfig, OverflowPolicy
-from app.engine.prompt import PromptBuilder
+from app.engine.prompt.builder import PromptBuilder
+from app.engine.prompt.chat_template import ChatTemplate
 from app.engine.sequence import Request
 from app.server.protocol import parse_chat
 from app.server.tool_syntax import (

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from app.engine.events import FinishReason
 from app.engine.llama.context import LlamaBackend
 from app.engine.params import GREEDY, SpecType
-from app.engine.speculation import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter, StepCost
+from app.engine.spec.drafters import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter, StepCost
 
 WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
 

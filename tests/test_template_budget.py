@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engine.chat_template import CHATML, RENDER_SECONDS, ChatTemplate, ChatTemplateError
 from app.engine.params import OverflowPolicy, SamplingParams
-from app.engine.prompt import PromptBuilder
+from app.engine.prompt.builder import PromptBuilder
+from app.engine.prompt.chat_template import CHATML, RENDER_SECONDS, ChatTemplate, ChatTemplateError
 from app.engine.sequence import Request
 
 pytestmark = pytest.mark.unit
@@ -84,7 +84,7 @@ def test_a_template_that_raises_rejects_the_conversation_with_its_words():
 
 
 def test_a_template_s_words_reach_the_client_cut_to_one_kib():
-    from app.engine.template_worker import CUT_MARK, MAX_ERROR_BYTES
+    from app.engine.prompt.worker import CUT_MARK, MAX_ERROR_BYTES
 
     template = ChatTemplate("{{ raise_exception('no ' + 'é' * 100000) }}", model="Wordy")
     builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)

@@ -16,10 +16,10 @@ from helpers import Started, collect, run, user
 
 from app.engine import engine as engine_module
 from app.engine import template_sandbox
-from app.engine.chat_template import ChatTemplate, ChatTemplateError
 from app.engine.events import FinishEvent
 from app.engine.params import GREEDY, OverflowPolicy, SamplingParams
-from app.engine.prompt import PromptBuilder
+from app.engine.prompt.builder import PromptBuilder
+from app.engine.prompt.chat_template import ChatTemplate, ChatTemplateError
 from app.engine.sequence import Request
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts what /proc shows")
@@ -249,7 +249,7 @@ def test_serve_answers_a_template_s_long_words_with_a_400_of_one_kib_of_them(tin
     import openai
     from serving import Serving
 
-    from app.engine.template_worker import CUT_MARK
+    from app.engine.prompt.worker import CUT_MARK
 
     wordy = "{{ raise_exception('roles must alternate' + '!' * 100000) }}"
     monkeypatch.setattr(engine_module, "ChatTemplate", lambda source, *args: ChatTemplate(wordy, *args))

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .kv_cache import KVCacheManager, StreamPerSlot
-from .prefix import common_prefix_len
-from .scheduler import Scheduler
+from .kv.manager import KVCacheManager, StreamPerSlot
+from .kv.prefix import common_prefix_len
+from .sched.scheduler import Scheduler
 
 
 class SlotState(Enum):

@@ -14,21 +14,21 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
-from .adaptive import AdaptiveBatch
 from .cell_map import CellMap, build_cell_map
-from .chat_template import ChatTemplate
 from .events import Event, Fault, FinishEvent, FinishReason, TokenEvent
-from .history import TokenHistory
-from .host_cache import HostBudget, HostCache
-from .kv_cache import KVCacheManager
+from .kv.history import TokenHistory
+from .kv.host_cache import HostBudget, HostCache
+from .kv.manager import KVCacheManager
+from .kv.pool import next_layout
 from .llama.context import LlamaBackend
 from .params import EngineConfig, Policy, ServingMode, SpecType
-from .pool import next_layout
 from .probs import TokenProbs
-from .prompt import Prompt, PromptBuilder
-from .scheduler import Plan, Scheduler
+from .prompt.builder import Prompt, PromptBuilder
+from .prompt.chat_template import ChatTemplate
+from .sched.adaptive import AdaptiveBatch
+from .sched.scheduler import Plan, Scheduler
 from .sequence import Draw, Request, Sequence, SequenceStatus
-from .speculation import Drafter, NgramDrafter, StepCost, could_pay
+from .spec.drafters import Drafter, NgramDrafter, StepCost, could_pay
 from .stats import ConversationTotals, EngineSnapshot, RequestStats, StepHistory, StepPart, StepStats
 
 Sink = Callable[[list[Event]], None]

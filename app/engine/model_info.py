@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .pool import format_bytes
+from .kv.pool import format_bytes
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 
 from .probs import MAX_TOP
-from .sampling_fields import BY_NAME, SAMPLING_FIELDS
+from .sampling.fields import BY_NAME, SAMPLING_FIELDS
 
 
 class ServingMode(str, Enum):

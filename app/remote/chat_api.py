@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from app.engine.events import FinishReason
 from app.engine.params import SamplingParams
-from app.engine.sampling_fields import SAMPLING_FIELDS
+from app.engine.sampling.fields import SAMPLING_FIELDS
 
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from app.engine.params import SamplingParams
 from app.engine.probs import MAX_TOP
-from app.engine.sampling_fields import SAMPLING_FIELDS, SamplingField
+from app.engine.sampling.fields import SAMPLING_FIELDS, SamplingField
 
 from .output_format import FieldError, grammar_of
 from .tool_calls import Tools, calls_in, generic_message, parse_tools, with_instructions

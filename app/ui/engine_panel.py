@@ -37,8 +37,8 @@ from qasync import asyncSlot
 from app.client import EngineClient
 from app.engine.config_fields import FIELDS
 from app.engine.errors import EngineError
+from app.engine.kv.pool import format_bytes
 from app.engine.params import EngineConfig, Policy, ServingMode, SpecType
-from app.engine.pool import format_bytes
 from app.engine.stats import EngineSnapshot
 from app.workspace.workspace import MAX_PANES
 

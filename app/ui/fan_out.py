@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
+from app.engine.sampling.fields import SLIDER_FIELDS, SamplingField
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES
 

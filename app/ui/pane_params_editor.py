@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
+from app.engine.sampling.fields import SLIDER_FIELDS, SamplingField
 from app.remote import Endpoint
 from app.workspace.pane_params import PaneParams
 

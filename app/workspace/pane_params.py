@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
 from app.engine.params import Priority, SamplingParams
-from app.engine.sampling_fields import SLIDER_FIELDS
+from app.engine.sampling.fields import SLIDER_FIELDS
 from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover

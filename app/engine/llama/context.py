@@ -20,10 +20,10 @@ from itertools import chain
 import llama_cpp as ll
 
 from ..errors import ModelLoadError
+from ..kv.pool import POOL_STEP, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
 from ..model_file import check_gguf_file
 from ..model_info import ModelInfo
 from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SpecType
-from ..pool import POOL_STEP, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
 from .batch import Batch
 from .devices import build_has_amx, build_info
 from .draft import DraftModel

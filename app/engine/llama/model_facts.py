@@ -8,7 +8,7 @@ import llama_cpp as ll
 
 from app.models.gguf_meta import format_params
 
-from ..pool import KVShape
+from ..kv.pool import KVShape
 
 
 def meta_value(model, key: str) -> str | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from .params import Policy
-from .sequence import Sequence, SequenceStatus
+from ..params import Policy
+from ..sequence import Sequence, SequenceStatus
 
 Order = Callable[[list[Sequence], Iterable[Sequence]], list[Sequence]]
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 from enum import Enum, auto
 from typing import Protocol
 
+from ..sequence import Sequence
 from .computed import ComputedPrefixes
 from .host_cache import MIN_SAVED_TOKENS, HostCache, SavedCells, StateMemory
 from .prefix import common_prefix_len
-from .sequence import Sequence
 
 # a waiting request that shares at least this many more tokens with a prompt being read right now
 # waits for that prompt, then copies it, instead of computing the same prefix twice

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .stats import StepStats, percentile
+from ..stats import StepStats, percentile
 
 AIM = 0.9  # of the target: the latency a stream sees also holds the gaps between steps
 SLOW_SHARE = 0.03  # of the recent token gaps may be over the aim (the target is a p95, with margin)

@@ -16,7 +16,7 @@ import weakref
 from pathlib import Path
 from typing import NoReturn
 
-from .template_worker import read_frame, write_frame
+from .worker import read_frame, write_frame
 
 START_SECONDS = 30.0  # for the child to import Jinja, on a machine busy loading a model
 REAP_SECONDS = 2.0  # for a killed child to be gone (it dies at once; a busy machine schedules it late)
@@ -115,7 +115,7 @@ class TemplateSandbox:
 
     def _start(self) -> None:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.engine.template_worker"],
+            [sys.executable, "-m", "app.engine.prompt.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .params import CacheType
+from ..params import CacheType
 
 MEMORY_SHARE = 0.25  # of the free RAM (or VRAM, with layers offloaded) the default pool may take
 POOL_STEP = 256  # llama.cpp pads the pool to 256 cells

@@ -1,4 +1,4 @@
-"""The child process that renders a model's chat template: `python -m app.engine.template_worker`.
+"""The child process that renders a model's chat template: `python -m app.engine.prompt.worker`.
 
 A chat template is a program from a model file, so it runs here, where a loop cannot stall the
 server and a memory bomb hits this process's limit, not the app's; the parent kills it when a

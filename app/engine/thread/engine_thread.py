@@ -28,13 +28,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .engine import Engine, Sink
-from .errors import EngineError, UnknownModelError
-from .events import Fault, dropped
-from .host_cache import HostBudget
+from ..engine import Engine, Sink
+from ..errors import EngineError, UnknownModelError
+from ..events import Fault, dropped
+from ..kv.host_cache import HostBudget
+from ..params import EngineConfig
+from ..sequence import Request
 from .inbox import Call, Cancel, Command, Install, Stop, Submit, Unload
-from .params import EngineConfig
-from .sequence import Request
 
 RELOAD_NOTICE = "the engine was reloaded; this reply was cut short"
 CLOSE_NOTICE = "the engine was closed"

@@ -23,10 +23,10 @@ import math
 import time
 from collections import deque
 
+from ..kv.manager import Acquire, KVCacheManager
+from ..sequence import Sequence, SequenceStatus
 from .adaptive import AdaptiveBatch
-from .kv_cache import Acquire, KVCacheManager
 from .policy import Policy, preemption_victim, service_order
-from .sequence import Sequence, SequenceStatus
 
 Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens to evaluate)
 

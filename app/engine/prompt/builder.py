@@ -6,12 +6,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import RequestError
+from ..events import Fault
+from ..kv.history import TokenHistory, kept_prefix
+from ..params import OverflowPolicy
+from ..sequence import Request
 from .chat_template import ChatTemplate, ChatTemplateError, Message
-from .errors import RequestError
-from .events import Fault
-from .history import TokenHistory, kept_prefix
-from .params import OverflowPolicy
-from .sequence import Request
 
 
 @dataclass(frozen=True)

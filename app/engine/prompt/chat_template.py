@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import RequestError
-from .template_sandbox import SandboxFault, TemplateSandbox
-from .template_worker import cut
+from ..errors import RequestError
+from .sandbox import SandboxFault, TemplateSandbox
+from .worker import cut
 
 # used when a GGUF carries no template, as llama-server does, and when a user picks the built-in one
 CHATML = (

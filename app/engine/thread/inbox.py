@@ -9,14 +9,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from .errors import EngineError
-from .events import Fault, refused
+from ..errors import EngineError
+from ..events import Fault, refused
 
 if TYPE_CHECKING:
-    from .engine import Engine, Sink
-    from .model_info import ModelInfo
-    from .prompt import Prompt
-    from .sequence import Request
+    from ..engine import Engine, Sink
+    from ..model_info import ModelInfo
+    from ..prompt.builder import Prompt
+    from ..sequence import Request
 
 
 class Host(Protocol):

@@ -1,0 +1,1 @@
+"""Prompts: building a request's tokens, chat templates, and the sandbox that renders them."""

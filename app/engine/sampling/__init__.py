@@ -1,0 +1,1 @@
+"""How a token is drawn: sampling parameters, the draw from a batch row's logits, output constraints."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: drafters guess a sequence's next tokens, the speculator plans and verifies them."""
