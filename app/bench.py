@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 from .client import EngineClient
 from .engine.events import FinishEvent
-from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
+from .engine.params import EngineConfig, Policy, Priority, ServingMode
+from .engine.sampling.params import SamplingParams
 from .engine.stats import RequestStats, hit_rate, percentile
 from .engine.trace import STEP_TRACK, trace_events
 

@@ -22,7 +22,8 @@ from .engine.cell_map import CellMap
 from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
 from .engine.model_info import ModelInfo
-from .engine.params import EngineConfig, Policy, Priority, SamplingParams, ServingMode
+from .engine.params import EngineConfig, Policy, Priority, ServingMode
+from .engine.sampling.params import SamplingParams
 from .engine.sequence import Request
 from .engine.stats import EngineSnapshot, StepStats
 from .engine.thread.engine_thread import EngineThread, model_name
@@ -151,19 +152,19 @@ class EngineClient:
 
     def snapshot_of(self, model: str | None) -> EngineSnapshot | None:
         engine = self._engine_of(model)
-        return engine.snapshot if engine else None
+        return engine.figures.snapshot if engine else None
 
     def cell_map_of(self, model: str | None = None) -> CellMap | None:
         """A model's KV cells by slot, and its RAM tier (rebuilt at most ten times a second); None before the start."""
         engine = self._engine_of(model)
-        return engine.cell_map if engine else None
+        return engine.figures.cell_map if engine else None
 
     def recent_steps(self, seconds: float | None = None, model: str | None = None) -> tuple[StepStats, ...]:
         """A model's steps of the last `seconds` (all those kept when None), oldest first."""
         engine = self._engine_of(model)
         if engine is None:
             return ()
-        return engine.steps.since(-math.inf if seconds is None else time.monotonic() - seconds)
+        return engine.figures.steps.since(-math.inf if seconds is None else time.monotonic() - seconds)
 
     @property
     def model_info(self) -> ModelInfo | None:
@@ -279,18 +280,18 @@ class EngineClient:
 
     async def set_mode(self, mode: ServingMode, model: str | None = None) -> None:
         """Batched, static or sequential serving."""
-        await self.call(lambda engine: engine.set_mode(mode), model)
+        await self.call(lambda engine: engine.configure(mode=mode), model)
 
     async def set_static_window(self, static_window_ms: float, model: str | None = None) -> None:
         """How long a static batch waits for requests to fill it (ms)."""
-        await self.call(lambda engine: engine.set_static_window(static_window_ms), model)
+        await self.call(lambda engine: engine.configure(static_window_ms=static_window_ms), model)
 
     async def set_policy(self, policy: Policy, model: str | None = None) -> None:
-        await self.call(lambda engine: engine.set_policy(policy), model)
+        await self.call(lambda engine: engine.configure(policy=policy), model)
 
     async def set_itl_target(self, itl_target_ms: float | None, model: str | None = None) -> None:
         """Adapt the batch size to this inter-token latency target (ms), or None for a fixed batch."""
-        await self.call(lambda engine: engine.set_itl_target(itl_target_ms), model)
+        await self.call(lambda engine: engine.configure(itl_target_ms=itl_target_ms), model)
 
     async def call(self, fn, model: str | None = None):
         """Run fn(engine of `model`) on the engine thread and await its result."""

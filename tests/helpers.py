@@ -58,7 +58,7 @@ def divergence_is_a_near_tie(model_path: str, prompt: list[int], a_ids: list[int
     was so: both tokens must be within NEAR_TIE of the best logit there. A sequence that read wrong
     cells would leave a clear winner instead.
     """
-    from app.engine.kv.manager import common_prefix_len
+    from app.engine.kv.prefix import common_prefix_len
     from app.engine.llama.context import LlamaBackend
 
     k = common_prefix_len(a_ids, b_ids)

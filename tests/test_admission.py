@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from app.engine.kv.host_cache import HostCache
 from app.engine.kv.manager import KVCacheManager
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.sched.scheduler import MAX_BYPASSES, SLICE_STEPS, SLICE_TOKENS, Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
 from app.engine.stats import RequestStats
@@ -47,10 +47,10 @@ def turn(conversation: int, n_turn: int, prompt_len: int, max_tokens: int, arriv
 def step(scheduler: Scheduler) -> list[Sequence]:
     """One decode step as the engine runs it, every sampled token a new one; returns who finished."""
     plan = scheduler.schedule()
-    for seq, n in plan:
+    for seq, n in plan.n_tokens.items():
         scheduler.kv.commit(seq, n)
     done = []
-    for seq, _ in plan:
+    for seq in plan.seqs:
         if seq.num_pending == 0:
             seq.tokens.append(7 + len(seq.tokens))
             if seq.num_generated >= seq.params.max_tokens:

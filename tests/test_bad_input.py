@@ -12,7 +12,7 @@ from helpers import Started, run, user
 from app.client import EngineClient
 from app.engine.errors import ModelLoadError
 from app.engine.events import FinishReason
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 
 
 def broken_files(tmp_path):

@@ -29,8 +29,9 @@ def test_the_default_models_own_template_renders_its_default_system_prompt(model
 
 @pytest.mark.unit
 def test_the_chatml_fallback_ends_a_reply_at_its_markers_written_as_text():
-    from app.engine.params import OverflowPolicy, SamplingParams
+    from app.engine.params import OverflowPolicy
     from app.engine.prompt.builder import PromptBuilder
+    from app.engine.sampling.params import SamplingParams
     from app.engine.sequence import Request, Sequence
     from app.engine.stats import RequestStats
 

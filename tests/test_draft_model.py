@@ -18,7 +18,8 @@ from serving import Serving
 
 from app.cli import build_parser, engine_overrides
 from app.engine.errors import ModelLoadError
-from app.engine.params import GREEDY, SpecType
+from app.engine.params import SpecType
+from app.engine.sampling.params import GREEDY
 
 WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
 TEXT = " ".join(WORDS * 3)

@@ -11,7 +11,8 @@ import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY, SamplingParams, ServingMode
+from app.engine.params import ServingMode
+from app.engine.sampling.params import GREEDY, SamplingParams
 from app.engine.sequence import Request
 
 QUESTIONS = [
@@ -50,7 +51,9 @@ def test_eight_concurrent_greedy_requests_match_each_run_alone(config, model_pat
         async with Started(config.with_(kv_reuse=False)) as client:
             alone = [await collect(client.generate(user(q), params)) for q in QUESTIONS]
             together = await asyncio.gather(*(collect(client.generate(user(q), params)) for q in QUESTIONS))
-            prompts = await client.call(lambda e: [e.prompts.build(Request("p", params, tuple(user(q))))[0] for q in QUESTIONS])
+            prompts = await client.call(
+                lambda e: [e.intake.prompts.build(Request("p", params, tuple(user(q))))[0] for q in QUESTIONS]
+            )
             return alone, together, prompts, list(client.recent_steps())
 
     alone, together, prompts, steps = run(main())

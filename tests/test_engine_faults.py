@@ -16,11 +16,11 @@ from helpers import Started, collect, run, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engine import engine as engine_module
+from app.engine import figures
 from app.engine.engine import Engine
 from app.engine.errors import EngineError
 from app.engine.events import Fault, FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY, SamplingParams
+from app.engine.sampling.params import GREEDY, SamplingParams
 
 QUICK = GREEDY.with_(max_tokens=4)
 
@@ -165,13 +165,13 @@ def test_a_huge_chat_is_read_without_stalling_the_running_streams(tiny_config):
 
 @pytest.mark.tiny
 def test_per_conversation_totals_are_bounded(tiny_config, monkeypatch):
-    monkeypatch.setattr(engine_module, "CONVERSATIONS_KEPT", 3)
+    monkeypatch.setattr(figures, "CONVERSATIONS_KEPT", 3)
 
     async def main():
         async with Started(tiny_config) as client:
             for i in range(6):
                 await client.complete(user("Hi"), GREEDY.with_(max_tokens=1), conversation_id=f"c{i}")
-            return await client.call(lambda engine: engine.conversations.ids())
+            return await client.call(lambda engine: engine.figures.conversations.ids())
 
     assert run(main()) == ["c3", "c4", "c5"]
 

@@ -10,9 +10,9 @@ import re
 import pytest
 from helpers import Started, run, user
 
-import app.engine.engine as engine_module
+import app.engine.sampling.drawer as drawer_module
 from app.engine.events import Fault, FinishReason
-from app.engine.params import GREEDY, SamplingParams
+from app.engine.sampling.params import GREEDY, SamplingParams
 
 pytestmark = pytest.mark.tiny
 
@@ -56,7 +56,7 @@ def test_a_grammar_parsed_once_serves_replies_at_once_and_later_each_its_own(tin
 
 
 def test_a_grammar_too_slow_for_a_token_stops_its_reply_and_the_others_go_on(tiny_config, monkeypatch):
-    monkeypatch.setattr(engine_module, "GRAMMAR_TOKEN_S", 0.0)  # every grammar is too slow now
+    monkeypatch.setattr(drawer_module, "GRAMMAR_TOKEN_S", 0.0)  # every grammar is too slow now
 
     async def main():
         async with Started(tiny_config) as client:

@@ -439,7 +439,8 @@ def test_a_kv_stream_per_sequence_decodes_the_same(model_path):
     """llama.cpp's non-unified layout: each sequence has n_ctx / capacity cells, and greedy text is unchanged."""
     from helpers import Started, collect, run, user
 
-    from app.engine.params import EngineConfig, SamplingParams
+    from app.engine.params import EngineConfig
+    from app.engine.sampling.params import SamplingParams
 
     base = EngineConfig(model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False, kv_unified=True)
     greedy = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=24)
@@ -459,7 +460,8 @@ def test_a_kv_stream_per_sequence_ends_a_reply_that_fills_it_at_its_stream(tiny_
     from helpers import Started, run, user
 
     from app.engine.events import FinishReason
-    from app.engine.params import EngineConfig, SamplingParams
+    from app.engine.params import EngineConfig
+    from app.engine.sampling.params import SamplingParams
 
     config = EngineConfig(tiny_model_path, n_ctx=1024, capacity=4, n_threads=2, kv_reuse=False, kv_unified=False)
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from serving import Serving
 
 from app.engine.kv.host_cache import HostBudget, HostCache, SavedCells
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 
 STORY = "Once upon a time, in a village by the sea, there lived an old fisherman named Tom. " * 28  # 560 tokens
@@ -58,7 +58,7 @@ def test_an_evicted_conversation_is_restored_from_ram_and_answers_as_if_recomput
             mid = client.snapshot
             later = chat(first.text, story)
             second_events, second = await collect(client.generate(later, params, conversation_id="a"))
-            prompt = await client.call(lambda e: e.prompts.build(Request("x", params, tuple(later)))[0])
+            prompt = await client.call(lambda e: e.intake.prompts.build(Request("x", params, tuple(later)))[0])
             return first, mid, second_events, second, prompt, client.snapshot
 
     first, mid, second_events, second, prompt, after = run(main())

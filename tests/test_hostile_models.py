@@ -26,8 +26,9 @@ from app.client import new_request_id
 from app.engine.errors import ModelLoadError
 from app.engine.events import FinishReason
 from app.engine.model_file import check_gguf_file
-from app.engine.params import GREEDY, EngineConfig
+from app.engine.params import EngineConfig
 from app.engine.prompt.chat_template import RENDER_SECONDS
+from app.engine.sampling.params import GREEDY
 from app.models.gguf_meta import read_gguf
 from app.models.library import ModelFinder, ModelFolder
 from app.workspace.chat_store import NOTICE

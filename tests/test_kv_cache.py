@@ -11,8 +11,9 @@ import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 
 from app.engine.events import FinishReason
-from app.engine.kv.manager import common_prefix_len
-from app.engine.params import GREEDY, OverflowPolicy
+from app.engine.kv.prefix import common_prefix_len
+from app.engine.params import OverflowPolicy
+from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 
 # a system prompt of well over 200 tokens, shared by every conversation below
@@ -38,7 +39,7 @@ def system_chat(question: str) -> list[dict[str, str]]:
 
 
 async def prompt_tokens(client, messages, params=GREEDY):
-    return await client.call(lambda e: e.prompts.build(Request("probe", params, tuple(messages)))[0])
+    return await client.call(lambda e: e.intake.prompts.build(Request("probe", params, tuple(messages)))[0])
 
 
 @pytest.mark.model
@@ -190,7 +191,7 @@ def test_overflow_policy_truncate_drops_oldest_turns_and_keeps_the_system_prompt
             text = await client.call(
                 lambda e: "".join(
                     e.backend.vocab.piece(t).decode("utf-8", "replace")
-                    for t in e.prompts.build(Request("x", GREEDY.with_(max_tokens=16), tuple(messages)))[0]
+                    for t in e.intake.prompts.build(Request("x", GREEDY.with_(max_tokens=16), tuple(messages)))[0]
                 )
             )
             return final, text

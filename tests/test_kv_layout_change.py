@@ -11,8 +11,8 @@ import pytest
 from helpers import Started, run, user
 
 from app.engine.events import FinishReason
-from app.engine.kv.pool import MIN_STREAM, next_layout
-from app.engine.params import GREEDY
+from app.engine.kv.layout import MIN_STREAM, next_layout
+from app.engine.sampling.params import GREEDY
 
 SENTENCE = "The river ran past the old mill, where the miller's daughter counted sacks of flour. "
 LONG_TEXT = SENTENCE * 80  # over 1,024 tokens: more than a stream of the configs below holds

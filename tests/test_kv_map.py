@@ -14,7 +14,7 @@ from test_host_cache import OTHER, STORY, chat
 from test_kv_cache import system_chat
 
 from app.engine.cell_map import CellMap, SlotState
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 
 pytestmark = pytest.mark.tiny
 

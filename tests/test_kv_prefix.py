@@ -5,8 +5,8 @@ import random
 import pytest
 from helpers import Started, collect, run, user
 
-from app.engine.kv.manager import common_prefix_len
-from app.engine.params import GREEDY, SamplingParams
+from app.engine.kv.prefix import common_prefix_len
+from app.engine.sampling.params import GREEDY, SamplingParams
 from app.engine.sequence import Request
 
 
@@ -43,7 +43,7 @@ def test_a_reply_that_re_tokenizes_differently_is_still_reused_whole(tiny_config
                 follow = question + [{"role": "assistant", "content": first.text}, user("Go on.")[0]]
                 own = await client.call(lambda e, cid=f"c{seed}": list(e.history.get(cid)))
                 request = Request("x", hot, tuple(follow))
-                fresh = await client.call(lambda e, r=request: e.prompts.build(r)[0])
+                fresh = await client.call(lambda e, r=request: e.intake.prompts.build(r)[0])
                 if common_prefix_len(fresh, own) < len(own):  # re-tokenizing would lose part of the reply
                     _, second = await collect(client.generate(follow, GREEDY.with_(max_tokens=2), conversation_id=f"c{seed}"))
                     return first, second, own, fresh

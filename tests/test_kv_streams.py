@@ -10,9 +10,10 @@ from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, 
 from test_host_cache import OTHER, chat
 from test_kv_cache import prompt_tokens, system_chat
 
-from app.engine.kv.manager import common_prefix_len
-from app.engine.kv.pool import LONG_CHAT, MIN_STREAM, choose_layout
-from app.engine.params import GREEDY, EngineConfig
+from app.engine.kv.layout import LONG_CHAT, MIN_STREAM, choose_layout
+from app.engine.kv.prefix import common_prefix_len
+from app.engine.params import EngineConfig
+from app.engine.sampling.params import GREEDY
 
 
 @pytest.fixture

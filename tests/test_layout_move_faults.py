@@ -18,7 +18,7 @@ from app.engine.events import FinishEvent, FinishReason
 from app.engine.llama import context
 from app.engine.llama.context import LlamaBackend
 from app.engine.llama.seq_state import StateFormatError
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 
 pytestmark = pytest.mark.tiny
@@ -159,7 +159,7 @@ def test_a_move_that_fails_leaves_the_old_layout_serving_or_every_request_ended(
         inject(monkeypatch)
         long = driver.ask(LONG + "Summarize.", "long")
         engine = driver.engine
-        assert engine.layout_changes == 0
+        assert engine.layout_move.changes == 0
         assert long.reason is FinishReason.ERROR and long.error  # the chat that wanted one pool ends, with why
         again = driver.ask("Chat a: tell me a story.", "a")
         if outcome == "kept":  # the old layout serves every chat as before
@@ -170,7 +170,7 @@ def test_a_move_that_fails_leaves_the_old_layout_serving_or_every_request_ended(
             assert engine.backend.lost is not None and engine.backend.ctx is None
             assert long.fault is not None and "load it again" in long.error
             assert again.reason is FinishReason.ERROR and "load it again" in again.error
-            assert engine.snapshot.kv_layout.startswith("none (the KV layout could not change")
+            assert engine.figures.snapshot.kv_layout.startswith("none (the KV layout could not change")
             assert engine.kv.cells_used == 0 and not engine.has_work()
     finally:
         driver.close()
@@ -180,7 +180,7 @@ def test_a_failed_save_is_not_tried_again_at_every_step_and_the_pool_keeps_servi
     driver = Driver(two_streams)
     try:
         driver.ask(LONG + "Summarize.", "long")
-        assert driver.engine.layout_changes == 1 and not driver.engine.backend.streams
+        assert driver.engine.layout_move.changes == 1 and not driver.engine.backend.streams
         tries = []
         real = LlamaBackend.relayout
 
@@ -190,16 +190,16 @@ def test_a_failed_save_is_not_tried_again_at_every_step_and_the_pool_keeps_servi
 
         monkeypatch.setattr(LlamaBackend, "relayout", relayout)
         monkeypatch.setattr(LlamaBackend, "seq_save", lambda self, seq_id, size: None)
-        steps = driver.engine.snapshot.steps
+        steps = driver.engine.figures.snapshot.steps
         # two short chats take both slots: every chat fits a stream, the move back is wanted at each step
         x = driver.ask("x: hello there.", "x", GREEDY.with_(max_tokens=24, ignore_eos=True))
         y = driver.ask("y: hello there.", "y", GREEDY.with_(max_tokens=24, ignore_eos=True))
         assert x.ok and y.ok and x.stats.gen_tokens == y.stats.gen_tokens == 24
-        assert driver.engine.snapshot.steps - steps >= 40
+        assert driver.engine.figures.snapshot.steps - steps >= 40
         assert 1 <= len(tries) <= 4 and not any(tries)  # once per change of requests, not once a step
         monkeypatch.undo()
         z = driver.ask("z: hello there.", "z")  # something changed: the move is tried again, and done
-        assert z.ok and driver.engine.backend.streams and driver.engine.layout_changes == 2
+        assert z.ok and driver.engine.backend.streams and driver.engine.layout_move.changes == 2
         assert_cells_as_llama_holds_them(driver.engine)
     finally:
         driver.close()
@@ -232,7 +232,7 @@ def test_shared_prefixes_are_counted_as_llama_holds_them_after_moving_to_one_poo
         assert_cells_as_llama_holds_them(engine)
         for chat in ("w", "v", "u"):  # the long chat's slot goes to another: back to streams
             driver.ask(f"{chat}: hello there my friend", chat)
-        assert engine.backend.streams and engine.layout_changes == 2
+        assert engine.backend.streams and engine.layout_move.changes == 2
         assert_cells_as_llama_holds_them(engine)
         back = driver.ask(LONG + "Summarize.", "long")  # to one pool again, its cells from RAM
         assert back.stats.restored_tokens > 1024 and not engine.backend.streams

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.engine.errors import ModelLoadError, UnknownModelError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 
 pytestmark = pytest.mark.model
 

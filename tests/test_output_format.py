@@ -8,7 +8,7 @@ import json
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError
+from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError
 from app.ui.settings import AppSettings
 from app.workspace.markdown_stream import CUT_JSON, VALID_JSON, fenced_code, json_reply
 from app.workspace.pane_params import PaneParams

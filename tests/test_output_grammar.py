@@ -1,4 +1,4 @@
-"""Schemas and grammars from anyone (app/engine/llama/grammar.py): bounded before they are read, and
+"""Schemas and grammars from anyone (app/engine/sampling/constraints.py): bounded before they are read, and
 any JSON value given as a schema either becomes a grammar or is refused with one error."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.llama.grammar import MAX_DEPTH, MAX_GRAMMAR_BYTES, ConstraintError, check_grammar, schema_grammar
+from app.engine.sampling.constraints import MAX_DEPTH, MAX_GRAMMAR_BYTES, ConstraintError, check_grammar, schema_grammar
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.engine.llama.context import LlamaBackend
-from app.engine.params import GREEDY, EngineConfig, OverflowPolicy
+from app.engine.params import EngineConfig, OverflowPolicy
 from app.engine.prompt.builder import PromptBuilder, _first_fitting
 from app.engine.prompt.chat_template import ChatTemplate
+from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 
 

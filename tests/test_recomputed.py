@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.engine.kv.computed import BLOCK, ComputedPrefixes
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 
 
 @pytest.mark.unit

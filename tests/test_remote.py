@@ -19,7 +19,7 @@ from serving import Serving, engine_is_idle
 from spawn import free_port
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.stats import RequestStats
 from app.remote import CONVERSATIONS_KEPT, Endpoint, RemoteClient, RemoteError, _read_line, _Reply
 

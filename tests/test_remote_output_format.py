@@ -11,7 +11,7 @@ from helpers import collect, run, user
 from serving import Serving
 
 from app.engine.events import FinishReason
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 from app.remote import Endpoint, FormattedSampling, OutputFormat, RemoteClient
 from app.remote.chat_api import body as chat_body

@@ -16,7 +16,7 @@ from serving import Serving
 from test_remote import _faulty_server
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY
+from app.engine.sampling.params import GREEDY
 from app.engine.stats import RequestStats
 from app.remote import Endpoint, RemoteClient, RemoteError, _Reply
 

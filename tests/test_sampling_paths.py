@@ -8,7 +8,8 @@ import asyncio
 import pytest
 from helpers import Started, collect, run, token_ids, user
 
-from app.engine.params import EngineConfig, SamplingParams, ServingMode
+from app.engine.params import EngineConfig, ServingMode
+from app.engine.sampling.params import SamplingParams
 
 QUESTIONS = ["Why is the sky blue?", "Name three fruits.", "Say hi.", "What is 2 + 2?"]
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, max_tokens=32)

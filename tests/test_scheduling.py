@@ -8,7 +8,8 @@ import pytest
 from helpers import Started, run, user
 
 from app.engine.kv.manager import KVCacheManager
-from app.engine.params import GREEDY, Policy, Priority
+from app.engine.params import Policy, Priority
+from app.engine.sampling.params import GREEDY
 from app.engine.sched.adaptive import MIN_PREFILL, AdaptiveBatch
 from app.engine.sched.scheduler import Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
@@ -60,7 +61,7 @@ def crafted(policy: Policy, n_batch: int = 64, capacity: int = 4) -> tuple[Sched
 
 
 def planned(scheduler: Scheduler) -> list[tuple[str, int]]:
-    return [(seq.request_id, n) for seq, n in scheduler.schedule()]
+    return [(seq.request_id, n) for seq, n in scheduler.schedule().n_tokens.items()]
 
 
 @pytest.mark.unit
@@ -228,7 +229,7 @@ def test_the_engine_adapts_its_batch_to_a_latency_target_and_finishes_every_requ
         async with Started(config.with_(itl_target_ms=1)) as client:  # no step can be that fast
             params = GREEDY.with_(max_tokens=32, ignore_eos=True)
             finals = await asyncio.gather(*(client.complete(user(f"Count to {i}."), params) for i in range(12)))
-            steps = await client.call(lambda e: list(e.steps.since()))
+            steps = await client.call(lambda e: list(e.figures.steps.since()))
             return finals, steps
 
     finals, steps = run(main())

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.kv.pool import LayoutChoice
+from app.engine.kv.layout import LayoutChoice
 from app.engine.llama.context import LlamaBackend
 from app.engine.llama.seq_state import MAGIC, StateFormatError, restream, stream_count
 

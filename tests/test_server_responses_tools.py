@@ -12,7 +12,7 @@ import openai
 import pytest
 from test_server_responses import serve
 
-from app.engine.params import SamplingParams
+from app.engine.sampling.params import SamplingParams
 from app.server.protocol import Job
 from app.server.response_tools import StreamedItems
 from app.server.responses import ResponseRequest, ResponseShape, kept_of

@@ -1,4 +1,4 @@
-"""Speculative decoding by n-gram lookup (app/engine/speculation.py): drafted tokens verified in the
+"""Speculative decoding by n-gram lookup (app/engine/spec/): drafted tokens verified in the
 shared batch give a greedy reply token for token the one decoding without them gives, the rejected
 guesses' cells are removed (the KV manager's count is checked against llama.cpp's after every
 decode in the tests), and the next turn finds the whole history."""
@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from app.engine.events import FinishReason
 from app.engine.llama.context import LlamaBackend
-from app.engine.params import GREEDY, SpecType
-from app.engine.spec.drafters import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter, StepCost
+from app.engine.params import SpecType
+from app.engine.sampling.params import GREEDY
+from app.engine.spec.drafters import PROBE_EVERY, PROBE_LEAST_OFTEN, PROBE_LENGTH, Drafter, NgramDrafter
+from app.engine.step_cost import StepCost
 
 WORDS = ["the", "mill", "river", "flour", "daughter", "counted", "sacks", "of", "and", "ran", "past"]
 

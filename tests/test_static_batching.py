@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from app.bench import BenchSettings, guide_rows
 from app.cli import main
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY, ServingMode
+from app.engine.params import ServingMode
+from app.engine.sampling.params import GREEDY
 
 pytestmark = pytest.mark.tiny
 
@@ -48,7 +49,7 @@ def test_a_batch_gathers_for_its_window_then_runs_together(tiny_config):
             await asyncio.sleep(0.05)
             later = [asyncio.ensure_future(client.complete(user(t), reply(4), request_id=t)) for t in ("b", "c")]
             gathered = await asyncio.gather(first, *later)
-            steps = await client.call(lambda e: list(e.steps.since()))
+            steps = await client.call(lambda e: list(e.figures.steps.since()))
             full = await asyncio.gather(*(client.complete(user(f"r{i}"), reply(4)) for i in range(4)))
             return t0, gathered, steps, full
 
@@ -73,7 +74,7 @@ def test_a_newcomer_waits_for_the_whole_batch_and_holes_stay_empty(tiny_config):
             await short
             late = await client.complete(user("late"), reply(3), request_id="late")  # a slot is free: it still waits
             await long
-            steps = await client.call(lambda e: list(e.steps.since()))
+            steps = await client.call(lambda e: list(e.figures.steps.since()))
             return steps, late, (await long), (await client.call(leaked_cells))
 
     steps, late, long, leaks = run(main())

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engine.params import OverflowPolicy, SamplingParams
+from app.engine.params import OverflowPolicy
 from app.engine.prompt.builder import PromptBuilder
 from app.engine.prompt.chat_template import CHATML, RENDER_SECONDS, ChatTemplate, ChatTemplateError
+from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request
 
 pytestmark = pytest.mark.unit

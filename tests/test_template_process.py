@@ -14,12 +14,12 @@ import time
 import pytest
 from helpers import Started, collect, run, user
 
-from app.engine import engine as engine_module
-from app.engine import template_sandbox
 from app.engine.events import FinishEvent
-from app.engine.params import GREEDY, OverflowPolicy, SamplingParams
+from app.engine.params import OverflowPolicy
+from app.engine.prompt import intake, sandbox
 from app.engine.prompt.builder import PromptBuilder
 from app.engine.prompt.chat_template import ChatTemplate, ChatTemplateError
+from app.engine.sampling.params import GREEDY, SamplingParams
 from app.engine.sequence import Request
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts what /proc shows")
@@ -57,14 +57,14 @@ def _children() -> dict[int, str]:
 def _counting_starts(monkeypatch) -> list[subprocess.Popen]:
     """The template processes started from now on (other tests may leave processes of their own)."""
     started: list[subprocess.Popen] = []
-    popen = template_sandbox.subprocess.Popen
+    popen = sandbox.subprocess.Popen
 
     def counted(*args, **kwargs):
         process = popen(*args, **kwargs)
         started.append(process)
         return process
 
-    monkeypatch.setattr(template_sandbox.subprocess, "Popen", counted)
+    monkeypatch.setattr(sandbox.subprocess, "Popen", counted)
     return started
 
 
@@ -82,7 +82,7 @@ def _ended_for_good(process: subprocess.Popen) -> bool:
 @pytest.mark.tiny
 @linux_only
 def test_fifty_cancels_at_any_moment_leave_descriptors_and_processes_where_they_were(tiny_config, monkeypatch):
-    monkeypatch.setattr(engine_module, "ChatTemplate", lambda source, *args: ChatTemplate(SLOW_ON_REQUEST, *args))
+    monkeypatch.setattr(intake, "ChatTemplate", lambda source, *args: ChatTemplate(SLOW_ON_REQUEST, *args))
     started = _counting_starts(monkeypatch)
     quick = GREEDY.with_(max_tokens=4)
     long_text = " ".join(["word"] * 6000)  # tokenized after its render (idle template), then too long for 4,096
@@ -241,7 +241,7 @@ def test_the_template_process_sees_no_secret_of_the_app(monkeypatch):
         template.close()
     assert not names & set(secrets)
     assert {"PATH", "PYTHONPATH", "LC_ALL"} <= names
-    assert names <= template_sandbox.ENV_NAMES | {"PYTHONPATH"} | {n for n in names if n.startswith("LC_")}
+    assert names <= sandbox.ENV_NAMES | {"PYTHONPATH"} | {n for n in names if n.startswith("LC_")}
 
 
 @pytest.mark.tiny
@@ -252,7 +252,7 @@ def test_serve_answers_a_template_s_long_words_with_a_400_of_one_kib_of_them(tin
     from app.engine.prompt.worker import CUT_MARK
 
     wordy = "{{ raise_exception('roles must alternate' + '!' * 100000) }}"
-    monkeypatch.setattr(engine_module, "ChatTemplate", lambda source, *args: ChatTemplate(wordy, *args))
+    monkeypatch.setattr(intake, "ChatTemplate", lambda source, *args: ChatTemplate(wordy, *args))
 
     async def main():
         async with Serving(tiny_config) as (_client, _server, url):
@@ -271,6 +271,6 @@ def test_serve_answers_a_template_s_long_words_with_a_400_of_one_kib_of_them(tin
 def test_the_template_process_environment_is_built_from_an_allow_list():
     parent = {"PATH": "/bin", "LC_ALL": "C.UTF-8", "TZ": "UTC", "PYTHONPATH": "extra", "HF_TOKEN": "hf_secret"}
     parent |= {"OPENAI_API_KEY": "sk", "AWS_ACCESS_KEY_ID": "a", "HTTP_PROXY": "http://u:p@proxy:1", "MY_SECRET": "s"}
-    env = template_sandbox.worker_environment(parent)
+    env = sandbox.worker_environment(parent)
     assert set(env) == {"PATH", "LC_ALL", "TZ", "PYTHONPATH"}
     assert env["PYTHONPATH"].endswith(os.pathsep + "extra")  # the app's folder first, so the worker imports

@@ -10,8 +10,8 @@ from helpers import Started, collect, run, token_ids, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.engine.params import SamplingParams
 from app.engine.probs import token_probs
+from app.engine.sampling.params import SamplingParams
 
 
 def _piece(token: int) -> bytes:

@@ -11,7 +11,7 @@ import pytest
 from helpers import Started, run
 
 from app.cli import main as cli_main
-from app.engine.params import SamplingParams
+from app.engine.sampling.params import SamplingParams
 from app.engine.stats import RequestStats, StepPart, StepStats
 from app.engine.trace import NO_CONVERSATION, STEP_TRACK, trace_document, trace_events, write_trace
 from app.workspace.step_columns import StepColumns, step_summary
@@ -112,7 +112,7 @@ def test_a_trace_of_the_engine_matches_its_steps_and_gives_each_request_three_sp
             finals = await asyncio.gather(
                 *(client.complete([{"role": "user", "content": f"hi {i}"}], params, conversation_id=f"c{i}") for i in range(3))
             )
-            steps = await client.call(lambda engine: engine.steps.since())
+            steps = await client.call(lambda engine: engine.figures.steps.since())
             return [f.stats for f in finals], steps
 
     requests, steps = run(scenario())

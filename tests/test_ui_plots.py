@@ -14,7 +14,8 @@ from PySide6.QtGui import QColor, QImage, QPainter, QPalette
 from PySide6.QtWidgets import QWidget
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
-from app.engine.params import GREEDY, SpecType
+from app.engine.params import SpecType
+from app.engine.sampling.params import GREEDY
 from app.engine.stats import RequestStats
 from app.ui.plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
 from app.ui.plots import MIN_VIEW_HEIGHT, RIGHT_AXIS_WIDTH, PlotsPanel

@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import QLockFile, Qt
 from ui_fixtures import QUICK, TINY_LONG, TINY_QUICK, close_window, open_window, set_params, start_long_reply, until
 
-from app.engine.params import SamplingParams
+from app.engine.sampling.params import SamplingParams
 from app.ui.main import EXIT_LOCKED, LOCK_FILE
 from app.ui.settings import AppSettings, open_qsettings
 from app.workspace.chat_store import CUT_BY_EXIT, NOTICE, ChatStore

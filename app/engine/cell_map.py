@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .kv.manager import KVCacheManager, StreamPerSlot
+from .kv.layout import StreamPerSlot
+from .kv.manager import KVCacheManager
 from .kv.prefix import common_prefix_len
 from .sched.scheduler import Scheduler
 

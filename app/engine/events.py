@@ -73,6 +73,12 @@ def refused(
     return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=model, fault=fault)
 
 
+def failed(request_id: str, stats: RequestStats, error: str, fault: Fault, model: str | None) -> FinishEvent:
+    """A request the engine took and could not serve at all (no prompt, no context)."""
+    stats.t_finish = time.monotonic()
+    return FinishEvent(request_id, FinishReason.ERROR, "", stats, error, model=model, fault=fault)
+
+
 def dropped(request_id: str, conversation_id: str | None, t_submit: float, model: str | None) -> FinishEvent:
     """The final event of a request cancelled before it reached its engine."""
     return FinishEvent(request_id, FinishReason.CANCELLED, "", _unserved(request_id, conversation_id, t_submit), model=model)

@@ -1,14 +1,16 @@
 """One request in flight: its tokens, where it stands, how it samples.
 
 Who changes what: the scheduler its status (and its place in the queues), the KV manager its slot
-and how many of its tokens the slot holds, the engine its tokens and its sampling."""
+and how many of its tokens the slot holds, the engine its tokens and its sampling. What one step decides for it is the step's (sched/plan.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from .params import Priority, SamplingParams
+from .params import Priority
+from .sampling.draw import Draw
+from .sampling.params import SamplingParams
 from .stats import RequestStats
 from .text_stream import TextStream
 
@@ -27,15 +29,6 @@ class Request:
     reply_prefix: tuple[int, ...] = ()
     model: str | None = None  # the name of the loaded model that serves it (None: the default model)
     builtin_template: bool = False  # messages rendered with the built-in ChatML template, not the model's
-
-
-class Draw(Enum):
-    """How a sequence's next token is drawn from the logits of its batch row."""
-
-    IN_GRAPH = auto()  # by its sampler chain inside llama.cpp's decode graph (backend sampling)
-    ARGMAX = auto()  # greedy with nothing to penalise: the top logit, read for every such row at once
-    CHAIN = auto()  # by its sampler chain on the host, over the whole vocabulary
-    PROBS = auto()  # by the chain on the host, keeping what it left: the token probabilities asked for
 
 
 class SequenceStatus(Enum):
@@ -67,9 +60,7 @@ class Sequence:
         self.sampler = None
         self.grammar = None  # llama.cpp's grammar sampler, when its replies must follow one
         self.draw = Draw.CHAIN
-        self.row = -1  # batch row whose logits this sequence samples in the current step
-        self.drafter = None  # speculation.Drafter (an NgramDrafter without a draft model), made at its first draft
-        self.draft: list[int] = []  # tokens guessed after its next one, verified in the current step
+        self.drafter = None  # spec.drafters.Drafter (an NgramDrafter without a draft model), made at its first draft
         self.stream = TextStream(request.params.stop + stop)
         self.stats = stats
         self.arrival = arrival  # submission order, for fair queues

@@ -12,7 +12,8 @@ from uuid import uuid4
 import aiohttp
 
 from app.engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent, refused
-from app.engine.params import Priority, SamplingParams
+from app.engine.params import Priority
+from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request
 from app.engine.stats import ConversationTotals, RequestStats
 

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from app.engine.params import SamplingParams
+from app.engine.sampling.params import SamplingParams
 
 SCHEMA_NAME = "reply"  # the name a schema is sent under (the APIs require one) when its title will not do
 LABELS = {"json": "any JSON object", "schema": "a JSON schema", "grammar": "a GBNF grammar"}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.engine.events import FinishReason
-from app.engine.params import SamplingParams
+from app.engine.sampling.params import SamplingParams
 
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of

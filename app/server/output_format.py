@@ -5,7 +5,7 @@ that cannot constrain a reply is a 400 saying why, never a reply that ignores it
 
 from __future__ import annotations
 
-from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
+from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
 
 FORMAT_FIELDS = ("response_format", "json_schema", "grammar")
 

@@ -40,7 +40,7 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 # what a response echoes of its `text.format`: the API's fields of each type, no other
 FORMAT_FIELDS = ("type", "name", "description", "schema", "strict")
-# the request fields that set a sampling knob of sampling_fields.py; the length is `max_output_tokens`
+# the request fields that set a sampling knob of sampling/fields.py; the length is `max_output_tokens`
 SAMPLING_KEYS = (
     "temperature",
     "top_p",

@@ -22,7 +22,7 @@ import string
 import uuid
 from dataclasses import dataclass
 
-from app.engine.llama.grammar import ConstraintError
+from app.engine.sampling.constraints import ConstraintError
 
 from .output_format import FieldError
 from .tool_parse import Scan, scan

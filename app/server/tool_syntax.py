@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from app.engine.llama.grammar import check_grammar, schema_grammar
+from app.engine.sampling.constraints import check_grammar, schema_grammar
 from app.models.gguf_meta import read_gguf
 
 

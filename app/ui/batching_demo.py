@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent
-from app.engine.params import SamplingParams, ServingMode
+from app.engine.params import ServingMode
+from app.engine.sampling.params import SamplingParams
 from app.engine.stats import StepStats
 from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams

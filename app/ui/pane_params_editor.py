@@ -30,7 +30,7 @@ from . import theme
 
 @dataclass(frozen=True)
 class SliderSpec:
-    """A pane's slider over one sampling field (sampling_fields.py declares its span, step and help)."""
+    """A pane's slider over one sampling field (sampling/fields.py declares its span, step and help)."""
 
     name: str  # the PaneParams field
     label: str

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.engine.llama.grammar import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
-from app.engine.params import Priority, SamplingParams
+from app.engine.params import Priority
+from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
 from app.engine.sampling.fields import SLIDER_FIELDS
+from app.engine.sampling.params import SamplingParams
 from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
@@ -18,7 +19,7 @@ JSON_FORMATS = ("json", "schema")  # replies shown as formatted JSON with a vali
 @dataclass(frozen=True)
 class PaneParams:
     """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL).
-    Its slider fields are sampling_fields.py's fields with a slider, by name."""
+    Its slider fields are sampling/fields.py's fields with a slider, by name."""
 
     temperature: float = SamplingParams.temperature
     top_p: float = SamplingParams.top_p

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from app.client import new_request_id
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
-from app.engine.llama.grammar import ConstraintError
-from app.engine.params import SamplingParams
 from app.engine.probs import TokenChoice, TokenProbs
+from app.engine.sampling.constraints import ConstraintError
+from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request
 
 from .chat_store import NOTICE, Chat

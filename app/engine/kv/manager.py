@@ -6,10 +6,9 @@ which shares cells on a unified KV cache). Cells are counted with reference coun
 llama.cpp's sharing, so eviction knows what it frees. When the pool is full, idle slots go first,
 least recently used first.
 
-The layout is a strategy: in one pool (`OnePool`) the slots compete for cells, room is made by
-evicting idle slots and seq_cp shares a prefix's cells; with a stream per sequence (llama.cpp's
-kv_unified off, `StreamPerSlot`) a slot never takes another's room, and a prefix crosses streams as
-a copy of its cells, worth it only for a long one.
+The slots and the cells' reference counts are cells.py's; the layout is a strategy (layout.py:
+`OnePool`, `StreamPerSlot`) that works through this manager's public side (`memory`, `slots`,
+`cells`, `free_cells`, `evict`, `truncate`).
 
 It alone sets a sequence's `slot_id` and `num_computed`: `acquire`, `preempt` and `release` when
 the scheduler admits, preempts or ends it, `commit` when the engine's decode wrote its cells. It
@@ -19,40 +18,16 @@ never changes a sequence's status.
 from __future__ import annotations
 
 from enum import Enum, auto
-from typing import Protocol
 
 from ..sequence import Sequence
+from .cells import CellLedger, Memory, Slot
 from .computed import ComputedPrefixes
-from .host_cache import MIN_SAVED_TOKENS, HostCache, SavedCells, StateMemory
-from .prefix import common_prefix_len
-
-# a waiting request that shares at least this many more tokens with a prompt being read right now
-# waits for that prompt, then copies it, instead of computing the same prefix twice
-MIN_SHARED_PREFIX = 32
-
+from .host_cache import MIN_SAVED_TOKENS, HostCache, SavedCells
+from .layout import Layout, OnePool, StreamPerSlot
+from .prefix import MIN_SHARED_PREFIX, common_prefix_len
 
 # a saved state is restored only when it holds this many more tokens than the pool can give
 MIN_RESTORE_GAIN = 16
-
-
-class Memory(StateMemory, Protocol):
-    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool: ...
-    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None: ...
-    def seq_pos_max(self, seq_id: int) -> int: ...
-
-
-class Slot:
-    def __init__(self, seq_id: int):
-        self.seq_id = seq_id
-        self.tokens: list[int] = []  # tokens whose cells this slot holds; index = position
-        self.cells: list[int] = []  # the ids of those cells (shared ids after a seq_cp)
-        self.owner: str | None = None  # the name of the chat it last served (two chats may share one)
-        self.sequence: Sequence | None = None  # the request using it now
-        self.last_used = 0
-
-    @property
-    def is_idle(self) -> bool:
-        return self.sequence is None
 
 
 class Acquire(Enum):
@@ -73,15 +48,14 @@ class KVCacheManager:
         host: HostCache | None = None,
         streams: bool = False,
     ):
-        self._mem = memory
+        self.memory = memory
         self.layout: Layout = StreamPerSlot() if streams else OnePool()
         self.slots = [Slot(i) for i in range(n_slots)]
         self.n_cells = n_cells  # the pool's, every slot's together (llama_n_ctx)
         self.reuse = reuse
         self.host = host if reuse else None  # evicted cells saved to RAM
         self.recompute_s_per_token: float | None = None  # the engine's latest measure of prompt reading
-        self._refs: dict[int, int] = {}
-        self._next_cell = 0
+        self.cells = CellLedger()
         self._clock = 0
         self.evictions = 0
         self.computed = ComputedPrefixes()  # to count prompt tokens computed again
@@ -92,11 +66,11 @@ class KVCacheManager:
 
     @property
     def cells_used(self) -> int:
-        return len(self._refs)
+        return len(self.cells)
 
     @property
     def free_cells(self) -> int:
-        return self.n_cells - len(self._refs)
+        return self.n_cells - len(self.cells)
 
     @property
     def slots_used(self) -> int:
@@ -156,8 +130,8 @@ class KVCacheManager:
             if not self.layout.copy_pays(n - own):
                 src, n = dst, own
         if src is dst or n == 0:
-            return self._truncate(dst, n), 0
-        self._truncate(dst, 0)
+            return self.truncate(dst, n), 0
+        self.truncate(dst, 0)
         return self._copy(src, dst, n), 0
 
     def _restorable(self, target: list[int], n_pool: int) -> tuple[str, int, SavedCells] | None:
@@ -186,17 +160,17 @@ class KVCacheManager:
         if not self._room_to_restore(dst, saved, reserved):
             return None
         keep = self._holder(dst, saved)  # it must stay while room is made: the cells go on from it
-        self._truncate(dst, 0)
-        if not self.make_room(reserved + saved.n_cells, keep) or not self.host.restore(self._mem, dst.seq_id, saved):
-            self._mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
+        self.truncate(dst, 0)
+        if not self.make_room(reserved + saved.n_cells, keep) or not self.host.restore(self.memory, dst.seq_id, saved):
+            self.memory.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
             return 0
         if keep is not None:  # only in one pool: streams share no cells
             self._copy(keep, dst, saved.start)  # the shared prefix, as llama.cpp holds it: cells shared
         del dst.cells[saved.start :]
-        self._add_cells(dst, saved.n_cells)
+        self.cells.add(dst, saved.n_cells)
         dst.tokens = list(saved.tokens)
         self.host.taken(owner, n)
-        return self._truncate(dst, n)
+        return self.truncate(dst, n)
 
     def _holder(self, dst: Slot, saved: SavedCells) -> Slot | None:
         """Another slot holding the prefix the saved cells left out (None when none was left out)."""
@@ -256,7 +230,7 @@ class KVCacheManager:
         slot = self.slots[seq.slot_id]
         start = seq.num_computed
         slot.tokens.extend(seq.tokens[start : start + n])
-        self._add_cells(slot, n)
+        self.cells.add(slot, n)
         seq.num_computed += n
         if n > 1 and seq.num_pending == 0:  # a prompt read to its end: known from now on
             self.computed.add(seq.tokens, seq.num_computed)
@@ -270,24 +244,24 @@ class KVCacheManager:
         slot = self.slots[seq.slot_id]
         start = seq.num_computed
         kept = start + 1 + len(accepted)
-        if len(accepted) < drafted and not self._mem.seq_rm(slot.seq_id, kept, -1):
+        if len(accepted) < drafted and not self.memory.seq_rm(slot.seq_id, kept, -1):
             # this memory cannot drop the wrong guesses alone (a recurrent state): the sequence
             # gives up its cells and reads its tokens again, rather than go on from wrong ones
-            self._truncate(slot, 0)
+            self.truncate(slot, 0)
             seq.num_computed = 0
             seq.stats.recomputed_tokens += kept
             self.recomputed_tokens += kept
             return
         slot.tokens.append(seq.tokens[start])
         slot.tokens.extend(accepted)
-        self._add_cells(slot, 1 + len(accepted))
+        self.cells.add(slot, 1 + len(accepted))
         seq.num_computed = kept
         if self.check_cells:
             self._check(slot)
 
     def _check(self, slot: Slot) -> None:
         """The slot's count of cells against llama.cpp's (a debug check, on in the tests)."""
-        held = self._mem.seq_pos_max(slot.seq_id) + 1
+        held = self.memory.seq_pos_max(slot.seq_id) + 1
         if held != len(slot.tokens) or len(slot.cells) != len(slot.tokens):
             raise AssertionError(f"slot {slot.seq_id}: llama.cpp holds {held} positions, the manager {len(slot.tokens)}")
 
@@ -297,20 +271,20 @@ class KVCacheManager:
             return
         slot = self.slots[seq.slot_id]
         if seq.num_computed > len(seq.tokens):  # the reply ended inside an accepted draft
-            seq.num_computed = self._truncate(slot, len(seq.tokens))
+            seq.num_computed = self.truncate(slot, len(seq.tokens))
         self.computed.add(seq.tokens, seq.num_computed)
         seq.slot_id = None
         slot.sequence = None
         slot.last_used = self._tick()
         if not self.reuse:
-            self._truncate(slot, 0)
+            self.truncate(slot, 0)
 
     def preempt(self, seq: Sequence) -> None:
         """Take a running request's cells back; it restores or recomputes them when it resumes."""
         slot = self.slots[seq.slot_id]
         self.computed.add(seq.tokens, seq.num_computed)
         self._save(slot)
-        self._truncate(slot, 0)
+        self.truncate(slot, 0)
         slot.sequence = None
         seq.slot_id = None
         seq.num_computed = 0
@@ -350,7 +324,7 @@ class KVCacheManager:
 
     def evict(self, slot: Slot) -> None:
         self._give_way(slot)
-        self._truncate(slot, 0)
+        self.truncate(slot, 0)
 
     def _give_way(self, slot: Slot) -> None:
         """The slot's conversation loses its cells: they go to RAM first, when worth keeping."""
@@ -364,12 +338,12 @@ class KVCacheManager:
         if self.host is None:
             return
         holder, start = self._sharing(slot)
-        if start < MIN_SHARED_PREFIX or not self._mem.seq_rm(slot.seq_id, 0, start):
+        if start < MIN_SHARED_PREFIX or not self.memory.seq_rm(slot.seq_id, 0, start):
             holder, start = None, 0
         if self.host.worth_saving(len(slot.tokens) - start):
-            self.host.save(self._mem, slot.seq_id, f"history {self._tick()}", slot.tokens, start, slot.owner)
+            self.host.save(self.memory, slot.seq_id, f"history {self._tick()}", slot.tokens, start, slot.owner)
         if holder is not None:
-            self._mem.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
+            self.memory.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
 
     def _sharing(self, slot: Slot) -> tuple[Slot | None, int]:
         """A slot sharing leading cells with `slot`, and how many: the longest prefix that at least
@@ -385,35 +359,28 @@ class KVCacheManager:
         slot holds a copy of its own now (cells one pool shared were saved with each slot)."""
         self.layout = StreamPerSlot() if streams else OnePool()
         self.n_cells = n_cells
-        self._refs.clear()
+        self.cells.clear()
         for slot in self.slots:
             n, slot.cells = len(slot.cells), []
-            self._add_cells(slot, n)
+            self.cells.add(slot, n)
 
     def clear(self) -> None:
         for s in self.slots:
-            self._truncate(s, 0)
+            self.truncate(s, 0)
         if self.host is not None:
             self.host.clear()
 
     # -- cells -----------------------------------------------------------------------------
 
-    def _truncate(self, slot: Slot, n: int) -> int:
+    def truncate(self, slot: Slot, n: int) -> int:
         """Keep the first `n` tokens of a slot; return how many it really keeps."""
         if n >= len(slot.tokens):
             return len(slot.tokens)
-        if not self._mem.seq_rm(slot.seq_id, n, -1):
+        if not self.memory.seq_rm(slot.seq_id, n, -1):
             # this memory cannot cut a sequence in the middle (e.g. recurrent state): drop it whole
-            self._mem.seq_rm(slot.seq_id, -1, -1)
+            self.memory.seq_rm(slot.seq_id, -1, -1)
             n = 0
-        refs = self._refs
-        for c in slot.cells[n:]:
-            left = refs[c] - 1
-            if left:
-                refs[c] = left
-            else:
-                del refs[c]
-        del slot.cells[n:]
+        self.cells.drop(slot, n)
         del slot.tokens[n:]
         return n
 
@@ -421,85 +388,6 @@ class KVCacheManager:
         """Give the empty `dst` the first `n` cells of `src`; return how many it holds."""
         return self.layout.copy(self, src, dst, n)
 
-    def _add_cells(self, slot: Slot, n: int) -> None:
-        """Count `n` new cells at the end of `slot` (written by a decode, a restore or a copy)."""
-        first = self._next_cell
-        self._next_cell += n
-        new_cells = range(first, self._next_cell)
-        slot.cells.extend(new_cells)
-        self._refs.update(dict.fromkeys(new_cells, 1))
-
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
-
-
-class Layout(Protocol):
-    """How the slots hold their cells: what room means, and how a prefix moves between slots."""
-
-    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
-        """Whether `needed` new cells fit beside `reserved` ones, counting `freeable` cells of idle slots."""
-
-    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool: ...
-
-    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
-        """Give the empty `dst` the first `n` cells of `src`; return how many it holds."""
-
-    def copy_pays(self, n: int) -> bool:
-        """Whether copying `n` more tokens from another slot beats computing them."""
-
-
-class OnePool:
-    """One pool of cells for every slot (llama.cpp's kv_unified): slots compete for its room, idle ones
-    are evicted for it, least recently used first; seq_cp shares a prefix's cells, so copying is free."""
-
-    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
-        return kv.free_cells + freeable >= reserved + needed
-
-    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool:
-        while kv.free_cells < n:
-            victims = [s for s in kv.slots if s.is_idle and s.tokens and s is not keep]
-            if not victims:
-                return False
-            kv.evict(min(victims, key=lambda s: s.last_used))
-        return True
-
-    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
-        kv._mem.seq_cp(src.seq_id, dst.seq_id, 0, n)
-        dst.tokens = src.tokens[:n]
-        dst.cells = src.cells[:n]
-        refs = kv._refs
-        for c in dst.cells:
-            refs[c] += 1
-        return n
-
-    def copy_pays(self, n: int) -> bool:
-        return True
-
-
-class StreamPerSlot:
-    """A stream of n_cells / n_slots cells for each slot: a sequence writes into its own stream only,
-    so there is always room (the prompt builder keeps a chat within it) and none to make; a prefix
-    crosses streams as a copy of every cell of its slot."""
-
-    def has_room(self, kv: KVCacheManager, needed: int, reserved: int, freeable: int = 0) -> bool:
-        return True
-
-    def make_room(self, kv: KVCacheManager, n: int, keep: Slot | None) -> bool:
-        return True
-
-    def copy(self, kv: KVCacheManager, src: Slot, dst: Slot, n: int) -> int:
-        """Through the sequence state, at once: llama.cpp's own cross-stream seq_cp copies the whole
-        stream buffer at the next decode, by which time a restore into `src` may have overwritten it."""
-        mem = kv._mem
-        size = mem.seq_state_size(src.seq_id)
-        state = mem.seq_save(src.seq_id, size)
-        if state is None or not mem.seq_restore(dst.seq_id, state, size):
-            mem.seq_rm(dst.seq_id, -1, -1)  # a failed restore may have left part behind
-            return 0
-        kv._add_cells(dst, len(src.tokens))
-        dst.tokens = list(src.tokens)
-        return kv._truncate(dst, n)
-
-    def copy_pays(self, n: int) -> bool:
-        return n >= MIN_SHARED_PREFIX  # a copy moves every cell of its slot: for a few tokens, computing is cheaper

@@ -1,6 +1,6 @@
 """How big the KV pool is by default: from the model (bytes per cell, its training context), the
-panes and the machine (a share of the memory that is free); how it is laid out (one pool, or a
-stream per sequence); and the memory a pool takes."""
+panes and the machine (a share of the memory that is free); and the memory a pool takes. How it is
+laid out (one pool, or a stream per sequence): layout.py."""
 
 from __future__ import annotations
 
@@ -12,13 +12,6 @@ from ..params import CacheType
 MEMORY_SHARE = 0.25  # of the free RAM (or VRAM, with layers offloaded) the default pool may take
 POOL_STEP = 256  # llama.cpp pads the pool to 256 cells
 MIN_POOL = 256  # smaller than this and no chat fits: give up rather than halve again
-# automatic layout: streams where each holds at least this many cells (smaller, chats outgrow
-# them at once); and, where the layout cannot change while chats run, where each holds a long chat
-MIN_STREAM = 1024
-LONG_CHAT = 8192
-# back to streams only when every chat fits in this share of a stream: one growing past it at once
-# would move everyone again
-BACK_TO_STREAMS = 0.75
 
 
 @dataclass(frozen=True)
@@ -53,40 +46,6 @@ def default_pool(
         return PoolChoice(_round(full), f"{panes} × the training context {n_ctx_train}")
     reason = f"{share:.0%} of {format_bytes(free_bytes)} free"
     return PoolChoice(max(MIN_POOL, _round(by_memory)), reason)
-
-
-@dataclass(frozen=True)
-class LayoutChoice:
-    unified: bool  # llama.cpp's kv_unified (-kvu)
-    reason: str
-
-
-def choose_layout(n_ctx: int, capacity: int, n_ctx_train: int, asked: bool | None, movable: bool) -> LayoutChoice:
-    """One pool shared by all sequences, or a stream of n_ctx / capacity cells each. Streams decode
-    faster (a token attends to its own sequence's cells, not to the span of everyone's; measured
-    1.16x at 8 x 512 tokens, 1.38x at 8 x 1,000) but cap each chat at its stream. Where the layout
-    can change while chats run (`movable`), streams are the default and a chat outgrowing its stream
-    moves every chat to one pool (`next_layout`); else only where a stream holds a long chat."""
-    per_stream = n_ctx // max(1, capacity)
-    if asked is not None:
-        return LayoutChoice(asked, "as set")
-    if capacity <= 1:
-        return LayoutChoice(True, "one sequence")
-    if movable and per_stream >= MIN_STREAM:
-        return LayoutChoice(False, "automatic: one pool when a chat outgrows its stream")
-    if not movable and per_stream >= min(max(n_ctx_train, POOL_STEP), LONG_CHAT):
-        return LayoutChoice(False, "automatic: each holds a long chat")
-    return LayoutChoice(True, f"automatic: a stream of {per_stream} cells would cut chats short")
-
-
-def next_layout(streams: bool, stream_cells: int, longest: int) -> LayoutChoice | None:
-    """The layout to change to now, or None: `longest` is the most cells a chat holds or needs for
-    its next step (a prompt waiting, a reply growing, a conversation kept for its next turn)."""
-    if streams and longest > stream_cells:
-        return LayoutChoice(True, f"automatic: a chat of {longest} tokens outgrew its stream of {stream_cells} cells")
-    if not streams and stream_cells >= MIN_STREAM and longest <= BACK_TO_STREAMS * stream_cells:
-        return LayoutChoice(False, f"automatic: every chat fits its stream of {stream_cells} cells again")
-    return None
 
 
 def halvings(n_ctx: int, fits=lambda n: True):

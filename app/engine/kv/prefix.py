@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# a waiting request that shares at least this many more tokens with a prompt being read right now
+# waits for that prompt, then copies it, instead of computing the same prefix twice; a shorter prefix
+# is not worth keeping apart from a slot's saved cells, nor copying across streams
+MIN_SHARED_PREFIX = 32
+
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
     """Length of the common prefix of two token lists (slice compares run in C)."""

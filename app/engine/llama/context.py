@@ -1,6 +1,6 @@
 """`LlamaBackend`: one model and its llama_context: the load, the KV pool, the decode, the `llama_memory_*` calls.
 
-Threads (engine_thread.py): a backend is built (model loaded, context created) on the thread that
+Threads (thread/engine_thread.py): a backend is built (model loaded, context created) on the thread that
 builds its Engine: the engine thread for the first model, the loader thread for every later load or
 reload, while the engine thread goes on decoding with the others. Once handed over, the engine
 thread alone decodes, samples and changes the KV memory. The prompt thread reads the tokenizer
@@ -20,7 +20,8 @@ from itertools import chain
 import llama_cpp as ll
 
 from ..errors import ModelLoadError
-from ..kv.pool import POOL_STEP, LayoutChoice, choose_layout, default_pool, format_bytes, free_memory_bytes, halvings
+from ..kv.layout import LayoutChoice, choose_layout
+from ..kv.pool import POOL_STEP, default_pool, format_bytes, free_memory_bytes, halvings
 from ..model_file import check_gguf_file
 from ..model_info import ModelInfo
 from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SpecType

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ModelLoadError
 from ..model_file import check_gguf_file
-from ..spec.drafters import StepCost
+from ..step_cost import StepCost
 from .batch import Batch
 from .devices import build_has_amx
 from .log_capture import forget_tail, last_error, recording_load

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 import llama_cpp as ll
 import numpy as np
 
-from ..params import SamplingParams
 from ..probs import TokenProbs, token_probs
+from ..sampling.params import SamplingParams
 from .batch import Batch
-from .grammar import trigger_patterns
 from .log_capture import last_error
 from .vocab import Vocab
 
@@ -89,10 +88,9 @@ class Samplers:
             ll.llama_sampler_accept(chain, token)
         return chain
 
-    def grammar(self, text: str, triggers: tuple[str, ...] = ()) -> Grammar:
-        """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"), lazy when given `triggers`;
-        ValueError when it does not parse or a trigger is not a pattern."""
-        patterns = trigger_patterns(triggers)
+    def grammar(self, text: str, patterns: tuple[re.Pattern[bytes], ...] = ()) -> Grammar:
+        """llama.cpp's grammar sampler for `text` (GBNF, root rule "root"), lazy when given trigger
+        `patterns` (sampling/constraints.py compiles them); ValueError when it does not parse."""
         return Grammar(ll.llama_sampler_clone(self._parse(text)), patterns, waiting=bool(patterns))
 
     def _parse(self, text: str):

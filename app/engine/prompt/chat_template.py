@@ -1,6 +1,6 @@
 """Render a conversation into prompt text with the model's own Jinja chat template (GGUF metadata).
 
-A model's template is a program from an untrusted file: it runs in a sandbox process (template_sandbox.py)
+A model's template is a program from an untrusted file: it runs in a sandbox process (sandbox.py)
 with a budget of time and of characters, and a template over budget fails its request, naming the
 template, while the model goes on serving. The built-in ChatML template is ours and runs here.
 """

@@ -1,4 +1,4 @@
-"""A model's chat template run in a child process (template_worker.py) under a budget of time,
+"""A model's chat template run in a child process (worker.py) under a budget of time,
 characters and (on Linux) memory: a template that loops is killed, and the next render gets a fresh process.
 
 One sandbox per model; a render blocks its caller (the prompt thread) for at most its time budget.

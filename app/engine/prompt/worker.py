@@ -2,7 +2,7 @@
 
 A chat template is a program from a model file, so it runs here, where a loop cannot stall the
 server and a memory bomb hits this process's limit, not the app's; the parent kills it when a
-render overruns its time (template_sandbox.py). Frames on stdin/stdout: 4-byte big-endian length,
+render overruns its time (sandbox.py). Frames on stdin/stdout: 4-byte big-endian length,
 then JSON. It answers {"ready": true} once, then per job {"text": ...} or {"error": ..., "kind": ...}.
 Imports nothing of the app, so it starts in the time Jinja takes to import.
 """

@@ -24,11 +24,11 @@ import time
 from collections import deque
 
 from ..kv.manager import Acquire, KVCacheManager
+from ..params import EngineConfig, ServingMode
 from ..sequence import Sequence, SequenceStatus
 from .adaptive import AdaptiveBatch
+from .plan import StepPlan
 from .policy import Policy, preemption_victim, service_order
-
-Plan = list[tuple[Sequence, int]]  # (sequence, how many of its pending tokens to evaluate)
 
 HEADROOM = 64  # tokens of each running reply kept free for it when admitting others
 MAX_BYPASSES = 8  # a waiting request is passed by cheaper, cached ones at most this many times
@@ -62,6 +62,19 @@ class Scheduler:
         self.static_batch: list[Sequence] = []  # the batch that runs now, its finished members included
         self.static_batches = 0  # batches formed
         self._step = 0
+
+    def follow(self, config: EngineConfig, adapt_afresh: bool = False) -> None:
+        """Take `config`'s serving settings at once: streams beyond a lower limit pause, keeping their
+        cells; switched to static, the streams running are the batch that runs now; `adapt_afresh`:
+        the batch size adapts anew to the latency target (None: stops adapting)."""
+        self.max_running = 1 if config.mode is ServingMode.SEQUENTIAL else config.capacity
+        if (config.mode is ServingMode.STATIC) != self.static:
+            self.set_static(config.mode is ServingMode.STATIC)
+        self.static_window_s = config.static_window_ms / 1000
+        self.policy = config.policy
+        if adapt_afresh:
+            target = config.itl_target_ms
+            self.limits = AdaptiveBatch(target / 1000, config.capacity, config.n_batch) if target else None
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -139,11 +152,12 @@ class Scheduler:
             running = sorted(running, key=lambda s: -s.request.priority)
         return running[: self.batch_limit]
 
-    def schedule(self, _depth: int = 0) -> Plan:
+    def schedule(self, _depth: int = 0) -> StepPlan:
+        """Which sequences this step evaluates, and how many tokens of each."""
         if not _depth:
             self._step += 1
             self._end_a_turn()
-        plan: Plan = []
+        plan: dict[Sequence, int] = {}
         stepping = self.stepping()
         decoding = self._room_for_decodes(stepping)
         budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
@@ -176,13 +190,13 @@ class Scheduler:
             else:
                 continue
             if n:
-                plan.append((seq, n))
+                plan[seq] = n
                 planned += n
         if not plan and self.running and _depth < len(self.kv.slots):
             # every running sequence is stuck reading a prompt into a full pool: make room
             self._preempt(preemption_victim(self.policy, self.running))
             return self.schedule(_depth + 1)
-        return plan
+        return StepPlan(plan)
 
     def _room_for_decodes(self, stepping: list[Sequence]) -> int:
         """Make sure every generating sequence of this step has a cell for its next token; return how many."""

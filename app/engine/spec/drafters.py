@@ -10,7 +10,7 @@ decoding token by token would give.
 
 Whether a draft pays is measured, not guessed: on a GPU a step of 17 tokens costs about what one of
 1 does, on a CPU nearly 17 times as much (here: 1 token 11 ms, 17 tokens 124 ms with the default
-model). `StepCost` keeps what steps of each size cost on this machine, and each sequence's
+model). `StepCost` (step_cost.py) keeps what steps of each size cost on this machine, and each sequence's
 `Drafter` its rate of accepted guesses; a sequence drafts the length whose expected accepted
 tokens are worth more than what they add to the step (and, with a draft model, what guessing them
 costs), so none when the step is already large or its guesses are often wrong (and a short draft
@@ -19,43 +19,12 @@ now and then, to see whether that changed).
 
 from __future__ import annotations
 
+from ..step_cost import StepCost
+
 NGRAM_SIZES = (4, 3, 2)  # the longest run of last tokens found earlier wins
 PROBE_EVERY = 16  # steps without a draft after which a sequence drafts once more, to measure again
 PROBE_LENGTH = 4
 PROBE_LEAST_OFTEN = 256  # probes that find nothing right come ever more seldom, down to one in this many steps
-COST_WEIGHT = 0.1  # of each new step in the running cost of its size
-
-
-class StepCost:
-    """Seconds a decode of n tokens takes on this machine: a running average per size, from every step."""
-
-    def __init__(self):
-        self._seconds: dict[int, float] = {}
-        self._sizes: list[int] = []  # the measured sizes, in order
-
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        old = self._seconds.get(n_tokens)
-        self._seconds[n_tokens] = seconds if old is None else old + COST_WEIGHT * (seconds - old)
-        if old is None:
-            self._sizes = sorted(self._seconds)
-
-    def of(self, n_tokens: int) -> float | None:
-        """The measured cost of a step of this size; between measured sizes a straight line, above
-        the largest the slope of the two largest; None until two sizes are measured."""
-        if n_tokens in self._seconds:
-            return self._seconds[n_tokens]
-        sizes = self._sizes
-        if len(sizes) < 2:
-            return None
-        upper = next((n for n in sizes if n > n_tokens), None)
-        if upper is None:
-            lower, upper = sizes[-2], sizes[-1]
-        else:
-            lower = max((n for n in sizes if n < n_tokens), default=sizes[0])
-            if lower > n_tokens:  # below the smallest measured size
-                lower, upper = sizes[0], sizes[1]
-        low, high = self._seconds[lower], self._seconds[upper]
-        return max(0.0, low + (high - low) * (n_tokens - lower) / (upper - lower))
 
 
 def token_worth(cost: StepCost, n_step: int) -> float | None:

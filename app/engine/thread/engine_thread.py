@@ -179,14 +179,14 @@ class EngineThread:
             engine = self.find(request.model) if self._gone is None else None
             self._reading = (request.request_id, engine) if engine is not None else None
         try:
-            prompt = engine.prepare(request) if engine is not None else None  # none: refused later
+            prompt = engine.intake.prepare(request) if engine is not None else None  # none: refused later
         finally:
             with self._cond:
                 self._reading = None
                 cancelled = self._was_dropped(request, t_submit)  # while it was being built
         if cancelled:
             if engine is not None:
-                engine.discard(prompt)
+                engine.intake.discard(prompt)
         else:
             self._post(Submit(request, t_submit, engine, prompt))
 
@@ -271,7 +271,7 @@ class EngineThread:
             engine.submit(request, submit.t_submit, submit.prompt)  # it answers a request it cannot take with an ERROR finish
         else:  # built for an engine since replaced (or none): build it again for this one
             if submit.built_by is not None:
-                submit.built_by.discard(submit.prompt)
+                submit.built_by.intake.discard(submit.prompt)
             with self._cond:
                 self._building.add(request.request_id)
             self._prompts.submit(self._prepare, request, submit.t_submit)
@@ -319,7 +319,7 @@ class EngineThread:
         read with its tokenizer (that thread runs one task at a time), so nobody here waits for it.
         The prompt it reads then ends at once: its chat template's sandbox is closed first."""
         engine.cut_all(notice)
-        engine.prompts.close()  # a chat template rendering now stops, so the model is freed without waiting for it
+        engine.intake.prompts.close()  # a chat template rendering now stops, so the model is freed without waiting for it
         try:
             return self._prompts.submit(engine.backend.close)
         except RuntimeError:  # the prompt thread has ended: nothing reads the tokenizer now

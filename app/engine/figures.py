@@ -1,0 +1,136 @@
+"""The engine's figures: its running counts, the recent steps, what each conversation has had, and
+the snapshot and KV cell map that readers on other threads take (each replaced whole, never changed
+in place: no lock)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from .cell_map import CellMap, build_cell_map
+from .kv.layout_move import LayoutMove
+from .kv.manager import KVCacheManager
+from .sched.plan import StepPlan
+from .sched.scheduler import Scheduler
+from .spec.speculator import Speculator
+from .stats import ConversationTotals, EngineSnapshot, StepHistory, StepPart, StepStats
+from .step_cost import StepCost
+
+STEP_HISTORY = 4096  # recent steps kept for plots and benchmarks
+CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
+CELL_MAP_EVERY_S = 0.1  # the KV cell map is rebuilt at most this often while busy, and whenever the engine idles
+
+
+class Figures:
+    def __init__(
+        self,
+        backend,
+        kv: KVCacheManager,
+        scheduler: Scheduler,
+        speculator: Speculator,
+        layout_move: LayoutMove,
+        step_cost: StepCost,
+    ):
+        self.backend, self.kv, self.scheduler = backend, kv, scheduler
+        self.speculator, self.layout_move = speculator, layout_move
+        self.step_cost = step_cost  # what a decode of n tokens takes here: whether a draft pays
+        self.steps = StepHistory(STEP_HISTORY)
+        self.conversations = ConversationTotals(CONVERSATIONS_KEPT)
+        self.generated = 0
+        self.n_steps = 0
+        self.step_s = self.decode_s = 0.0
+        self.snapshot = self.take_snapshot()
+        self._cell_map_at = -math.inf
+        self.cell_map: CellMap = build_cell_map(kv, scheduler, 0)
+
+    @staticmethod
+    def parts(plan: StepPlan) -> tuple[StepPart, ...]:
+        """What the plan decided for each sequence, before sampling moves the sequences on."""
+        return tuple(
+            StepPart(
+                seq.request_id,
+                seq.request.conversation_id,
+                n + len(plan.drafts.get(seq, ())),
+                seq.is_decoding,
+                len(plan.drafts.get(seq, ())),
+            )
+            for seq, n in plan.n_tokens.items()
+        )
+
+    def record_step(self, parts: tuple[StepPart, ...], t0: float, t1: float, t2: float) -> None:
+        n_tokens = sum(p.n_tokens for p in parts)
+        n_decode = sum(p.is_decode for p in parts)
+        scheduler = self.scheduler
+        step = StepStats(
+            t_end=time.monotonic(),
+            n_tokens=n_tokens,
+            n_seqs=len(parts),
+            n_decode=n_decode,
+            n_prefill_tokens=n_tokens - n_decode,
+            step_s=time.perf_counter() - t0,
+            decode_s=t2 - t1,
+            batch_limit=scheduler.batch_limit,
+            parts=parts,
+        )
+        self.steps.append(step)
+        self.step_cost.observe(n_tokens, step.decode_s)
+        self.step_s += step.step_s
+        self.decode_s += step.decode_s
+        if step.n_prefill_tokens >= step.n_tokens // 2 > 0:  # mostly prompt: what a token of it costs now
+            self.kv.recompute_s_per_token = step.decode_s / step.n_tokens
+        if scheduler.limits is not None:
+            scheduler.limits.observe(step)
+        self.n_steps += 1
+
+    def publish(self) -> None:
+        """A fresh snapshot (once a step), and the cell map when it is due."""
+        self.snapshot = self.take_snapshot()
+        self._publish_cell_map()
+
+    def _publish_cell_map(self) -> None:
+        """Replace the KV cell map whole: at most ten times a second while there is work, and on
+        going idle, so that the last state is always shown."""
+        now = time.monotonic()
+        if now - self._cell_map_at >= CELL_MAP_EVERY_S or not self.scheduler.has_work():
+            self._cell_map_at = now
+            self.rebuild_cell_map()
+
+    def rebuild_cell_map(self) -> None:
+        self.cell_map = build_cell_map(self.kv, self.scheduler, self.n_steps)
+
+    def take_snapshot(self) -> EngineSnapshot:
+        kv, scheduler = self.kv, self.scheduler
+        return EngineSnapshot(
+            cells_used=kv.cells_used,
+            cells_total=kv.n_cells,
+            slots_used=kv.slots_used,
+            slots_total=len(kv.slots),
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
+            evictions=kv.evictions,
+            preemptions=scheduler.preemptions,
+            steps=self.n_steps,
+            generated_tokens=self.generated,
+            step_s=self.step_s,
+            decode_s=self.decode_s,
+            recomputed_tokens=kv.recomputed_tokens,
+            paused=max(0, len(scheduler.running) - scheduler.batch_limit),
+            drafted_tokens=self.speculator.drafted,
+            accepted_tokens=self.speculator.accepted,
+            kv_layout=self.backend.layout_text(),
+            layout_changes=self.layout_move.changes,
+            layout_change_s=self.layout_move.change_s,
+            **self._tier_figures(),
+        )
+
+    def _tier_figures(self) -> dict[str, int]:
+        host = self.kv.host
+        if host is None:
+            return {}
+        return dict(
+            saved_entries=len(host),
+            saved_bytes=host.bytes_used,
+            saves=host.saves,
+            restores=host.restores,
+            restored_tokens=host.restored_tokens,
+        )

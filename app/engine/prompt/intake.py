@@ -1,0 +1,53 @@
+"""A request's way in, on the prompt thread: its parameters checked, its prompt built, its grammar
+parsed (a large one takes its time: not on the engine thread)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..kv.history import TokenHistory
+from ..params import OverflowPolicy
+from ..sampling.constraints import grammar_sampler
+from ..sequence import Request
+from .builder import Prompt, PromptBuilder
+from .chat_template import ChatTemplate
+
+
+class Intake:
+    def __init__(self, backend, n_ctx_seq: int, overflow: OverflowPolicy, history: TokenHistory | None, name: str | None):
+        self.backend = backend
+        vocab = backend.vocab
+        template = ChatTemplate(backend.chat_template, vocab.bos_text, vocab.eos_text, name or "the model")
+        self.prompts = PromptBuilder(template, vocab.tokenize, n_ctx_seq, overflow, vocab.special_texts, history, vocab.spell)
+
+    def prepare(self, request: Request) -> Prompt:
+        """The request's prompt tokens; on the prompt thread: it reads the template, the tokenizer and
+        the token histories (whose entries the engine thread replaces whole), and changes nothing."""
+        try:
+            problem = request.params.problem()
+        except Exception as e:  # params of the wrong shape altogether
+            problem = f"the sampling parameters cannot be read: {e!r}"
+        if problem is None:
+            problem = self._bad_tokens(request.reply_prefix)
+        if problem is not None:
+            return Prompt([], error=problem)
+        prompt = self.prompts.prepare(request)
+        if prompt.error is None and request.params.grammar is not None:
+            try:  # parsed here, not on the engine thread: a large grammar takes its time (0.5 s at 256 KiB)
+                grammar = grammar_sampler(self.backend.samplers, request.params)
+                prompt = dataclasses.replace(prompt, grammar=grammar)
+            except ValueError as e:
+                return Prompt([], error=str(e))
+        return prompt
+
+    def discard(self, prompt: Prompt | None) -> None:
+        """A prompt built and never submitted: free what it holds."""
+        if prompt is not None and prompt.grammar is not None:
+            self.backend.samplers.free_grammar(prompt.grammar)
+
+    def _bad_tokens(self, tokens) -> str | None:
+        """A token llama.cpp does not know would abort the decode: refuse it here."""
+        n_vocab = self.backend.vocab.n_vocab
+        if not isinstance(tokens, tuple) or not all(type(t) is int and 0 <= t < n_vocab for t in tokens):
+            return f"reply_prefix must be token ids between 0 and {n_vocab - 1}"
+        return None
