@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.engine import figures
-from app.engine.engine import Engine
 from app.engine.errors import EngineError
 from app.engine.events import Fault, FinishEvent, FinishReason, TokenEvent
+from app.engine.prompt.intake import Intake
 from app.engine.sampling.params import GREEDY, SamplingParams
 
 QUICK = GREEDY.with_(max_tokens=4)
@@ -303,15 +303,15 @@ def test_a_request_cancelled_before_its_prompt_is_built_is_never_built(tiny_conf
     """Its client left while another prompt was being read: the prompt thread drops it unread."""
     release = threading.Event()
     built: list[str] = []
-    prepare = Engine.prepare
+    prepare = Intake.prepare
 
-    def slow_prepare(engine, request):
+    def slow_prepare(intake, request):
         built.append(request.prompt)
         if request.prompt == "slow":
             release.wait(10)  # a long build holds the prompt thread
-        return prepare(engine, request)
+        return prepare(intake, request)
 
-    monkeypatch.setattr(Engine, "prepare", slow_prepare)
+    monkeypatch.setattr(Intake, "prepare", slow_prepare)
 
     async def main():
         async with Started(tiny_config) as client:
@@ -339,14 +339,14 @@ def test_a_request_cancelled_before_its_prompt_is_built_is_never_built(tiny_conf
 @pytest.mark.parametrize("action", ["unload", "reload"])
 def test_unload_and_reload_do_not_wait_behind_a_prompt_being_built(tiny_config, q8_model_path, monkeypatch, action):
     release = threading.Event()
-    prepare = Engine.prepare
+    prepare = Intake.prepare
 
-    def slow_prepare(engine, request):
+    def slow_prepare(intake, request):
         if request.prompt == "slow":
             release.wait(60)  # longer than either action may take: waiting for it fails the test
-        return prepare(engine, request)
+        return prepare(intake, request)
 
-    monkeypatch.setattr(Engine, "prepare", slow_prepare)
+    monkeypatch.setattr(Intake, "prepare", slow_prepare)
 
     async def main():
         async with Started(tiny_config) as client:

@@ -1,4 +1,4 @@
-"""The ways a token is drawn (sequence.Draw) agree: the top logit read for many rows at once, llama.cpp's
+"""The ways a token is drawn (sampling.draw.Draw) agree: the top logit read for many rows at once, llama.cpp's
 sampler chain on the host, and the chain inside the decode graph (backend sampling)."""
 
 from __future__ import annotations
