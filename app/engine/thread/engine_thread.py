@@ -103,7 +103,7 @@ class EngineThread:
                 return
             if self._reading is not None and self._reading[0] == request_id:  # being built: its template may loop
                 self._dropped.add(request_id)  # the prompt thread drops it once built
-                self._reading[1].prompts.interrupt()  # under the lock: the prompt thread is still on this request
+                self._reading[1].intake.prompts.interrupt()  # under the lock: the prompt thread is still on this request
                 return
         self._post(Cancel(request_id, model))
 
