@@ -26,11 +26,6 @@ class StepPlan:
     def __bool__(self) -> bool:
         return bool(self.n_tokens)
 
-    def n_evaluated(self, seq: Sequence) -> int:
-        """The tokens of `seq` in the batch: its pending ones, or its next one and its draft."""
-        draft = self.drafts.get(seq)
-        return 1 + len(draft) if draft else self.n_tokens[seq]
-
     def with_drafts(self, drafts: Mapping[Sequence, tuple[int, ...]]) -> StepPlan:
         return replace(self, drafts={seq: d for seq, d in drafts.items() if d})
 
