@@ -132,7 +132,7 @@ def test_stored_responses_are_retrieved_and_deleted_and_unstored_ones_are_not(ti
     async def body(api, _url):
         kept = await api.responses.create(model="any", input="Hello", max_output_tokens=4)
         again = await api.responses.retrieve(kept.id)
-        deleted = await api.responses.delete(kept.id)
+        deleted = (await api.responses.with_raw_response.delete(kept.id)).http_response.json()
         gone = []
         for response_id in (kept.id, "resp_unknown"):
             with pytest.raises(openai.NotFoundError) as e:
@@ -147,7 +147,7 @@ def test_stored_responses_are_retrieved_and_deleted_and_unstored_ones_are_not(ti
 
     kept, again, deleted, gone, unknown_previous = serve(tiny_config, body)
     assert again.id == kept.id and again.output_text == kept.output_text
-    assert deleted is None or getattr(deleted, "deleted", True)
+    assert deleted == {"id": kept.id, "object": "response", "deleted": True}
     assert "not found" in gone[0].message and gone[1].status_code == 404
     assert unknown_previous.body["param"] == "previous_response_id"
 
