@@ -35,6 +35,15 @@ async def _earlier_chat(window, qtbot) -> list[tuple[str, object, int]]:
     return [(s.key, s.params, len(s.chat.messages)) for s in window.workspace.sessions]
 
 
+def _steps_mixing_turns(steps) -> int:
+    """Steps that decode a pane's follow-up beside another pane's first reply."""
+    first: dict[str | None, str] = {}
+    for st in steps:
+        for part in st.parts:
+            first.setdefault(part.conversation_id, part.request_id)
+    return sum(1 for st in steps if len({part.request_id == first[part.conversation_id] for part in st.parts}) == 2)
+
+
 def _fits(label: QLabel) -> bool:
     """The label's whole text fits its widget: word-wrapped within its width and height, or on one line."""
     room = label.contentsRect()
@@ -67,6 +76,8 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
         steps = [run.steps for run in runs]
         assert max(st.n_seqs for st in steps[0]) == 1  # one request at a time
         assert max(st.n_seqs for st in steps[1]) == 4 and max(st.n_decode for st in steps[2]) == 4
+        # static makes a pane's follow-up wait for the batch's last first reply; continuous takes it at once
+        assert _steps_mixing_turns(steps[1]) == 0 < _steps_mixing_turns(steps[2])
         assert [c.text().split(":")[0] for c in comparison.captions] == ["Sequential", "Static", "Continuous"]
 
         # the verdict names the measured differences
