@@ -73,13 +73,24 @@ def _copied(href: str) -> tuple[str, str]:
 class StreamingReply:
     """The reply that streams into the transcript: its text so far and where it stands in the document."""
 
-    start: int  # where its heading begins
+    at: QTextCursor  # where its heading begins; a cursor, as text inserted before it (a split line) moves it
     end: QTextCursor  # stays at its end: moving a new cursor there costs a text shaping
     tail_start: int  # where the tail, its Markdown after the last finished block, begins
     pieces: list[str] = field(default_factory=list)
     markdown: MarkdownStream = field(default_factory=MarkdownStream)
     tail_format: QTextCharFormat = field(default_factory=QTextCharFormat)  # plain, or monospace in a code block
     width: int = 0  # the width the tail's lines were split at
+
+    @classmethod
+    def at_position(cls, end: QTextCursor, start: int, tail_start: int) -> StreamingReply:
+        at = QTextCursor(end.document())
+        at.setPosition(start)
+        at.setKeepPositionOnInsert(True)  # the reply's own text, inserted where it begins, is after it
+        return cls(at, end, tail_start)
+
+    @property
+    def start(self) -> int:
+        return self.at.position()
 
     @property
     def text(self) -> str:
@@ -171,14 +182,14 @@ class Transcript(QTextBrowser):
         self.show_messages(messages)
         if self.completion:  # the model's text goes on where the text stands, as it comes
             end = self._end()
-            self._reply = StreamingReply(start=end.position(), end=end, tail_start=end.position())
+            self._reply = StreamingReply.at_position(end, end.position(), end.position())
             self._scroll_to_end()
             return
         cursor = self._new_block()
         start = cursor.position()
         _insert_assistant_heading(cursor, len(self._shown), theme.current())
         cursor.insertBlock(QTextBlockFormat())
-        self._reply = StreamingReply(start=start, end=cursor, tail_start=cursor.position())
+        self._reply = StreamingReply.at_position(cursor, start, cursor.position())
         self._show_tail()
         self._scroll_to_end()
 
