@@ -16,7 +16,9 @@ from serving import Serving
 
 from app.engine.events import FinishEvent, FinishReason
 from app.engine.stats import RequestStats
-from app.server.responses import Kept, KeptResponses, ResponseShape, footprint, kept_of, parse_response
+from app.server.responses.request import parse_response
+from app.server.responses.shape import ResponseShape, kept_of
+from app.server.responses.store import Kept, KeptResponses, footprint
 
 pytestmark = pytest.mark.tiny
 
