@@ -15,7 +15,7 @@ from ui_fixtures import TINY_QUICK, set_params, until
 from app.engine.errors import EngineError
 from app.engine.params import ServingMode
 from app.engine.stats import StepPart, StepStats
-from app.ui.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
+from app.ui.docks.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
 
 SCREEN = (1366, 768)  # the smallest screen the window is tried on
 

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
 
-from app.ui.chat_list import ChatRow
+from app.ui.docks.chat_list import ChatRow
 from app.workspace.chat_store import Chat
 
 pytestmark = pytest.mark.gui

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 from ui_fixtures import QUICK, TINY_QUICK, set_params, until
 
-from app.ui.compare_view import COLUMNS
+from app.ui.docks.compare_view import COLUMNS
 
 pytestmark = pytest.mark.gui
 
@@ -25,7 +25,7 @@ def _click_action(qtbot, window, action) -> None:
 def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_view(run_tiny_window, qtbot, tmp_path, monkeypatch):
     exported = tmp_path / "sweep"  # no extension: the chosen filter's is added
     monkeypatch.setattr(
-        "app.ui.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
+        "app.ui.docks.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
     )
 
     async def scenario(window):

@@ -1,5 +1,5 @@
 """The window's layout on a 1366x768 laptop screen with every dock open and eight panes streaming,
-checked with the code behind `python -m app.ui.demo --geometry-json` (app/ui/layout_report.py): each
+checked with the code behind `python -m app.ui.demo --geometry-json` (app/ui/window/layout_report.py): each
 view shown keeps a size it can be read at, panes keep whole words and their readouts, the status
 line is never "…". On the tiny model: what is checked is the layout."""
 
@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtWidgets import QDockWidget
 from ui_fixtures import TINY_LONG, on_laptop, set_params, until
 
-from app.ui.layout_report import layout_report
-from app.ui.pane_grid import MIN_PANE_HEIGHT, MIN_PANE_WIDTH, grid_columns
+from app.ui.window.layout_report import layout_report
+from app.ui.window.pane_grid import MIN_PANE_HEIGHT, MIN_PANE_WIDTH, grid_columns
 
 pytestmark = pytest.mark.gui
 

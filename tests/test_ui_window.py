@@ -16,7 +16,7 @@ from ui_fixtures import TINY_LONG, TINY_QUICK, open_window, set_params, start_lo
 
 from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
-from app.ui.pane_params_editor import SLIDERS
+from app.ui.pane.params_editor import SLIDERS
 from app.workspace.chat_store import NOTICE
 
 pytestmark = pytest.mark.gui

@@ -36,37 +36,37 @@ from app.client import EngineClient
 from app.engine.params import SpecType
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
+from app.ui.dialogs import confirm, export_with_dialog
+from app.ui.docks.batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
+from app.ui.docks.benchmark import BenchmarkPanel
+from app.ui.docks.chat_list import ChatList, ChatRow
+from app.ui.docks.compare_view import Compared, CompareView
+from app.ui.docks.dock_layout import DockLayout, in_front
+from app.ui.docks.engine_panel import EnginePanel
+from app.ui.docks.get_models import GetModels
+from app.ui.docks.kv_map import KVMapPanel
+from app.ui.docks.model_library import ModelLibrary
+from app.ui.docks.plots import PlotsPanel
+from app.ui.docks.step_timeline import StepTimeline
+from app.ui.pane.chat_pane import ChatPane
+from app.ui.settings import WINDOW_STATE_VERSION, AppSettings
 from app.workspace.chat_store import ChatStore
 from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
 from app.workspace.session import Branch, PaneSession
 from app.workspace.source import Sources
 from app.workspace.workspace import Workspace
 
-from .batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
-from .benchmark_dock import BenchmarkPanel
-from .chat_list import ChatList, ChatRow
-from .chat_pane import ChatPane
-from .compare_view import Compared, CompareView
-from .dialogs import confirm, export_with_dialog
-from .dock_layout import DockLayout, in_front
+from .actions import build_menus, build_toolbar, show_about
+from .closing import WindowClosing
 from .engine_banner import EngineBanner
-from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
 from .fan_out import FanOutDialog, Sweep
-from .get_models import GetModels
-from .kv_map import KVMapPanel
 from .loaded_models import LoadedModels
-from .model_library import ModelLibrary
 from .pane_grid import PaneGrid
-from .plots import PlotsPanel
+from .placement import place_window
 from .serve_control import ServeControl
-from .settings import WINDOW_STATE_VERSION, AppSettings
 from .status_line import LayoutWatch, add_status_widgets, engine_status, show_save_state
-from .step_timeline import StepTimeline
 from .trace_file import save_trace
-from .window_closing import WindowClosing
-from .window_menus import build_menus, build_toolbar, show_about
-from .window_placement import place_window
 
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most

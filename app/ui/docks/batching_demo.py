@@ -24,10 +24,9 @@ from app.workspace.pane_params import PaneParams
 from .step_timeline import StepTimeline
 
 if TYPE_CHECKING:
+    from app.ui.window.main_window import MainWindow
     from app.workspace.session import PaneSession
     from app.workspace.workspace import Workspace
-
-    from .main_window import MainWindow
 
 DEMO_PROMPT = "In three sentences: why is the sky blue?"
 FOLLOW_UP = "Now say it in one sentence."

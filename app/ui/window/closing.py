@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QCloseEvent
 
-from .settings import WINDOW_STATE_VERSION
+from app.ui.settings import WINDOW_STATE_VERSION
 
 if TYPE_CHECKING:
     from .main_window import MainWindow
