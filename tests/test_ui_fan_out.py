@@ -30,7 +30,7 @@ def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_vi
 
     async def scenario(window):
         set_params(window, TINY_QUICK.with_(max_tokens=20))
-        _click_action(qtbot, window, window.fan_out_action)
+        _click_action(qtbot, window, window.action("compare.fan_out"))
         dialog = window.fan_out_dialog
         await until(dialog.isVisible, what="the dialog")
         qtbot.keyClicks(dialog.prompt_edit, "Write a short line about rain.")

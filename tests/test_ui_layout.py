@@ -131,7 +131,7 @@ def test_a_bottom_dock_takes_its_share_of_the_height_and_the_panes_keep_theirs(r
         window.docks.show_bottom(window.compare_dock)
         await laid_out()
         compare = window.compare_dock.height()
-        window.show_batching_runs([])  # Show batching's result, which asks for more
+        window.batching.show_runs([])  # Show batching's result, which asks for more
         await laid_out()
         return compare, window.batching_dock.height(), window.height(), min(p.height() for p in window.panes)
 

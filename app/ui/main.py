@@ -102,7 +102,7 @@ async def _main(args) -> int:
     freeze_startup_objects()
     if getattr(args, "show_batching", False):
         prompt = args.prompt[0] if isinstance(args.prompt, list) else args.prompt  # the demo's --prompt repeats
-        await show_batching(window, prompt or DEMO_PROMPT)
+        await show_batching(window.client, window.workspace, window.batching, window.statusBar(), prompt or DEMO_PROMPT)
         if args.screenshot:
             await asyncio.sleep(2 * POLL_S)  # the dock drawn
             save_screenshot(window, args.screenshot)

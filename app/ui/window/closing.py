@@ -1,22 +1,20 @@
-"""Closing the window: the first close only starts the shutdown (every reply cancelled, the chats and
-the window's layout saved, the engine closed); its end closes the window for real."""
+"""Closing the window in two steps: the first close only starts the window's shutdown (every reply
+cancelled, the chats and the layout saved, the engine closed); its end closes the window for real."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 from PySide6.QtGui import QCloseEvent
-
-from app.ui.settings import WINDOW_STATE_VERSION
-
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+from PySide6.QtWidgets import QWidget
 
 
 class WindowClosing:
-    def __init__(self, window: MainWindow):
-        self.window = window
+    """`window`'s close events, held until `shut_down()` has run; `closed()` is called after."""
+
+    def __init__(self, window: QWidget, shut_down: Callable[[], Awaitable[None]], closed: Callable[[], None]):
+        self.window, self.shut_down, self.closed = window, shut_down, closed
         self._task: asyncio.Task | None = None  # the shutdown, once the window is asked to close
         self.is_closed = False
 
@@ -34,17 +32,4 @@ class WindowClosing:
         finally:
             self.is_closed = True
             self.window.close()
-            self.window.sigClosed.emit()
-
-    async def shut_down(self) -> None:
-        """Cancel every reply, save, and close the engine."""
-        w = self.window
-        w.tick_timer.stop()
-        w.benchmark_panel.cancel()
-        w.settings.geometry = w.saveGeometry()
-        w.settings.window_state = w.saveState(WINDOW_STATE_VERSION)
-        w.settings.sync()
-        await w.serve_control.stop()
-        await w.workspace.shutdown()
-        w.settings.sync()
-        await w.client.close()  # also when the engine has stopped on its own
+            self.closed()

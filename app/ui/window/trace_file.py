@@ -3,32 +3,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox
 
+from app.engine.stats import RequestStats, StepStats
 from app.engine.trace import STEP_TRACK, trace_events, write_trace
 
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+
+def panes_trace(
+    pane_names: dict[str, tuple[str, str]], requests: Iterable[RequestStats], steps: Sequence[StepStats]
+) -> list[dict]:
+    """The steps (the default model's, the last 4096 kept) and the requests the window saw end, a
+    track per pane (`pane_names`: chat key -> (name, colour), in the panes' order)."""
+    panes = {key: f"pane {i}: {name}" for i, (key, (name, _colour)) in enumerate(pane_names.items(), 1)}
+    return trace_events({STEP_TRACK: steps}, requests, track_names=panes)
 
 
-def window_trace(window: MainWindow) -> list[dict]:
-    """The default model's steps kept (the last 4096) and the requests the window saw end."""
-    names = {key: name for key, (name, _colour) in window.pane_names().items()}
-    panes = {key: f"pane {i}: {name}" for i, (key, name) in enumerate(names.items(), 1)}
-    requests = [stats for _pane, stats in window.metrics.finished]
-    return trace_events({STEP_TRACK: window.client.recent_steps()}, requests, track_names=panes)
-
-
-def save_trace(window: MainWindow) -> Path | None:
-    """Ask where, and write the trace there; None when cancelled."""
+def ask_and_save(window: QMainWindow, events: list[dict]) -> Path | None:
+    """Ask where, write the trace there and say so in the status bar; None when cancelled."""
     path, _ = QFileDialog.getSaveFileName(window, "Save trace", "batch-trace.json", "Chrome trace (*.json)")
     if not path:
         return None
     try:
-        write_trace(path, window_trace(window))
+        write_trace(path, events)
     except OSError as e:
         QMessageBox.warning(window, "Save trace", f"Could not write {path}: {e.strerror or e}")
         return None
