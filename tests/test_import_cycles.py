@@ -1,6 +1,6 @@
 """No import circle in app/: every module's imports read from its source (those under TYPE_CHECKING
 and inside functions too, which import-linter's layers cannot rule out between siblings), and the
-strongly connected parts of that graph compared with the few circles still known."""
+strongly connected parts of that graph: there must be none."""
 
 from __future__ import annotations
 
@@ -12,18 +12,6 @@ import pytest
 pytestmark = pytest.mark.unit
 
 APP = Path(__file__).resolve().parent.parent / "app"
-# circles not yet taken apart (a sorted tuple of modules each): fix one, then remove it here; none may be added
-KNOWN_CYCLES = {
-    # the window's helpers take the whole MainWindow (under TYPE_CHECKING) and it imports them
-    (
-        "app.ui.batching_demo",
-        "app.ui.loaded_models",
-        "app.ui.main_window",
-        "app.ui.trace_file",
-        "app.ui.window_closing",
-        "app.ui.window_menus",
-    ),
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -109,9 +97,5 @@ def test_reads_relative_and_type_checking_imports():
     assert "app.server.responses.shape" in graph["app.server.responses.streamed"]  # under TYPE_CHECKING
 
 
-def test_no_new_import_cycles():
-    found = _cycles(_graph())
-    new = found - KNOWN_CYCLES
-    assert not new, f"import circles in app/: {sorted(new)}"
-    fixed = KNOWN_CYCLES - found
-    assert not fixed, f"no longer circles: remove them from KNOWN_CYCLES: {sorted(fixed)}"
+def test_no_import_cycles():
+    assert _cycles(_graph()) == set(), "import circles in app/"

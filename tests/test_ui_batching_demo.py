@@ -15,7 +15,7 @@ from ui_fixtures import TINY_QUICK, set_params, until
 from app.engine.errors import EngineError
 from app.engine.params import ServingMode
 from app.engine.stats import StepPart, StepStats
-from app.ui.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
+from app.ui.docks.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
 
 SCREEN = (1366, 768)  # the smallest screen the window is tried on
 
@@ -60,8 +60,8 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
         before = await _earlier_chat(window, qtbot)
         messages: list[str] = []
         window.statusBar().messageChanged.connect(messages.append)
-        qtbot.mouseClick(_toolbar_button(window, window.show_batching_action), Qt.MouseButton.LeftButton)
-        await until(lambda: window.show_batching_action.isEnabled() and window.batching.runs, 120, "the three runs")
+        qtbot.mouseClick(_toolbar_button(window, window.action("compare.show_batching")), Qt.MouseButton.LeftButton)
+        await until(lambda: window.action("compare.show_batching").isEnabled() and window.batching.runs, 120, "the three runs")
         comparison = window.batching
         runs = comparison.runs
 
@@ -134,7 +134,7 @@ def test_a_run_that_fails_midway_still_puts_the_chats_and_the_mode_back(run_tiny
             await set_mode(mode, model)
 
         window.client.set_mode = engine_gone_at_static
-        runs = await show_batching(window, longest=8)
+        runs = await show_batching(window.client, window.workspace, window.batching, window.statusBar(), longest=8)
         assert [run.label for run in runs] == ["Sequential"]
         assert window.statusBar().currentMessage() == "Show batching stopped: the engine stopped"
         assert [(s.key, s.params, len(s.chat.messages)) for s in window.workspace.sessions] == before

@@ -11,8 +11,8 @@ from PySide6.QtGui import QContextMenuEvent, QDesktopServices, QFontInfo, QGuiAp
 from PySide6.QtWidgets import QApplication, QToolTip
 from ui_fixtures import QUICK, set_params, until
 
+from app.ui.pane.transcript import Transcript
 from app.ui.theme import Theme, contrast, dark_palette
-from app.ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
 

@@ -20,12 +20,12 @@ from PySide6.QtWidgets import QApplication
 from app.client import EngineClient
 from app.default_model import default_model_path
 from app.engine.errors import EngineError
+from app.ui.docks.batching_demo import DEMO_PROMPT, show_batching
+from app.ui.window.fan_out import SETTINGS, Sweep, parse_values
+from app.ui.window.layout_report import write_layout_report
+from app.ui.window.main_window import MainWindow
 from app.workspace.chat_store import ChatStore
 
-from .batching_demo import DEMO_PROMPT, show_batching
-from .fan_out import SETTINGS, Sweep, parse_values
-from .layout_report import write_layout_report
-from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
 
 POLL_S = 0.1
@@ -103,7 +103,7 @@ async def _main(args) -> int:
     freeze_startup_objects()
     if getattr(args, "show_batching", False):
         prompt = args.prompt[0] if isinstance(args.prompt, list) else args.prompt  # the demo's --prompt repeats
-        await show_batching(window, prompt or DEMO_PROMPT)
+        await show_batching(window.client, window.workspace, window.batching, window.statusBar(), prompt or DEMO_PROMPT)
         if args.screenshot:
             await asyncio.sleep(2 * POLL_S)  # the dock drawn
             save_screenshot(window, args.screenshot)

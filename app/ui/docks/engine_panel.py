@@ -40,9 +40,8 @@ from app.engine.errors import EngineError
 from app.engine.params import EngineConfig, Policy, ServingMode, SpecType
 from app.engine.pool import format_bytes
 from app.engine.stats import EngineSnapshot
+from app.ui import theme
 from app.workspace.workspace import MAX_PANES
-
-from . import theme
 
 ITL_TARGET_RANGE_MS = (20, 1000)
 DEFAULT_ITL_TARGET_MS = 150

@@ -17,7 +17,7 @@ import pyqtgraph as pg
 from PySide6.QtGui import QTextDocumentFragment
 from PySide6.QtWidgets import QDockWidget
 
-from .kv_map import CellPicture
+from app.ui.docks.kv_map import CellPicture
 
 if TYPE_CHECKING:
     from .main_window import MainWindow

@@ -14,8 +14,7 @@ import math
 from PySide6.QtGui import QColor
 
 from app.engine.probs import TokenProbs
-
-from .theme import Theme, blend, contrast
+from app.ui.theme import Theme, blend, contrast
 
 SCHEME = "tok"
 UNLIKELY = QColor("#e53935")  # the tint of a token the model thought unlikely

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QStatusBar, QVBoxLayout, QWidget
 
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent
@@ -24,10 +25,9 @@ from app.workspace.pane_params import PaneParams
 from .step_timeline import StepTimeline
 
 if TYPE_CHECKING:
+    from app.client import EngineClient
     from app.workspace.session import PaneSession
     from app.workspace.workspace import Workspace
-
-    from .main_window import MainWindow
 
 DEMO_PROMPT = "In three sentences: why is the sky blue?"
 FOLLOW_UP = "Now say it in one sentence."
@@ -98,36 +98,42 @@ class _Kept:
         workspace.add_pane(self.chat, index)
 
 
-async def show_batching(window: MainWindow, prompt: str = DEMO_PROMPT, longest: int = LONGEST_REPLY) -> list[Run]:
-    """Broadcast `prompt` once in each mode, each time to fresh chats, then show the runs and the
-    verdict in the window's comparison dock. The panes' chats and the serving mode are put back
+async def show_batching(
+    client: EngineClient,
+    workspace: Workspace,
+    comparison: BatchingComparison,
+    status_bar: QStatusBar,
+    prompt: str = DEMO_PROMPT,
+    longest: int = LONGEST_REPLY,
+) -> list[Run]:
+    """Broadcast `prompt` once in each mode, each time to fresh chats, then show the runs in
+    `comparison` and the verdict in the status bar. The panes' chats and the serving mode are put back
     afterwards, also when a run fails; the demo's own chats are not kept."""
-    client, workspace = window.client, window.workspace
     mode = client.config.mode
     kept = [_Kept(s.chat, s.params, s.draft) for s in workspace.sessions]
     demo_chats: set[str] = set()
     runs: list[Run] = []
+
+    def say(text: str, timeout_ms: int = 0) -> None:
+        status_bar.showMessage(text, timeout_ms)
+        comparison.show_phase(text)
+
     try:
         for number, (serving, label, how) in enumerate(MODES, 1):
-            _say(window, f"Show batching: {number}/{len(MODES)} {label.lower()}…")
+            say(f"Show batching: {number}/{len(MODES)} {label.lower()}…")
             sessions = await _fresh_panes(workspace, demo_chats, number)
             await client.set_mode(serving)
-            runs.append(await _run(window, sessions, prompt, reply_lengths(len(sessions), longest), label, how))
+            runs.append(await _run(client, sessions, prompt, reply_lengths(len(sessions), longest), label, how))
     except (EngineError, DemoStopped) as e:
-        _say(window, f"Show batching stopped: {e}", DONE_MS)
+        say(f"Show batching stopped: {e}", DONE_MS)
         return runs
     finally:
         await _put_back(workspace, kept, demo_chats)
         with contextlib.suppress(EngineError):  # an engine that stopped has no mode to put back
             await client.set_mode(mode)
-    window.show_batching_runs(runs)
-    window.statusBar().showMessage(f"Show batching: {verdict(runs)}", DONE_MS)
+    comparison.show_runs(runs)
+    status_bar.showMessage(f"Show batching: {verdict(runs)}", DONE_MS)
     return runs
-
-
-def _say(window: MainWindow, text: str, timeout_ms: int = 0) -> None:
-    window.statusBar().showMessage(text, timeout_ms)
-    window.batching.show_phase(text)
 
 
 async def _fresh_panes(workspace: Workspace, demo_chats: set[str], run: int) -> list[PaneSession]:
@@ -156,12 +162,12 @@ async def _put_back(workspace: Workspace, kept: list[_Kept], demo_chats: set[str
     workspace.said_in_list.emit("Show batching's chats were not kept; yours are back in their panes.")
 
 
-async def _run(window: MainWindow, sessions, prompt: str, lengths, label: str, how: str) -> Run:
+async def _run(client: EngineClient, sessions: list[PaneSession], prompt: str, lengths, label: str, how: str) -> Run:
     t_start = time.monotonic()
-    panes = window.pane_names()
+    panes = {s.key: (s.chat.name, s.colour) for s in sessions}
     finals = await _two_turns(sessions, prompt, lengths)
     seconds = time.monotonic() - t_start
-    steps = tuple(st for st in window.client.recent_steps(seconds + 1.0) if st.t_end > t_start)
+    steps = tuple(st for st in client.recent_steps(seconds + 1.0) if st.t_end > t_start)
     tokens = sum(final.stats.gen_tokens for final in finals)
     return Run(label, how, steps, t_start, seconds, len(finals), tokens, panes)
 
@@ -291,6 +297,8 @@ class BatchingComparison(QWidget):
     """The verdict over the runs' step timelines side by side, on one time scale, each captioned
     with its tok/s; what the columns mean under them."""
 
+    sigRunsShown = Signal()  # the window makes room for them
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.runs: list[Run] = []
@@ -340,3 +348,4 @@ class BatchingComparison(QWidget):
         self.summary.setText(verdict(runs) if len(runs) == len(MODES) else HINT)
         self.key.setText(key_text(runs, top))
         self.key.show()
+        self.sigRunsShown.emit()

@@ -22,11 +22,11 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
 from app.engine.probs import TokenProbs
+from app.ui import theme
 from app.workspace.chat_store import NOTICE
 from app.workspace.markdown_stream import MarkdownStream, json_reply
 from app.workspace.session import LENGTH_NOTE
 
-from . import theme
 from .markdown_render import COPY, PARAGRAPH_MARGIN, code_bar_format, code_from, markdown_fragment
 from .token_view import rivals_html, token_at, tokens_html
 

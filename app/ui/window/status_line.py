@@ -9,9 +9,8 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar
 
 from app.client import EngineClient
 from app.engine.stats import EngineSnapshot
+from app.ui.pane.readout import Readout
 from app.workspace.chat_store import PendingSaves
-
-from .readout import Readout
 
 STATUS_WIDTH = 560  # px: the engine's line; its shorter forms fit in this, so it is never "…"
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from PySide6.QtWidgets import QMainWindow
 from qasync import asyncSlot
 
+from app.client import EngineClient
 from app.engine.errors import EngineError
+from app.ui.docks.model_library import ModelLibrary
+from app.ui.docks.plots import PlotsPanel
+from app.ui.pane.chat_pane import ChatPane
+from app.ui.settings import AppSettings
 from app.workspace.session import PaneSession
-
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+from app.workspace.workspace import Workspace
 
 
 def short_name(name: str, chars: int = 16) -> str:
@@ -24,14 +27,31 @@ def short_name(name: str, chars: int = 16) -> str:
     return f"{name[: chars - tail - 1]}…{name[-tail:]}"
 
 
+def model_paths(client: EngineClient) -> list[str]:
+    """The loaded models' files, the default first."""
+    return [info.path for info in client.models.values()]
+
+
 class LoadedModels:
-    def __init__(self, window: MainWindow):
-        self.window = window
-        self.client = window.client
+    """Shows the loaded models in `panes` (the window's list, kept in step by it), `plots`, `library`
+    and the title and status bar of `window`; keeps them in `settings`."""
+
+    def __init__(
+        self,
+        client: EngineClient,
+        workspace: Workspace,
+        panes: list[ChatPane],
+        plots: PlotsPanel,
+        library: ModelLibrary,
+        settings: AppSettings,
+        window: QMainWindow,
+    ):
+        self.client, self.workspace, self.panes = client, workspace, panes
+        self.plots, self.library, self.settings, self.window = plots, library, settings, window
 
     @property
     def paths(self) -> list[str]:
-        return [info.path for info in self.client.models.values()]
+        return model_paths(self.client)
 
     @property
     def is_base_model(self) -> bool:
@@ -41,7 +61,7 @@ class LoadedModels:
     def suit_blank_panes(self) -> None:
         """Blank panes follow the model: completion mode for a base model (⚙ switches a pane)."""
         completion = self.is_base_model
-        self.window.workspace.suit_blank_panes(completion)
+        self.workspace.suit_blank_panes(completion)
         if completion:
             self.window.statusBar().showMessage(
                 f"{Path(self.client.config.model_path).name} has no chat template (a base model): new panes continue "
@@ -56,7 +76,7 @@ class LoadedModels:
         try:
             name = await self.client.load_model(self.client.config.with_(model_path=path))
         except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
-            self.window.library.set_loaded(self.paths, str(e))
+            self.library.set_loaded(self.paths, str(e))
             return
         self.show()
         self.window.statusBar().showMessage(f"Loaded {name}: pick it in a pane's header.", 10000)
@@ -81,18 +101,18 @@ class LoadedModels:
         name = session.chat.name
         if len(models) >= 2 and session.params.endpoint() is None:
             name = f"{name} · {short_name(session.model or next(iter(models)))}"
-        self.window.plots.name_pane(session.key, name)
+        self.plots.name_pane(session.key, name)
 
     def show(self) -> None:
         """The loaded models everywhere they show, and kept for the next start."""
         names = list(self.client.models)
         if not names:  # the engine thread has stopped: nothing changed
             return
-        for pane in self.window.panes:
+        for pane in self.panes:
             pane.show_models(names)
             self.name_in_plots(pane.session)
-        self.window.library.set_loaded(self.paths)
-        self.window.settings.extra_models = self.paths[1:]
+        self.library.set_loaded(self.paths)
+        self.settings.extra_models = self.paths[1:]
         self.show_title()
 
     def show_title(self) -> None:

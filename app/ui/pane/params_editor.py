@@ -23,9 +23,8 @@ from PySide6.QtWidgets import (
 
 from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
 from app.remote import Endpoint
+from app.ui import theme
 from app.workspace.pane_params import PaneParams
-
-from . import theme
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ from qasync import asyncSlot
 
 from app.default_model import default_model_path
 from app.models.library import ADDED, BUNDLED, ModelEntry, ModelFinder, ModelFolder, Scan, tool_folders
-
-from . import theme
-from .settings import AppSettings
+from app.ui import theme
+from app.ui.settings import AppSettings
 
 COLUMNS = ("Model", "Found in", "Architecture", "Parameters", "Quantization", "Size", "Context", "Chat template", "")
 NAME, SOURCE, ARCH, PARAMS, QUANT, SIZE, CONTEXT, TEMPLATE, LOAD = range(len(COLUMNS))

@@ -8,9 +8,9 @@ from qasync import asyncSlot
 
 from app.client import EngineClient
 from app.engine.errors import EngineError
+from app.ui.docks.engine_panel import EnginePanel
 
 from .engine_banner import EngineBanner
-from .engine_panel import EnginePanel
 
 
 class EngineRecovery:

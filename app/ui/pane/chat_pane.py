@@ -29,13 +29,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.events import Fault
+from app.ui import theme
+from app.ui.dialogs import export_with_dialog
 from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
 from app.workspace.session import Branch, PaneSession
 
-from . import theme
-from .dialogs import export_with_dialog
-from .pane_params_editor import PaneParamsEditor
+from .params_editor import PaneParamsEditor
 from .readout import Readout
 from .transcript import Transcript
 

@@ -15,9 +15,8 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 
+from app.ui import theme
 from app.workspace.markdown_stream import fenced_code
-
-from . import theme
 
 # GitHub's Markdown (tables, strikethrough, links) through Qt's own reader; HTML in a reply is shown as text
 MARKDOWN = QTextDocument.MarkdownFeature.MarkdownDialectGitHub | QTextDocument.MarkdownFeature.MarkdownNoHTML

@@ -25,8 +25,7 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QToolTip, QVBoxL
 
 from app.client import EngineClient
 from app.engine.cell_map import CellMap, SlotCells, SlotState
-
-from . import theme
+from app.ui import theme
 
 FREE, GAP = -1, -2  # a pixel of the bar showing free cells; the gap between two streams
 NEUTRAL = "#7f7f7f"  # the cells of a chat no pane shows (another chat, the API, a bare prompt)

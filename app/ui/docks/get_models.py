@@ -34,8 +34,8 @@ from qasync import asyncSlot
 
 from app.models import hub
 from app.models.hub import HubError, HubModel, HubUnreachable, RepoHit
+from app.ui import theme
 
-from . import theme
 from .model_library import format_size
 
 REPO_COLUMNS = ("Repo", "Downloads", "Likes", "Updated")

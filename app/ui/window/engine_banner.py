@@ -7,7 +7,7 @@ import html
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
 
-from . import theme
+from app.ui import theme
 
 
 class EngineBanner(QFrame):

@@ -6,8 +6,9 @@ the user does to it; one 10 Hz timer samples the metrics, moves the plots and re
 window is minimized nothing is drawn (the metrics are still sampled and the text kept): the engine
 gets the CPU, and restoring the window catches up at once.
 
-Its parts beside it: window_menus.py (the toolbar and menus), status_line.py, loaded_models.py,
-engine_recovery.py (the banner's Restart) and window_closing.py.
+Its parts beside it, each given only what it needs: actions.py (the table of the toolbar's and
+menus' entries, which the window reads), status_line.py, loaded_models.py, engine_recovery.py (the
+banner's Restart), closing.py and trace_file.py.
 """
 
 from __future__ import annotations
@@ -36,37 +37,37 @@ from app.client import EngineClient
 from app.engine.params import SpecType
 from app.models.library import ModelFinder
 from app.server.server import ApiServer
+from app.ui.dialogs import confirm, export_with_dialog
+from app.ui.docks.batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
+from app.ui.docks.benchmark import BenchmarkPanel
+from app.ui.docks.chat_list import ChatList, ChatRow
+from app.ui.docks.compare_view import Compared, CompareView
+from app.ui.docks.dock_layout import DockLayout, in_front
+from app.ui.docks.engine_panel import EnginePanel
+from app.ui.docks.get_models import GetModels
+from app.ui.docks.kv_map import KVMapPanel
+from app.ui.docks.model_library import ModelLibrary
+from app.ui.docks.plots import PlotsPanel
+from app.ui.docks.step_timeline import StepTimeline
+from app.ui.pane.chat_pane import ChatPane
+from app.ui.settings import WINDOW_STATE_VERSION, AppSettings
 from app.workspace.chat_store import ChatStore
 from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
 from app.workspace.session import Branch, PaneSession
 from app.workspace.source import Sources
 from app.workspace.workspace import Workspace
 
-from .batching_demo import DEMO_PROMPT, BatchingComparison, show_batching
-from .benchmark_dock import BenchmarkPanel
-from .chat_list import ChatList, ChatRow
-from .chat_pane import ChatPane
-from .compare_view import Compared, CompareView
-from .dialogs import confirm, export_with_dialog
-from .dock_layout import DockLayout, in_front
+from .actions import about_box, make_actions, place_actions
+from .closing import WindowClosing
 from .engine_banner import EngineBanner
-from .engine_panel import EnginePanel
 from .engine_recovery import EngineRecovery
 from .fan_out import FanOutDialog, Sweep
-from .get_models import GetModels
-from .kv_map import KVMapPanel
-from .loaded_models import LoadedModels
-from .model_library import ModelLibrary
+from .loaded_models import LoadedModels, model_paths
 from .pane_grid import PaneGrid
-from .plots import PlotsPanel
+from .placement import place_window
 from .serve_control import ServeControl
-from .settings import WINDOW_STATE_VERSION, AppSettings
 from .status_line import LayoutWatch, add_status_widgets, engine_status, show_save_state
-from .step_timeline import StepTimeline
-from .trace_file import save_trace
-from .window_closing import WindowClosing
-from .window_menus import build_menus, build_toolbar, show_about
-from .window_placement import place_window
+from .trace_file import ask_and_save, panes_trace
 
 TICK_MS = 100
 FLUSH_MS = 40  # streamed text is shown as it arrives, 25 times a second at most
@@ -94,10 +95,10 @@ class MainWindow(QMainWindow):
         self.workspace = Workspace(Sources(client, self.metrics.on_events), store, settings, self.metrics, client.config.capacity)
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []  # the workspace's sessions' views, in its order
-        self.closing = WindowClosing(self)
+        self.closing = WindowClosing(self, self.shut_down, self.sigClosed.emit)
         self.close_box: QMessageBox | None = None  # the last "Close pane" question
         self.fan_out_dialog: FanOutDialog | None = None  # the last one opened
-        self.models = LoadedModels(self)
+        self._docks: dict[str, QDockWidget] = {}  # by title, for the actions table
         # one flush shows every pane's new text, so streaming panes are painted in one pass. It runs
         # when text arrives, not on a clock of its own: the engine's steps (a token for every pane)
         # are further apart than FLUSH_MS, so text is shown at once and the GUI thread wakes no more
@@ -152,7 +153,8 @@ class MainWindow(QMainWindow):
         # its form, chart and table scroll in a short dock, rather than set the window's least height
         self.bench_dock = self._dock("Benchmark", scrolled(self.benchmark_panel), Qt.DockWidgetArea.RightDockWidgetArea)
         self.bench_dock.hide()
-        self.library = ModelLibrary(ModelFinder(), self.settings, loaded=self.models.paths)
+        self.library = ModelLibrary(ModelFinder(), self.settings, loaded=model_paths(self.client))
+        self.models = LoadedModels(self.client, self.workspace, self.panes, self.plots, self.library, self.settings, self)
         self.library.sigLoad.connect(self.models.load)
         self.library.sigUnload.connect(self.models.unload)
         self.get_models = GetModels()
@@ -173,6 +175,7 @@ class MainWindow(QMainWindow):
         self.timeline_dock = self._dock("Step timeline", self.timeline, Qt.DockWidgetArea.RightDockWidgetArea)
         self.timeline_dock.hide()
         self.batching = BatchingComparison()
+        self.batching.sigRunsShown.connect(lambda: self.docks.show_bottom(self.batching_dock, RESULT_SHARE))
         self.batching_dock = self._dock("Batching compared", self.batching, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.batching_dock.hide()
         self.docks = DockLayout(
@@ -188,31 +191,41 @@ class MainWindow(QMainWindow):
         self.recovery = EngineRecovery(self.client, self.banner, self.engine_panel, self.statusBar())
         self.serve_control = ServeControl(self.api_server, self.settings.serve_address, self.settings.serve_api_key)
         self.serve_control.sigServing.connect(self._on_serving)
-        self.add_action = QAction("Add pane", self, triggered=self.add_pane)
-        self.remove_action = QAction("Remove last pane", self, triggered=self._on_remove_last)
-        self.fan_out_action = QAction("Fan out…", self, triggered=self.ask_fan_out)
-        self.fan_out_action.setToolTip("One prompt, one setting over several values: a pane each, side by side")
-        self.show_batching_action = QAction("Show batching", self, triggered=self._on_show_batching)
-        self.show_batching_action.setToolTip(
-            "One prompt to every pane three times: served one at a time, in static batches, continuously; the timelines side by side"
-        )
-        self.about_action = QAction("About", self, triggered=lambda: show_about(self, self.client))
-        self.save_trace_action = QAction("Save trace…", self, triggered=lambda: save_trace(self))
-        self.save_trace_action.setToolTip("The recent engine steps and requests as a Chrome trace (Perfetto, chrome://tracing)")
-        build_toolbar(self)
-        build_menus(self)
+        self._actions = make_actions(self, lambda name: getattr(self, name), self._docks)
+        toolbar = self.addToolBar("Main")
+        toolbar.setObjectName("main-toolbar")
+        place_actions(toolbar, self.menuBar(), self._actions)
+        toolbar.addSeparator()
+        toolbar.addWidget(self.serve_control)
+
+    def action(self, action_id: str) -> QAction:
+        """The toolbar's or a menu's entry of that id (actions.py's table)."""
+        return self._actions[action_id]
+
+    # -- what the actions run, beside the panes' and docks' own ------------------------------------
 
     @asyncSlot()
-    async def _on_show_batching(self) -> None:
-        self.show_batching_action.setEnabled(False)  # one demo at a time
+    async def run_batching_demo(self) -> None:
+        action = self.action("compare.show_batching")
+        action.setEnabled(False)  # one demo at a time
         try:
-            await show_batching(self, self.broadcast_edit.text().strip() or DEMO_PROMPT)
+            prompt = self.broadcast_edit.text().strip() or DEMO_PROMPT
+            await show_batching(self.client, self.workspace, self.batching, self.statusBar(), prompt)
         finally:
-            self.show_batching_action.setEnabled(True)
+            action.setEnabled(True)
 
-    def show_batching_runs(self, runs) -> None:
-        self.batching.show_runs(runs)
-        self.docks.show_bottom(self.batching_dock, RESULT_SHARE)
+    def save_trace(self) -> None:
+        requests = (stats for _pane, stats in self.metrics.finished)
+        ask_and_save(self, panes_trace(self.pane_names(), requests, self.client.recent_steps()))
+
+    def focus_broadcast(self) -> None:
+        self.broadcast_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def restart_engine(self) -> None:
+        self.recovery.restart()
+
+    def show_about(self) -> None:
+        about_box(self, self.client)
 
     def _broadcast_bar(self) -> QHBoxLayout:
         row = QHBoxLayout()
@@ -237,6 +250,7 @@ class MainWindow(QMainWindow):
         dock.setObjectName(title)
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
+        self._docks[title] = dock
         return dock
 
     def _pane_labels(self) -> dict[str, tuple[str, str]]:
@@ -332,13 +346,13 @@ class MainWindow(QMainWindow):
         """Stop the pane's reply, then remove the pane; its chat stays in the chat list."""
         await self.workspace.close_pane(pane.session)
 
-    def _on_remove_last(self) -> None:
+    def remove_last_pane(self) -> None:
         if len(self.panes) > 1:
             self.ask_to_close_pane(self.panes[-1])
 
     def _relayout(self) -> None:
         self.pane_grid.set_panes(self.panes)
-        self.add_action.setEnabled(len(self.panes) < self.capacity)
+        self.action("pane.add").setEnabled(len(self.panes) < self.capacity)
         self.engine_panel.set_min_capacity(len(self.panes))
 
     # -- the chat list -------------------------------------------------------------------------
@@ -478,3 +492,15 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing.on_close_event(event)
+
+    async def shut_down(self) -> None:
+        """Cancel every reply, save, and close the engine: the first close's work (closing.py)."""
+        self.tick_timer.stop()
+        self.benchmark_panel.cancel()
+        self.settings.geometry = self.saveGeometry()
+        self.settings.window_state = self.saveState(WINDOW_STATE_VERSION)
+        self.settings.sync()
+        await self.serve_control.stop()
+        await self.workspace.shutdown()
+        self.settings.sync()
+        await self.client.close()  # also when the engine has stopped on its own

@@ -24,10 +24,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.sampling_fields import SLIDER_FIELDS, SamplingField
+from app.ui import theme
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES
-
-from . import theme
 
 MAX_SEED = 2**31 - 1  # what a pane's seed field takes
 

@@ -24,8 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.events import FinishEvent
-
-from .dialogs import warn
+from app.ui.dialogs import warn
 
 COLUMNS = ("Setting", "Tokens", "tok/s", "TTFT ms", "Mean logprob", "Reply")
 EXPORT_FILTERS = {"Markdown (*.md)": ".md", "CSV, for a spreadsheet (*.csv)": ".csv", "JSON (*.json)": ".json"}
