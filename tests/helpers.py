@@ -41,7 +41,10 @@ def user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-NEAR_TIE = 1.5  # logits; the batch-layout noise measured on the default model reaches about 1.0
+# logits: on this build, with flash attention on (llama.cpp's auto, the default), a token's logits are
+# the same bit for bit whatever is decoded beside it; without it they move by up to 1.07 on the
+# default model (scripts/batch-logits, docs/performance.md): the margin is for such a build
+NEAR_TIE = 1.5
 
 
 def token_ids(events) -> list[int]:
@@ -51,12 +54,11 @@ def token_ids(events) -> list[int]:
 def divergence_is_a_near_tie(model_path: str, prompt: list[int], a_ids: list[int], b_ids: list[int]) -> str | None:
     """None if two greedy replies to `prompt` agree, or part only where two tokens were nearly tied.
 
-    llama.cpp's CPU kernels add in an order that depends on where a sequence's cells sit in the
-    unified KV buffer and on what else is in the batch (measured here: the same prompt in rows 0
-    and 1 of one batch differs by up to 0.5 in a logit). A 135M model may then take another word
-    where two were nearly tied. Replaying `a` alone up to the first difference tells whether that
-    was so: both tokens must be within NEAR_TIE of the best logit there. A sequence that read wrong
-    cells would leave a clear winner instead.
+    Without flash attention llama.cpp's CPU attention adds in another order for several tokens of a
+    step than for one (measured: up to 0.94 for a drafted run, 1.07 beside 7 sequences in one pool;
+    with it on, 0.0). A 135M model may then take another word where two were nearly tied. Replaying
+    `a` alone up to the first difference tells whether that was so: both tokens must be within
+    NEAR_TIE of the best logit there. A sequence that read wrong cells would leave a clear winner.
     """
     from app.engine.kv.prefix import common_prefix_len
     from app.engine.llama.context import LlamaBackend

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.ui.compare_view import Compared, export_text
-from app.ui.fan_out import MAX_PANES, SETTINGS, parse_values
+from app.ui.docks.compare_view import Compared, export_text
+from app.ui.window.fan_out import MAX_PANES, SETTINGS, parse_values
 
 pytestmark = pytest.mark.unit
 

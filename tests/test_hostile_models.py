@@ -208,7 +208,8 @@ def test_the_window_closes_at_once_while_a_template_loops(loop, home, looping_mo
 
 
 @pytest.mark.gui
-def test_the_app_closes_its_window_on_sigterm_and_saves_before_it_exits(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("after_s", [0.0, 1.0], ids=["while-starting", "window-up"])
+def test_the_app_closes_its_window_on_sigterm_and_saves_before_it_exits(tmp_path, tiny_model_path, after_s):
     env = dict(os.environ, BATCH_PLAYGROUND_HOME=str(tmp_path), QT_QPA_PLATFORM="offscreen")
     command = [sys.executable, "-m", "app", "--model", tiny_model_path, "--panes", "1", "--threads", "1"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -216,7 +217,7 @@ def test_the_app_closes_its_window_on_sigterm_and_saves_before_it_exits(tmp_path
         deadline = time.monotonic() + 60
         while not (tmp_path / "settings.ini").exists() and time.monotonic() < deadline:  # written once the window is up
             time.sleep(0.1)
-        time.sleep(1.0)
+        time.sleep(after_s)  # 0: the engine may still be loading, no window yet
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         rc = process.wait(30)

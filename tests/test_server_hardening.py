@@ -14,7 +14,7 @@ from helpers import run
 from serving import Serving, chat, engine_is_idle
 
 from app.engine.prompt.builder import PromptBuilder
-from app.server import handlers
+from app.server import shaping, sse
 from app.server.protocol import MAX_CHARS_PER_TOKEN, MAX_KEPT_PROBS
 
 
@@ -115,7 +115,7 @@ def test_frequency_and_presence_penalties_are_honoured(config):
 @pytest.mark.unit
 def test_replies_are_standard_json_whatever_the_values():
     body = {"logprob": float("nan"), "top": [float("-inf"), 1.5], "ok": "x"}
-    text = handlers.dumps(body)
+    text = shaping.dumps(body)
     assert json.loads(text) == {"logprob": None, "top": [None, 1.5], "ok": "x"}
     assert "NaN" not in text and "Infinity" not in text
 
@@ -193,7 +193,7 @@ def test_with_a_stream_per_sequence_a_request_is_measured_against_its_stream_not
 @pytest.mark.model
 def test_a_reader_that_stalls_is_cut_and_its_sequence_freed(config, monkeypatch):
     """Its events would pile up for as long as it reads nothing: after the deadline it is dropped."""
-    monkeypatch.setattr(handlers, "SEND_DEADLINE_S", 1.0)
+    monkeypatch.setattr(sse, "SEND_DEADLINE_S", 1.0)
     body = _story(max_tokens=3000, stream=True, logprobs=True, top_logprobs=100)  # about 10 kB a token
 
     async def main():

@@ -15,7 +15,7 @@ from serving import Serving
 from spawn import free_port, running, serve_command
 
 from app.cli import build_parser
-from app.server.responses import STORE_BYTES
+from app.server.responses.store import STORE_BYTES
 
 MODELS = "GET /v1/models HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{more}\r\n"
 FOREIGN = ["evil.example", "attacker.example.com:{port}", "localhost.evil.example", "127.0.0.1.nip.io"]

@@ -16,7 +16,9 @@ from serving import Serving
 
 from app.engine.events import FinishEvent, FinishReason
 from app.engine.stats import RequestStats
-from app.server.responses import Kept, KeptResponses, ResponseShape, footprint, kept_of, parse_response
+from app.server.responses.request import parse_response
+from app.server.responses.shape import ResponseShape, kept_of
+from app.server.responses.store import Kept, KeptResponses, footprint
 
 pytestmark = pytest.mark.tiny
 
@@ -132,7 +134,7 @@ def test_stored_responses_are_retrieved_and_deleted_and_unstored_ones_are_not(ti
     async def body(api, _url):
         kept = await api.responses.create(model="any", input="Hello", max_output_tokens=4)
         again = await api.responses.retrieve(kept.id)
-        deleted = await api.responses.delete(kept.id)
+        deleted = (await api.responses.with_raw_response.delete(kept.id)).http_response.json()
         gone = []
         for response_id in (kept.id, "resp_unknown"):
             with pytest.raises(openai.NotFoundError) as e:
@@ -147,7 +149,7 @@ def test_stored_responses_are_retrieved_and_deleted_and_unstored_ones_are_not(ti
 
     kept, again, deleted, gone, unknown_previous = serve(tiny_config, body)
     assert again.id == kept.id and again.output_text == kept.output_text
-    assert deleted is None or getattr(deleted, "deleted", True)
+    assert deleted == {"id": kept.id, "object": "response", "deleted": True}
     assert "not found" in gone[0].message and gone[1].status_code == 404
     assert unknown_previous.body["param"] == "previous_response_id"
 

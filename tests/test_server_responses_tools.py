@@ -14,8 +14,9 @@ from test_server_responses import serve
 
 from app.engine.sampling.params import SamplingParams
 from app.server.protocol import Job
-from app.server.response_tools import StreamedItems
-from app.server.responses import ResponseRequest, ResponseShape, kept_of
+from app.server.responses.request import ResponseRequest
+from app.server.responses.shape import ResponseShape, kept_of
+from app.server.responses.streamed import StreamedItems
 from app.server.tool_calls import Tools
 from app.server.tool_syntax import HERMES
 

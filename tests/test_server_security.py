@@ -15,7 +15,7 @@ from helpers import run
 from serving import Serving, chat, engine_is_idle
 
 from app.cli import build_parser
-from app.server import handlers
+from app.server.api import status as status_api
 from app.server.connections import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.model
@@ -320,7 +320,7 @@ def test_an_unexpected_exception_in_a_handler_is_a_500_server_error(config, monk
             out = {}
             with monkeypatch.context() as patch:
                 patch.setattr(server, "pick_model", broken)
-                patch.setattr(handlers, "prometheus_text", broken)
+                patch.setattr(status_api, "prometheus_text", broken)
                 async with http.post(url + CHAT, json=chat("Hi", max_tokens=2)) as r:
                     out["chat"] = r.status, r.content_type, await r.json()
                 async with http.get(f"{url}/metrics") as r:

@@ -8,8 +8,8 @@ import pytest
 from PySide6.QtGui import QPalette
 
 from app.engine.probs import TokenChoice, TokenProbs
+from app.ui.pane.token_view import rivals_html, tint, token_at, token_texts, tokens_html
 from app.ui.theme import Theme, contrast, dark_palette
-from app.ui.token_view import rivals_html, tint, token_at, token_texts, tokens_html
 
 
 def probs(piece: bytes, p: float, token: int = 1, rivals=()) -> TokenProbs:

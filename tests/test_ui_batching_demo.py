@@ -15,7 +15,7 @@ from ui_fixtures import TINY_QUICK, set_params, until
 from app.engine.errors import EngineError
 from app.engine.params import ServingMode
 from app.engine.stats import StepPart, StepStats
-from app.ui.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
+from app.ui.docks.batching_demo import MODES, Run, reply_lengths, show_batching, verdict
 
 SCREEN = (1366, 768)  # the smallest screen the window is tried on
 
@@ -35,6 +35,15 @@ async def _earlier_chat(window, qtbot) -> list[tuple[str, object, int]]:
     return [(s.key, s.params, len(s.chat.messages)) for s in window.workspace.sessions]
 
 
+def _steps_mixing_turns(steps) -> int:
+    """Steps that decode a pane's follow-up beside another pane's first reply."""
+    first: dict[str | None, str] = {}
+    for st in steps:
+        for part in st.parts:
+            first.setdefault(part.conversation_id, part.request_id)
+    return sum(1 for st in steps if len({part.request_id == first[part.conversation_id] for part in st.parts}) == 2)
+
+
 def _fits(label: QLabel) -> bool:
     """The label's whole text fits its widget: word-wrapped within its width and height, or on one line."""
     room = label.contentsRect()
@@ -51,8 +60,8 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
         before = await _earlier_chat(window, qtbot)
         messages: list[str] = []
         window.statusBar().messageChanged.connect(messages.append)
-        qtbot.mouseClick(_toolbar_button(window, window.show_batching_action), Qt.MouseButton.LeftButton)
-        await until(lambda: window.show_batching_action.isEnabled() and window.batching.runs, 120, "the three runs")
+        qtbot.mouseClick(_toolbar_button(window, window.action("compare.show_batching")), Qt.MouseButton.LeftButton)
+        await until(lambda: window.action("compare.show_batching").isEnabled() and window.batching.runs, 120, "the three runs")
         comparison = window.batching
         runs = comparison.runs
 
@@ -67,6 +76,8 @@ def test_show_batching_runs_the_same_replies_three_ways_and_says_which_finished_
         steps = [run.steps for run in runs]
         assert max(st.n_seqs for st in steps[0]) == 1  # one request at a time
         assert max(st.n_seqs for st in steps[1]) == 4 and max(st.n_decode for st in steps[2]) == 4
+        # static makes a pane's follow-up wait for the batch's last first reply; continuous takes it at once
+        assert _steps_mixing_turns(steps[1]) == 0 < _steps_mixing_turns(steps[2])
         assert [c.text().split(":")[0] for c in comparison.captions] == ["Sequential", "Static", "Continuous"]
 
         # the verdict names the measured differences
@@ -123,7 +134,7 @@ def test_a_run_that_fails_midway_still_puts_the_chats_and_the_mode_back(run_tiny
             await set_mode(mode, model)
 
         window.client.set_mode = engine_gone_at_static
-        runs = await show_batching(window, longest=8)
+        runs = await show_batching(window.client, window.workspace, window.batching, window.statusBar(), longest=8)
         assert [run.label for run in runs] == ["Sequential"]
         assert window.statusBar().currentMessage() == "Show batching stopped: the engine stopped"
         assert [(s.key, s.params, len(s.chat.messages)) for s in window.workspace.sessions] == before

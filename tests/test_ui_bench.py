@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QToolButton
 from ui_fixtures import until
 
 from app.engine.params import Policy, ServingMode
-from app.ui.benchmark_dock import BenchmarkPanel, bar_label, why
+from app.ui.docks.benchmark import BenchmarkPanel, bar_label, why
 
 pytestmark = pytest.mark.gui
 
@@ -32,7 +32,7 @@ def engine_threads() -> int:
 
 def test_the_benchmark_view_runs_a_tiny_sweep_to_the_end_and_shows_its_chart(run_tiny_window, tmp_path, qtbot, monkeypatch):
     target = tmp_path / "bench.png"
-    monkeypatch.setattr("app.ui.benchmark_dock.QFileDialog.getSaveFileName", lambda *args: (str(target), ""))
+    monkeypatch.setattr("app.ui.docks.benchmark.QFileDialog.getSaveFileName", lambda *args: (str(target), ""))
     # its engines take a thread per core: one, as on a one-core machine (two spin at llama.cpp's barriers,
     # and on 2 busy cores each 6-token run took 1.2 s instead of 10 ms)
     monkeypatch.setattr("os.cpu_count", lambda: 1)

@@ -12,9 +12,9 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
 
-from app.ui.chat_list import when
-from app.ui.main_window import SAVE_RETRY_TICKS
+from app.ui.docks.chat_list import when
 from app.ui.settings import AppSettings, open_qsettings
+from app.ui.window.main_window import SAVE_RETRY_TICKS
 from app.workspace.chat_store import CORRUPT, NOTICE, Chat, ChatStore
 
 pytestmark = pytest.mark.gui
@@ -131,7 +131,7 @@ def test_rename_and_delete_from_the_list(run_tiny_window, home, qtbot, monkeypat
     first, second = saved_chats(home, ["Moon facts", "Recipes"], shown=["Moon facts"])
     answers = []
     monkeypatch.setattr(QMessageBox, "question", lambda *args: answers.pop(0))
-    monkeypatch.setattr("app.ui.chat_list.QInputDialog.getText", lambda *args, **kwargs: ("Soups", True))
+    monkeypatch.setattr("app.ui.docks.chat_list.QInputDialog.getText", lambda *args, **kwargs: ("Soups", True))
 
     async def scenario(window):
         chat_list, store = window.chat_list, ChatStore(home)

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QToolBar
 from ui_fixtures import TINY_QUICK, set_params, until
 
-from app.ui.chat_list import ChatRow
+from app.ui.docks.chat_list import ChatRow
 from app.workspace.chat_store import Chat
 
 pytestmark = pytest.mark.gui
@@ -57,7 +57,7 @@ def test_remove_last_pane_asks_too(run_tiny_window, qtbot):
         last = window.panes[-1]
         await send(qtbot, last, "Hello")
         toolbar = window.findChild(QToolBar, "main-toolbar")
-        button = toolbar.widgetForAction(window.remove_action)
+        button = toolbar.widgetForAction(window.action("pane.remove_last"))
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
         assert last in window.panes
         await answer(qtbot, window, QMessageBox.StandardButton.Yes)
@@ -97,7 +97,7 @@ def test_a_pane_with_unsent_text_asks_too_and_is_not_given_another_chat(run_tiny
 def test_add_pane_adds_a_blank_pane_until_the_capacity_and_then_is_greyed(run_tiny_window, qtbot):
     async def scenario(window):
         toolbar = window.findChild(QToolBar, "main-toolbar")
-        button = toolbar.widgetForAction(window.add_action)
+        button = toolbar.widgetForAction(window.action("pane.add"))
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
         assert [p.chat.name for p in window.panes] == ["Pane 1", "Pane 2"] and window.panes[1].session.is_blank
         assert not button.isEnabled()  # the capacity is 2

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import app.ui.transcript as transcript
-from app.ui.plots import WINDOW_S, PlotsPanel
-from app.ui.transcript import Transcript
+import app.ui.pane.transcript as transcript
+from app.ui.docks.plots import WINDOW_S, PlotsPanel
+from app.ui.pane.transcript import Transcript
 from app.workspace.metrics import MetricsStore
 
 pytestmark = pytest.mark.gui

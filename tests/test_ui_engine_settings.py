@@ -15,7 +15,7 @@ from app.client import EngineClient
 from app.engine.config_fields import CONFIG_FIELDS, FIELDS
 from app.engine.params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn
 from app.engine.sampling.params import SamplingParams
-from app.ui.engine_panel import EnginePanel
+from app.ui.docks.engine_panel import EnginePanel
 from app.ui.settings import AppSettings
 
 pytestmark = pytest.mark.gui

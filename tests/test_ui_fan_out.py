@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 from ui_fixtures import QUICK, TINY_QUICK, set_params, until
 
-from app.ui.compare_view import COLUMNS
+from app.ui.docks.compare_view import COLUMNS
 
 pytestmark = pytest.mark.gui
 
@@ -25,12 +25,12 @@ def _click_action(qtbot, window, action) -> None:
 def test_a_temperature_sweep_with_the_seed_locked_fills_panes_and_the_compare_view(run_tiny_window, qtbot, tmp_path, monkeypatch):
     exported = tmp_path / "sweep"  # no extension: the chosen filter's is added
     monkeypatch.setattr(
-        "app.ui.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
+        "app.ui.docks.compare_view.QFileDialog.getSaveFileName", lambda *args: (str(exported), "CSV, for a spreadsheet (*.csv)")
     )
 
     async def scenario(window):
         set_params(window, TINY_QUICK.with_(max_tokens=20))
-        _click_action(qtbot, window, window.fan_out_action)
+        _click_action(qtbot, window, window.action("compare.fan_out"))
         dialog = window.fan_out_dialog
         await until(dialog.isVisible, what="the dialog")
         qtbot.keyClicks(dialog.prompt_edit, "Write a short line about rain.")

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolBar
 from ui_fixtures import until
 
-from app.ui.get_models import FILE_QUANT, FILE_SIZE, FITS
+from app.ui.docks.get_models import FILE_QUANT, FILE_SIZE, FITS
 from tests.hub_standin import HubStandin, StandinRepo
 
 pytestmark = pytest.mark.gui

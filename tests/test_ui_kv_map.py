@@ -14,7 +14,7 @@ from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.engine.cell_map import CellMap, SavedChat, SlotCells, SlotState
 from app.ui import theme
-from app.ui.kv_map import KVMapPanel, extent_for, lay_out
+from app.ui.docks.kv_map import KVMapPanel, extent_for, lay_out
 
 pytestmark = pytest.mark.gui
 

@@ -1,5 +1,5 @@
 """The window's layout on a 1366x768 laptop screen with every dock open and eight panes streaming,
-checked with the code behind `python -m app.ui.demo --geometry-json` (app/ui/layout_report.py): each
+checked with the code behind `python -m app.ui.demo --geometry-json` (app/ui/window/layout_report.py): each
 view shown keeps a size it can be read at, panes keep whole words and their readouts, the status
 line is never "…". On the tiny model: what is checked is the layout."""
 
@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtWidgets import QDockWidget
 from ui_fixtures import TINY_LONG, on_laptop, set_params, until
 
-from app.ui.layout_report import layout_report
-from app.ui.pane_grid import MIN_PANE_HEIGHT, MIN_PANE_WIDTH, grid_columns
+from app.ui.window.layout_report import layout_report
+from app.ui.window.pane_grid import MIN_PANE_HEIGHT, MIN_PANE_WIDTH, grid_columns
 
 pytestmark = pytest.mark.gui
 
@@ -131,7 +131,7 @@ def test_a_bottom_dock_takes_its_share_of_the_height_and_the_panes_keep_theirs(r
         window.docks.show_bottom(window.compare_dock)
         await laid_out()
         compare = window.compare_dock.height()
-        window.show_batching_runs([])  # Show batching's result, which asks for more
+        window.batching.show_runs([])  # Show batching's result, which asks for more
         await laid_out()
         return compare, window.batching_dock.height(), window.height(), min(p.height() for p in window.panes)
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QToolBar
 from test_model_files import copy_head, write_gguf
 from ui_fixtures import QUICK, set_params, until
 
-from app.ui.model_library import ARCH, CONTEXT, PARAMS, QUANT, SIZE, SOURCE, TEMPLATE
+from app.ui.docks.model_library import ARCH, CONTEXT, PARAMS, QUANT, SIZE, SOURCE, TEMPLATE
 from app.ui.settings import AppSettings, open_qsettings
 
 pytestmark = pytest.mark.gui

@@ -9,9 +9,9 @@ from PySide6.QtWidgets import QAbstractButton, QToolButton
 from ui_fixtures import TINY_LONG, TINY_QUICK, laid_out, on_laptop, set_params, until
 
 from app.engine.stats import EngineSnapshot
-from app.ui.pane_params_editor import SLIDERS
-from app.ui.readout import Readout
-from app.ui.status_line import STATUS_WIDTH, engine_status
+from app.ui.pane.params_editor import SLIDERS
+from app.ui.pane.readout import Readout
+from app.ui.window.status_line import STATUS_WIDTH, engine_status
 from app.workspace.chat_store import NOTICE
 
 pytestmark = pytest.mark.gui

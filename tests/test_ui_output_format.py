@@ -100,10 +100,10 @@ def test_an_invalid_schema_says_why_and_send_does_not_send(run_tiny_window, qtbo
 
 
 def test_load_reads_a_schema_or_a_grammar_file_and_checks_it(qtbot, tmp_path, monkeypatch):
-    from app.ui import pane_params_editor
+    from app.ui.pane import params_editor
     from app.workspace.pane_params import PaneParams
 
-    editor = pane_params_editor.PaneParamsEditor(PaneParams(output_format="schema"))
+    editor = params_editor.PaneParamsEditor(PaneParams(output_format="schema"))
     qtbot.addWidget(editor)
     editor.show()
     schema, grammar, bad = tmp_path / "person.json", tmp_path / "yes.gbnf", tmp_path / "bad.json"
@@ -115,7 +115,7 @@ def test_load_reads_a_schema_or_a_grammar_file_and_checks_it(qtbot, tmp_path, mo
         (schema, "schema", "✓ valid schema"),
         (bad, "schema", "✗ the JSON schema cannot be turned into a grammar"),
     ):
-        monkeypatch.setattr(pane_params_editor.QFileDialog, "getOpenFileName", lambda *_a, p=path: (str(p), ""))
+        monkeypatch.setattr(params_editor.QFileDialog, "getOpenFileName", lambda *_a, p=path: (str(p), ""))
         qtbot.mouseClick(editor.load_button, Qt.MouseButton.LeftButton)
         assert editor.params.output_format == fmt and editor.params.output_text == path.read_text()
         assert editor.output_check.text().startswith(check), editor.output_check.text()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QRect
 
-from app.ui.window_placement import DEFAULT_SIZE, clamped, room_for_window
+from app.ui.window.placement import DEFAULT_SIZE, clamped, room_for_window
 
 PROBE = Path(__file__).with_name("window_probe.py")
 ROOT = PROBE.parent.parent

@@ -17,8 +17,8 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import SpecType
 from app.engine.sampling.params import GREEDY
 from app.engine.stats import RequestStats
-from app.ui.plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
-from app.ui.plots import MIN_VIEW_HEIGHT, RIGHT_AXIS_WIDTH, PlotsPanel
+from app.ui.docks.plot_specs import PLOTS, LineSpec, PlotSpec, PointsSpec
+from app.ui.docks.plots import MIN_VIEW_HEIGHT, RIGHT_AXIS_WIDTH, PlotsPanel
 from app.ui.theme import contrast, dark_palette
 from app.workspace.metrics import MetricsStore
 from app.workspace.workspace import PANE_COLOURS

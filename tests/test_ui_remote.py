@@ -15,9 +15,9 @@ from spawn import free_port, running, serve_command
 from ui_fixtures import TINY_LONG, TINY_QUICK, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
-from app.ui.main_window import API_KEY
-from app.ui.pane_params_editor import PaneParamsEditor
+from app.ui.pane.params_editor import PaneParamsEditor
 from app.ui.settings import AppSettings, open_qsettings
+from app.ui.window.main_window import API_KEY
 from app.workspace.chat_store import NOTICE
 from app.workspace.markdown_stream import VALID_JSON
 from app.workspace.pane_params import PaneParams

@@ -16,7 +16,7 @@ from test_ui_engine_settings import choose, type_number
 from ui_fixtures import QUICK, set_params, until
 
 from app.engine.params import SpecType
-from app.ui.step_timeline import DRAFTED_HATCH, KEY_LINES
+from app.ui.docks.step_timeline import DRAFTED_HATCH, KEY_LINES
 from app.workspace.step_columns import PartKind
 
 pytestmark = pytest.mark.gui

@@ -14,7 +14,7 @@ from app.engine.events import FinishEvent, FinishReason, TokenEvent
 from app.engine.params import EngineConfig, OverflowPolicy, ServingMode
 from app.engine.stats import RequestStats
 from app.ui.dialogs import with_filter_suffix
-from app.ui.markdown_render import markdown_document
+from app.ui.pane.markdown_render import markdown_document
 from app.ui.settings import AppSettings
 from app.ui.theme import Theme
 from app.workspace.chat_store import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.engine.stats import EngineSnapshot
-from app.ui.engine_panel import layout_line
-from app.ui.status_line import engine_status, layout_message
+from app.ui.docks.engine_panel import layout_line
+from app.ui.window.status_line import engine_status, layout_message
 
 pytestmark = pytest.mark.unit
 

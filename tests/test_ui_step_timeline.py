@@ -56,7 +56,7 @@ def test_the_timeline_draws_each_step_stacked_by_pane_and_the_trace_is_saved(run
         assert f"{last.n_seqs} sequences of a limit of {last.batch_limit}" in timeline.hover_text(x)
 
         path = tmp_path / "window-trace.json"
-        monkeypatch.setattr("app.ui.trace_file.QFileDialog.getSaveFileName", lambda *a, **k: (str(path), ""))
+        monkeypatch.setattr("app.ui.window.trace_file.QFileDialog.getSaveFileName", lambda *a, **k: (str(path), ""))
         _menu_action(window, "File", "Save trace…").trigger()
         events = json.loads(path.read_text())["traceEvents"]
         names = {ev["tid"]: ev["args"]["name"] for ev in events if ev["name"] == "thread_name"}

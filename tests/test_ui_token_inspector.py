@@ -9,7 +9,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QToolTip
 from ui_fixtures import QUICK, set_params, until
 
-from app.ui.token_view import token_at
+from app.ui.pane.token_view import token_at
 
 pytestmark = pytest.mark.gui
 

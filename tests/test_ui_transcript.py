@@ -11,8 +11,8 @@ from PySide6.QtGui import QContextMenuEvent, QDesktopServices, QFontInfo, QGuiAp
 from PySide6.QtWidgets import QApplication, QToolTip
 from ui_fixtures import QUICK, set_params, until
 
+from app.ui.pane.transcript import Transcript
 from app.ui.theme import Theme, contrast, dark_palette
-from app.ui.transcript import Transcript
 
 pytestmark = pytest.mark.gui
 
@@ -349,3 +349,20 @@ def test_a_streaming_reply_stays_followed_through_a_resize_until_the_user_scroll
     transcript.append_reply(" more words")
     qapp.processEvents()
     assert bar.value() == bar.maximum()
+
+
+def test_a_completion_streamed_into_a_wrapping_paragraph_is_shown_whole_when_it_ends(qtbot, qapp):
+    """The reply flows on in the paragraph of the text before it; a line of that paragraph split off
+    while it streams must not move where the reply begins (it cut a letter off the text before)."""
+    transcript = shown_transcript(qtbot, [])
+    transcript.completion = True
+    transcript.resize(180, 400)
+    before = [{"role": "user", "content": "Once upon a time, in a small village by the sea, there was"}]
+    before.append({"role": "assistant", "content": " a wise old wizard named Thorin. He"})
+    transcript.show_messages(before)
+    transcript.begin_reply(before)
+    reply = " lived in a tower surrounded by a beautiful garden filled with all"
+    stream(transcript, qapp, reply)
+    transcript.show_messages([*before, {"role": "assistant", "content": reply}])
+    whole = "".join(m["content"] for m in before) + reply
+    assert transcript.toPlainText().replace("\n", "") == whole

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QMessageBox, QPushButton, QToolBar
 from ui_fixtures import TINY_LONG, TINY_QUICK, open_window, set_params, start_long_reply, until
 
 from app.engine.events import FinishReason
 from app.engine.params import OverflowPolicy
-from app.ui.pane_params_editor import SLIDERS
+from app.ui.pane.params_editor import SLIDERS
 from app.workspace.chat_store import NOTICE
 
 pytestmark = pytest.mark.gui
@@ -166,6 +167,66 @@ def test_the_readout_shows_the_kv_hit_rate_while_the_first_reply_streams(run_tin
     run_tiny_window(scenario, panes=2)
 
 
+FAN_OUT_TIP = "One prompt, one setting over several values: a pane each, side by side"
+BATCHING_TIP = (
+    "One prompt to every pane three times: served one at a time, in static batches, continuously; the timelines side by side"
+)
+TRACE_TIP = "The recent engine steps and requests as a Chrome trace (Perfetto, chrome://tracing)"
+
+
+def _entries(window) -> list[tuple]:
+    """(where, text, shortcut, tooltip) of every toolbar and menu entry, a separator as "---"."""
+
+    def entry(where, action):
+        return (where, "---") if action.isSeparator() else (where, action.text(), action.shortcut().toString(), action.toolTip())
+
+    rows = [entry("toolbar", a) for a in window.findChild(QToolBar, "main-toolbar").actions()]
+    return rows + [entry(menu.text(), a) for menu in window.menuBar().actions() for a in menu.menu().actions()]
+
+
+def test_the_toolbar_and_menus_show_every_entry_as_before(run_tiny_window):
+    """The actions table (app/ui/window/actions.py) builds what the hand-written menus showed."""
+    quit_key = QKeySequence(QKeySequence.StandardKey.Quit).toString()
+    docks = [
+        ("Chats", "Ctrl+1"), ("Engine", "Ctrl+2"), ("Live plots", "Ctrl+3"), ("Benchmark", "Ctrl+4"),
+        ("Model library", "Ctrl+5"), ("KV cells", "Ctrl+Shift+K"), ("Step timeline", "Ctrl+Shift+T"),
+    ]  # fmt: skip
+    fan_out = ("Fan out…", "Ctrl+Shift+F", FAN_OUT_TIP)
+    batching = ("Show batching", "Ctrl+Shift+B", BATCHING_TIP)
+    expected = [
+        ("toolbar", "Add pane", "Ctrl+N", "Add pane"),
+        ("toolbar", "Remove last pane", "", "Remove last pane"),
+        ("toolbar", "---"),
+        *[("toolbar", title, key, title) for title, key in docks],
+        ("toolbar", *fan_out),
+        ("toolbar", *batching),
+        ("toolbar", "---"),
+        ("toolbar", "", "", ""),  # the Serve API switch
+        ("&File", "Add pane", "Ctrl+N", "Add pane"),
+        ("&File", "Remove last pane", "", "Remove last pane"),
+        ("&File", "---"),
+        ("&File", "Save trace…", "", TRACE_TIP),
+        ("&File", "---"),
+        ("&File", "Quit", quit_key, "Quit"),
+        *[("&View", title, key, title) for title, key in docks],
+        ("&View", "---"),
+        ("&View", "Broadcast field", "Ctrl+L", "Broadcast field"),
+        ("&Compare", *fan_out),
+        ("&Compare", *batching),
+        ("&Compare", "Batching compared", "", "Batching compared"),
+        ("&Compare", "Compare", "Ctrl+6", "Compare"),
+        ("&Engine", "Stop all replies", "Ctrl+.", "Stop all replies"),
+        ("&Engine", "Restart engine", "", "Restart engine"),
+        ("&Help", "About", "", "About"),
+    ]
+
+    async def scenario(window):
+        assert _entries(window) == expected
+        assert window.action("dock.chats") is window.chats_dock.toggleViewAction()
+
+    run_tiny_window(scenario, panes=1)
+
+
 def test_the_menu_bar_and_the_keys_people_expect(run_tiny_window):
     async def scenario(window):
         assert [a.text() for a in window.menuBar().actions()] == ["&File", "&View", "&Compare", "&Engine", "&Help"]
@@ -181,7 +242,7 @@ def test_the_menu_bar_and_the_keys_people_expect(run_tiny_window):
         QTest.keyClick(pane.input, Qt.Key.Key_Escape)
         await until(lambda: not pane.is_busy, what="the stop")
         assert pane.chat.messages[-1] == {"role": NOTICE, "content": "stopped"}
-        window.about_action.trigger()
+        window.action("help.about").trigger()
         about = window.findChild(QMessageBox)
         assert about.isVisible() and not about.isModal() and Path(window.client.config.model_path).name in about.text()
         about.close()

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import QApplication, QStyle
 
 from app.client import EngineClient
 from app.engine.params import EngineConfig
-from app.ui.main_window import MainWindow
 from app.ui.settings import HOME_ENV, AppSettings, open_qsettings
-from app.ui.window_placement import room_for_window
+from app.ui.window.main_window import MainWindow
+from app.ui.window.placement import room_for_window
 from app.workspace.chat_store import ChatStore
 from app.workspace.pane_params import PaneParams
 

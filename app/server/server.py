@@ -25,11 +25,16 @@ from app.engine.events import Event
 from app.engine.model_info import ModelInfo
 from app.loopback import host_of, is_loopback, is_loopback_origin
 
-from . import handlers
+from .api.chat import chat_completions
+from .api.completions import completions
+from .api.models import models
+from .api.responses import create_response, delete_response, get_response
+from .api.status import health, metrics
+from .api.submit import SERVER
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
 from .protocol import BadRequest, Job
-from .responses import STORE_BYTES, KeptResponses, NotFound
+from .responses.store import STORE_BYTES, KeptResponses, NotFound
 from .shaping import error_body
 
 MAX_BODY_BYTES = 64 * 2**20  # larger bodies get a 413; a long prompt under this gets a clear 400
@@ -164,17 +169,17 @@ class ApiServer:
     def _app(self) -> web.Application:
         middlewares = [self._track, self._errors, self._guard, self._auth, self._read_body]
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=middlewares)
-        app[handlers.SERVER] = self
+        app[SERVER] = self
         app.on_response_prepare.append(self._on_prepare)
         for prefix in ("/v1", ""):
-            app.router.add_post(f"{prefix}/chat/completions", handlers.chat_completions)
-            app.router.add_post(f"{prefix}/completions", handlers.completions)
-            app.router.add_get(f"{prefix}/models", handlers.models)
-            app.router.add_post(f"{prefix}/responses", handlers.create_response)
-            app.router.add_get(f"{prefix}/responses/{{response_id}}", handlers.get_response)
-            app.router.add_delete(f"{prefix}/responses/{{response_id}}", handlers.delete_response)
-        app.router.add_get("/health", handlers.health)
-        app.router.add_get("/metrics", handlers.metrics)
+            app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+            app.router.add_post(f"{prefix}/completions", completions)
+            app.router.add_get(f"{prefix}/models", models)
+            app.router.add_post(f"{prefix}/responses", create_response)
+            app.router.add_get(f"{prefix}/responses/{{response_id}}", get_response)
+            app.router.add_delete(f"{prefix}/responses/{{response_id}}", delete_response)
+        app.router.add_get("/health", health)
+        app.router.add_get("/metrics", metrics)
         return app
 
     @web.middleware

@@ -1,7 +1,8 @@
-"""What the server answers: OpenAI-shaped completions, stream chunks, usage, llama-server timings, errors."""
+"""What the server answers: OpenAI-shaped completions, stream chunks, usage, llama-server timings, errors, JSON."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -117,6 +118,24 @@ def timings(st: RequestStats) -> dict:
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None, code=None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def dumps(obj) -> str:
+    """Standard JSON, always: a value that is not a finite number (a NaN logprob) is written as null."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _ms(seconds: float) -> float:

@@ -1,4 +1,7 @@
-"""The desktop window: chat panes, sliders and live plots over the shared engine (Qt, qasync, pyqtgraph)."""
+"""The desktop window: chat panes, sliders and live plots over the shared engine (Qt, qasync, pyqtgraph).
+
+main.py and demo.py start it; window/ holds the main window and its parts, pane/ a chat pane's,
+docks/ the docks; settings, theme and dialogs serve all three."""
 
 import os
 

@@ -20,12 +20,12 @@ from PySide6.QtWidgets import QApplication
 from app.client import EngineClient
 from app.default_model import default_model_path
 from app.engine.errors import EngineError
+from app.ui.docks.batching_demo import DEMO_PROMPT, show_batching
+from app.ui.window.fan_out import SETTINGS, Sweep, parse_values
+from app.ui.window.layout_report import write_layout_report
+from app.ui.window.main_window import MainWindow
 from app.workspace.chat_store import ChatStore
 
-from .batching_demo import DEMO_PROMPT, show_batching
-from .fan_out import SETTINGS, Sweep, parse_values
-from .layout_report import write_layout_report
-from .main_window import MainWindow
 from .settings import APPLICATION, HOME_ENV, ORGANISATION, AppSettings, data_dir, open_qsettings
 
 POLL_S = 0.1
@@ -76,6 +76,7 @@ def lock_data_folder(folder: Path) -> QLockFile | None:
 
 
 async def _main(args) -> int:
+    sigterm = CloseOnSigterm(QApplication.instance())  # from the start: a stop while loading closes cleanly too
     settings = AppSettings(open_qsettings())
     config = settings.engine_config(default_model_path())
     if args.model:
@@ -98,11 +99,11 @@ async def _main(args) -> int:
     window.show()
     if getattr(args, "docks", None):
         window.docks.show(args.docks)
-    close_on_sigterm(window)
+    sigterm.watch(window)
     freeze_startup_objects()
     if getattr(args, "show_batching", False):
         prompt = args.prompt[0] if isinstance(args.prompt, list) else args.prompt  # the demo's --prompt repeats
-        await show_batching(window, prompt or DEMO_PROMPT)
+        await show_batching(window.client, window.workspace, window.batching, window.statusBar(), prompt or DEMO_PROMPT)
         if args.screenshot:
             await asyncio.sleep(2 * POLL_S)  # the dock drawn
             save_screenshot(window, args.screenshot)
@@ -119,18 +120,29 @@ async def _main(args) -> int:
     return 0
 
 
-def close_on_sigterm(window: MainWindow) -> None:
-    """SIGTERM closes the window as its close button does (chats saved, the engine stopped); a second
-    one ends the process at once. Python sees a signal only when it runs, so a timer wakes it while Qt idles."""
+class CloseOnSigterm:
+    """SIGTERM closes the window as its close button does (chats saved, the engine stopped); one that
+    comes while the app starts closes the window as soon as it exists; a second one ends the process
+    at once. Python sees a signal only when it runs, so a timer wakes it while Qt idles."""
 
-    def on_sigterm(_signum, _frame) -> None:
+    def __init__(self, app: QApplication):
+        self.window: MainWindow | None = None
+        self.asked = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._waker = QTimer(app, interval=200)
+        self._waker.timeout.connect(lambda: None)
+        self._waker.start()
+
+    def _on_sigterm(self, _signum, _frame) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        window.close()
+        self.asked = True
+        if self.window is not None:
+            self.window.close()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    waker = QTimer(window, interval=200)
-    waker.timeout.connect(lambda: None)
-    waker.start()
+    def watch(self, window: MainWindow) -> None:
+        self.window = window
+        if self.asked:  # asked to stop while it started
+            window.close()
 
 
 async def load_more_models(client: EngineClient, config, paths: list[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """The step timeline's figures, without Qt: each engine step a column as wide as its time, its
 batch's tokens stacked in batch order, a rectangle per sequence's share (`StepPart`).
 
-The timeline dock (app/ui/step_timeline.py) draws a pane's rectangles of one kind (decode tokens,
+The timeline dock (app/ui/docks/step_timeline.py) draws a pane's rectangles of one kind (decode tokens,
 drafted tokens, or prompt-chunk tokens: `PartKind`) as one item; here they are kept in numpy columns
 so that a pane's are picked out at once. A part with drafted tokens (speculative decoding: guesses
 after its next token, verified in the step) is two rectangles: its next token, and the guesses above it.

@@ -124,16 +124,17 @@ class Samplers:
         else draw again from the tokens the grammar allows. Checking one token first spares the
         grammar a pass over the whole vocabulary at most steps (as llama.cpp's own sampler does).
         A lazy grammar still waiting lets the draw be, and watches for its trigger. Returns the
-        token and the seconds the grammar's own work took (the chain's draws not counted: a
-        penalised chain's pass over the vocabulary is every reply's, not the grammar's doing)."""
+        token and the seconds of this thread's CPU the grammar's own work took: not the wall clock,
+        which a busy machine stretches (the chain's draws not counted either: a penalised chain's
+        pass over the vocabulary is every reply's, not the grammar's doing)."""
         token = greedy_token
         if token is None:
             token = self._chain_draw(sampler, row)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         if not grammar.holds:
             ll.llama_sampler_accept(sampler, token)
             self._watch(grammar, token)
-            return token, time.perf_counter() - t0
+            return token, time.thread_time() - t0
         spent = 0.0
         if not self._allows(grammar.sampler, token):
             allowed = self._best_allowed(grammar.sampler, row) if greedy_token is not None else None
@@ -142,12 +143,12 @@ class Samplers:
             else:
                 candidates, array = self._candidates(row)
                 ll.llama_sampler_apply(grammar.sampler, ctypes.byref(array))
-                spent = time.perf_counter() - t0
+                spent = time.thread_time() - t0
                 ll.llama_sampler_apply(sampler, ctypes.byref(array))
                 token = int(self._read(array)["id"][array.selected])
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
         ll.llama_sampler_accept(grammar.sampler, token)
-        spent += time.perf_counter() - t0
+        spent += time.thread_time() - t0
         ll.llama_sampler_accept(sampler, token)
         return token, spent
 

@@ -1,0 +1,1 @@
+"""A chat pane: its header, transcript (Markdown, tokens), input, readout and settings editor."""

@@ -1,0 +1,370 @@
+"""A pane's sampling sliders, each showing its value; edits apply to the pane's next request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QIntValidator, QValidator
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QWidget,
+)
+
+from app.engine.sampling.fields import SLIDER_FIELDS, SamplingField
+from app.remote import Endpoint
+from app.ui import theme
+from app.workspace.pane_params import PaneParams
+
+
+@dataclass(frozen=True)
+class SliderSpec:
+    """A pane's slider over one sampling field (sampling/fields.py declares its span, step and help)."""
+
+    name: str  # the PaneParams field
+    label: str
+    lo: float
+    hi: float
+    step: float
+    tooltip: str
+    whole: bool  # an int field
+
+    @classmethod
+    def of(cls, f: SamplingField) -> SliderSpec:
+        return cls(f.name, f.label, f.slider.lo, f.slider.hi, f.slider.step, f.tooltip, f.kind is int)
+
+    def to_int(self, value: float) -> int:
+        return round((value - self.lo) / self.step)
+
+    def to_value(self, position: int) -> float:
+        value = self.lo + position * self.step
+        return int(round(value)) if self.whole else round(value, 4)
+
+
+SLIDERS = tuple(SliderSpec.of(f) for f in SLIDER_FIELDS)
+OUTPUTS = (  # (label, PaneParams.output_format)
+    ("Free text", "free"),
+    ("JSON", "json"),
+    ("JSON schema", "schema"),
+    ("Grammar (GBNF)", "grammar"),
+)
+OUTPUT_TIP = (
+    "The format every reply follows: free text; any JSON object; JSON valid under a schema; or text\n"
+    "a GBNF grammar allows. A constrained reply matches when it stops; one that max tokens cut is marked cut."
+)
+CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
+LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str  # the PaneParams field
+    label: str
+    what: str = ""
+
+
+SWITCHES = (
+    Switch("high_priority", "High priority (under the priority policy)"),
+    Switch(
+        "show_probs", "Token probabilities",
+        "Tint each token of a reply by how likely the model thought it: the more doubt, the redder.\n"
+        "Hover a token for its likeliest rivals, before and after this pane's samplers;\n"
+        "click one to branch: a new pane goes on from that token.",
+    ),
+    Switch(
+        "completion", "Completion mode",
+        "The chat is one text the model continues, without a chat template: for base models\n"
+        "(a model with no chat template opens its new panes so). Off: turns of a chat.",
+    ),
+    Switch(
+        "builtin_template", "Built-in chat template (ChatML)",
+        "Render the chat with the app's own ChatML template instead of the one in the model file:\n"
+        "for a model whose template fails, loops or refuses the chat. Off: the model's own.",
+    ),
+    Switch(
+        "draft_ahead", "Draft ahead (speculative)",
+        "Where the engine speculates (Engine panel: Speculative decoding), a greedy reply guesses\n"
+        "its next tokens from the chat and checks them in the same step: the same reply, sooner\n"
+        "when it quotes the chat. Off: this pane never drafts.",
+    ),
+)  # fmt: skip
+
+
+class SeedValidator(QIntValidator):
+    """A seed, or nothing (random). QLineEdit finishes an edit only on acceptable text, and to
+    QIntValidator empty text is not: a cleared field kept the old seed."""
+
+    def validate(self, text: str, pos: int):
+        if not text.strip():
+            return QValidator.State.Acceptable
+        return super().validate(text, pos)
+
+
+class PaneParamsEditor(QWidget):
+    """Sliders + seed + system prompt bound to one PaneParams; emits `sigParamsChanged` on every edit."""
+
+    sigParamsChanged = Signal(object)  # PaneParams
+    sigCopyToAll = Signal()
+
+    def __init__(self, params: PaneParams, parent=None):
+        super().__init__(parent)
+        self._params = params
+        self.sliders: dict[str, QSlider] = {}
+        self._value_labels: dict[str, QLabel] = {}
+        form = QFormLayout(self)
+        form.setContentsMargins(4, 2, 4, 2)
+        form.setVerticalSpacing(2)
+        for spec in SLIDERS:
+            form.addRow(spec.label, self._slider_row(spec))
+            form.labelForField(self.sliders[spec.name].parentWidget()).setToolTip(spec.tooltip)
+        self.seed_edit = QLineEdit()
+        self.seed_edit.setPlaceholderText("random")
+        self.seed_edit.setValidator(SeedValidator(0, 2**31 - 1))
+        self.seed_edit.editingFinished.connect(self._on_seed)
+        form.addRow("Seed", self.seed_edit)
+        self.system_edit = QPlainTextEdit()
+        self.system_edit.setPlaceholderText("System prompt (optional)")
+        self.system_edit.setFixedHeight(48)
+        self.system_edit.textChanged.connect(self._on_system)
+        form.addRow("System", self.system_edit)
+        self.switches: dict[str, QCheckBox] = {}
+        for switch in SWITCHES:
+            box = self.switches[switch.name] = QCheckBox(switch.label, toolTip=switch.what)
+            box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
+            form.addRow("", box)
+        self.high_priority, self.show_probs, self.completion, self.builtin_template, self.draft_ahead = self.switches.values()
+        self.switch_labels = {switch.name: switch.label for switch in SWITCHES}
+        self._engine_drafts = True  # whether the engine speculates: Draft ahead means something only then
+        self._output_rows(form)
+        self.endpoint_edits = self._endpoint_rows(form)
+        self.copy_button = QPushButton("Copy these settings to all panes")
+        self.copy_button.clicked.connect(self.sigCopyToAll)  # signal to signal: Qt drops `checked`
+        form.addRow("", self.copy_button)
+        self.set_params(params)
+
+    @property
+    def params(self) -> PaneParams:
+        return self._params
+
+    def set_params(self, params: PaneParams) -> None:
+        """Show `params` (e.g. copied from another pane) and announce them once."""
+        self._params = params
+        for spec in SLIDERS:
+            slider = self.sliders[spec.name]
+            slider.blockSignals(True)
+            slider.setValue(spec.to_int(getattr(params, spec.name)))
+            slider.blockSignals(False)
+            self._show_value(spec)
+        self.seed_edit.setText("" if params.seed is None else str(params.seed))
+        self.system_edit.blockSignals(True)
+        self.system_edit.setPlainText(params.system_prompt)
+        self.system_edit.blockSignals(False)
+        for name, box in self.switches.items():
+            box.blockSignals(True)
+            box.setChecked(getattr(params, name))
+            box.blockSignals(False)
+        self._show_draft_switch()
+        for name, edit in self.endpoint_edits.items():
+            edit.setText(getattr(params, name))
+        self.api_combo.blockSignals(True)
+        self.api_combo.setCurrentIndex(max(self.api_combo.findData(params.remote_api), 0))
+        self.api_combo.blockSignals(False)
+        self.output_combo.blockSignals(True)
+        self.output_combo.setCurrentIndex(max(self.output_combo.findData(params.output_format), 0))
+        self.output_combo.blockSignals(False)
+        if self.output_edit.toPlainText() != params.output_text:
+            self.output_edit.blockSignals(True)
+            self.output_edit.setPlainText(params.output_text)
+            self.output_edit.blockSignals(False)
+        self._show_output_rows()
+        self.sigParamsChanged.emit(params)
+
+    def show_engine_drafts(self, drafts: bool) -> None:
+        """Whether the engine speculates (Engine panel: Speculative decoding), so that Draft ahead
+        is never ticked where nothing drafts."""
+        self._engine_drafts = drafts
+        self._show_draft_switch()
+
+    def _show_draft_switch(self) -> None:
+        """Ticked as the pane's choice where the engine speculates; else unticked and greyed, saying
+        why, the choice kept for when it does."""
+        box, on = self.draft_ahead, self._engine_drafts
+        box.blockSignals(True)
+        box.setChecked(self._params.draft_ahead and on)
+        box.blockSignals(False)
+        box.setEnabled(on)
+        box.setText(self.switch_labels["draft_ahead"] if on else "Draft ahead: the engine does not speculate")
+
+    # -- output format ---------------------------------------------------------------------------
+
+    def _output_rows(self, form: QFormLayout) -> None:
+        """Output: a format; for a schema or a grammar, its text (typed, or loaded from a file) and its check."""
+        self._form = form
+        self.output_combo = QComboBox(toolTip=OUTPUT_TIP)
+        for label, name in OUTPUTS:
+            self.output_combo.addItem(label, name)
+        self.output_combo.currentIndexChanged.connect(self._on_output_format)
+        form.addRow("Output", self.output_combo)
+        self.output_edit = QPlainTextEdit()
+        self.output_edit.setFixedHeight(96)
+        self.output_edit.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.output_edit.setTabChangesFocus(True)
+        self.output_edit.textChanged.connect(self._on_output_text)
+        form.addRow("", self.output_edit)
+        self.load_button = QPushButton("Load…", toolTip="Load a JSON schema (.json) or a GBNF grammar (.gbnf) from a file")
+        self.load_button.clicked.connect(self._load_output_file)
+        self.output_check = QLabel()
+        self.output_check.setWordWrap(True)
+        self.output_check.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.output_check, 1)
+        layout.addWidget(self.load_button, 0, Qt.AlignmentFlag.AlignTop)
+        self._output_check_row = row
+        form.addRow("", row)
+        self._check_timer = QTimer(self, interval=CHECK_DELAY_MS, timeout=self._check_output)
+        self._check_timer.setSingleShot(True)
+
+    def _on_output_format(self, _index: int) -> None:
+        self._update(output_format=self.output_combo.currentData())
+        self._show_output_rows()
+
+    def _on_output_text(self) -> None:
+        self._update(output_text=self.output_edit.toPlainText())
+        self._check_timer.start()  # checked once typing pauses
+
+    def _show_output_rows(self) -> None:
+        fmt = self._params.output_format
+        shown = fmt in ("schema", "grammar")
+        self._form.setRowVisible(self.output_edit, shown)
+        self._form.setRowVisible(self._output_check_row, shown)
+        placeholder = {
+            "schema": 'A JSON schema, e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
+            "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no"',
+        }
+        self.output_edit.setPlaceholderText(placeholder.get(fmt, ""))
+        if shown:
+            self._check_output()
+
+    def _check_output(self) -> None:
+        """Say whether the schema or grammar can constrain a reply, or why not (in one line)."""
+        self._check_timer.stop()
+        problem = self._params.format_problem()
+        colours = theme.current()
+        if problem is None:
+            self.output_check.setText(f"✓ {self._output_ok()}")
+            self.output_check.setStyleSheet(f"color: {colours.text.name()};")
+        else:
+            self.output_check.setText(f"✗ {problem}")
+            self.output_check.setStyleSheet(f"color: {colours.error.name()};")
+
+    def _output_ok(self) -> str:
+        """What a schema or grammar that passed the check is good for: a remote endpoint checks its own."""
+        if self._params.endpoint() is not None:
+            return "sent with each request: the endpoint checks it, and the pane says what it refuses"
+        if self._params.output_format == "schema":
+            return "valid schema"
+        return "grammar within bounds (llama.cpp reads it as a reply starts)"
+
+    def _load_output_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Load a JSON schema or a GBNF grammar", "", "Schema or grammar (*.json *.gbnf);;All files (*)"
+        )
+        if not path:
+            return
+        try:
+            with open(path, "rb") as f:
+                text = f.read(LOADED_BYTES).decode("utf-8", "replace")
+        except OSError as e:
+            self.output_check.setText(f"✗ could not read {Path(path).name}: {e.strerror or e}")
+            self.output_check.setStyleSheet(f"color: {theme.current().error.name()};")
+            return
+        fmt = "grammar" if Path(path).suffix.lower() == ".gbnf" else "schema"
+        if self.output_combo.currentData() != fmt:
+            self.output_combo.setCurrentIndex(self.output_combo.findData(fmt))
+        self.output_edit.setPlainText(text)
+        self._check_output()
+
+    def _endpoint_rows(self, form: QFormLayout) -> dict[str, QLineEdit]:
+        edits = {
+            "remote_url": QLineEdit(placeholderText="local engine, or e.g. http://host:8080/v1"),
+            "remote_model": QLineEdit(placeholderText="model name (the server's default if empty)"),
+            "remote_api_key": QLineEdit(placeholderText="API key (optional)"),
+        }
+        edits["remote_api_key"].setEchoMode(QLineEdit.EchoMode.Password)
+        for (name, edit), label in zip(edits.items(), ("Endpoint", "Model", "API key")):
+            edit.editingFinished.connect(lambda name=name, edit=edit: self._update_endpoint(**{name: edit.text().strip()}))
+            form.addRow(label, edit)
+        self.api_combo = QComboBox()
+        for label, api in (("Chat completions", "chat"), ("Responses", "responses")):
+            self.api_combo.addItem(label, api)
+        self.api_combo.setToolTip("The endpoint's API; Responses sends only each new turn after the last response's id")
+        self.api_combo.currentIndexChanged.connect(lambda _: self._update_endpoint(remote_api=self.api_combo.currentData()))
+        form.addRow("API", self.api_combo)
+        self.key_warning = QLabel()
+        self.key_warning.setWordWrap(True)
+        self.key_warning.setStyleSheet(f"color: {theme.current().error.name()};")
+        self.key_warning.hide()
+        form.addRow("", self.key_warning)
+        for name in ("remote_url", "remote_api_key"):
+            edits[name].textChanged.connect(self._show_key_warning)  # as typed, before the edit is applied
+        return edits
+
+    def _update_endpoint(self, **changes) -> None:
+        """A change of where the pane chats: the output format's check depends on it (a remote checks its own)."""
+        self._update(**changes)
+        if self._params.output_format in ("schema", "grammar"):
+            self._check_output()
+
+    def _show_key_warning(self) -> None:
+        """Warn while the key would travel readable by anyone on the way: plain http, not to this machine."""
+        url, key = (self.endpoint_edits[name].text().strip() for name in ("remote_url", "remote_api_key"))
+        host = Endpoint(url, api_key=key).cleartext_host
+        self.key_warning.setText(f"The API key is sent unencrypted over http to {host}." if host else "")
+        self.key_warning.setVisible(host is not None)
+
+    def _slider_row(self, spec: SliderSpec) -> QWidget:
+        slider = QSlider(Qt.Orientation.Horizontal)
+        slider.setRange(0, spec.to_int(spec.hi))
+        slider.valueChanged.connect(lambda pos, spec=spec: self._on_slider(spec, pos))
+        slider.setToolTip(spec.tooltip)
+        value = QLabel()
+        value.setMinimumWidth(40)
+        value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.sliders[spec.name], self._value_labels[spec.name] = slider, value
+        row = QWidget()
+        layout = QHBoxLayout(row)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(slider, 1)
+        layout.addWidget(value)
+        return row
+
+    def _show_value(self, spec: SliderSpec) -> None:
+        value = getattr(self._params, spec.name)
+        self._value_labels[spec.name].setText(str(value) if spec.whole else f"{value:.2f}")
+
+    def _update(self, **changes) -> None:
+        self._params = self._params.with_(**changes)
+        self.sigParamsChanged.emit(self._params)
+
+    def _on_slider(self, spec: SliderSpec, position: int) -> None:
+        self._update(**{spec.name: spec.to_value(position)})
+        self._show_value(spec)
+
+    def _on_seed(self) -> None:
+        text = self.seed_edit.text().strip()
+        self._update(seed=int(text) if text else None)
+
+    def _on_system(self) -> None:
+        self._update(system_prompt=self.system_edit.toPlainText())
