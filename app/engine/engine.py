@@ -38,19 +38,20 @@ EARLY_CANCELS_KEPT = 256
 CONVERSATIONS_KEPT = 4096  # running totals of this many recent conversations (a pane's hit rate)
 HISTORIES_KEPT = 256  # exact tokens of this many recent conversations (4 bytes a token)
 CELL_MAP_EVERY_S = 0.1  # the KV cell map is rebuilt at most this often while busy, and whenever the engine idles
-GRAMMAR_TOKEN_S = 0.05  # a grammar slower than this for one token stops its reply (a hostile grammar stalls the batch)
 CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the KV manager's count against llama.cpp's
 
 
 def _greedy(seq: Sequence) -> bool:
     """A greedy reply free of a grammar: its tokens are the top ones (after the chain's penalties, if
-    any), so guesses of them can be checked exactly (speculative decoding drafts for these only)."""
+    any), so guesses of them can be checked exactly (speculative decoding drafts for these only; a
+    constrained reply does not draft: its drafted rows would each need the mask after the guesses
+    before them)."""
     return seq.grammar is None and (seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0))
 
 
 def _greedy_in_grammar(seq: Sequence) -> bool:
-    """A greedy reply under a grammar, with nothing else to move the likeliest token: its draw starts
-    from the top token, read with the others' in one pass."""
+    """A greedy reply under a grammar, with nothing else to move the likeliest token: its token is the
+    top one of its masked logits, read with the others' in one pass."""
     params = seq.params
     return seq.grammar is not None and seq.draw is Draw.CHAIN and params.temperature <= 0 and not params.greedy_needs_chain
 
@@ -156,17 +157,15 @@ class Engine:
             return Prompt([], error=problem)
         prompt = self.prompts.prepare(request)
         if prompt.error is None and request.params.grammar is not None:
-            try:  # parsed here, not on the engine thread: a large grammar takes its time (0.5 s at 256 KiB)
-                grammar = self.backend.samplers.grammar(request.params.grammar, request.params.grammar_triggers)
+            try:  # compiled here, not on the engine thread; refused here when past llguidance's limits
+                grammar = self.backend.constraints.new(request.params.grammar, request.params.grammar_triggers)
                 prompt = dataclasses.replace(prompt, grammar=grammar)
             except ValueError as e:
                 return Prompt([], error=str(e))
         return prompt
 
     def discard(self, prompt: Prompt | None) -> None:
-        """A prompt built and never submitted: free what it holds."""
-        if prompt is not None and prompt.grammar is not None:
-            self.backend.samplers.free_grammar(prompt.grammar)
+        """A prompt built and never submitted: nothing it holds needs freeing (its matcher is Python's)."""
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""
@@ -204,7 +203,7 @@ class Engine:
     def _draw_for(self, params, in_graph: bool | None = None) -> Draw:
         if params.n_probs is not None:
             return Draw.PROBS
-        if params.grammar is not None:  # the grammar sampler runs on the host
+        if params.grammar is not None:  # the constraint masks the logits on the host
             return Draw.CHAIN
         if self.config.backend_sampling if in_graph is None else in_graph:
             return Draw.IN_GRAPH
@@ -423,20 +422,30 @@ class Engine:
             seq.draw = self._draw_for(seq.params, in_graph=False)  # one of its samplers cannot run there
 
     def _sample_all(self, seqs: list[Sequence], events: list[Event]) -> None:
-        """Draw every sequence's next token; greedy ones from one pass over their rows' logits."""
+        """Draw every sequence's next token: the constrained rows' logits masked first, all their masks
+        filled together; greedy ones from one pass over their rows' logits."""
+        constrained = [seq for seq in seqs if seq.grammar is not None]
+        if constrained:
+            samplers = self.backend.samplers
+            self.backend.constraints.mask([(seq.grammar, samplers.row_logits(seq.row)) for seq in constrained])
+            for seq in constrained:
+                if seq.grammar.error is not None:  # a limit of llguidance's, the same on any machine
+                    self._finish(seq, FinishReason.ERROR, events, error=self._constraint_error(seq), fault=Fault.REQUEST)
+            seqs = [seq for seq in seqs if seq.status is not SequenceStatus.FINISHED]
         greedy = [seq for seq in seqs if seq.draw is Draw.ARGMAX or _greedy_in_grammar(seq)]
         top = dict(zip(greedy, self.backend.samplers.top_tokens([seq.row for seq in greedy]), strict=True))
         for seq in seqs:
             token, probs = top.get(seq), None
-            if seq.grammar is not None and seq.draw is not Draw.PROBS:
-                token, grammar_s = self.backend.samplers.sample_constrained(seq.sampler, seq.grammar, seq.row, token)
-                if grammar_s > GRAMMAR_TOKEN_S:  # every other stream waits for it
-                    error = f"the grammar took over {GRAMMAR_TOKEN_S * 1000:.0f} ms to allow one token: the reply stops here"
-                    self._finish(seq, FinishReason.ERROR, events, error=error, fault=Fault.REQUEST)
-                    continue
-            elif token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
+            if token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq)  # the chain bans end-of-generation tokens when told to
+            if seq.grammar is not None and self.backend.constraints.accept(seq.grammar, token) is not None:
+                self._finish(seq, FinishReason.ERROR, events, error=self._constraint_error(seq), fault=Fault.REQUEST)
+                continue
             self._take(seq, token, probs, events)
+
+    @staticmethod
+    def _constraint_error(seq: Sequence) -> str:
+        return f"the grammar cannot go on: {seq.grammar.error or 'it refused the token drawn'}"
 
     def _take(self, seq: Sequence, token: int, probs: TokenProbs | None, events: list[Event]) -> None:
         now = time.monotonic()
@@ -466,7 +475,7 @@ class Engine:
             return self.backend.samplers.sampled(seq.sampler, seq.row), None
         samplers = self.backend.samplers
         if seq.draw is Draw.PROBS:
-            return samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0, seq.grammar)
+            return samplers.sample_with_probs(seq.sampler, seq.row, params.n_probs, params.temperature <= 0)
         return samplers.sample(seq.sampler, seq.row), None
 
     def _on_decode_failure(self, rc: int, plan: Plan, events: list[Event]) -> None:
@@ -489,9 +498,7 @@ class Engine:
         if seq.sampler is not None:
             self.backend.samplers.free(seq.sampler)
             seq.sampler = None
-        if seq.grammar is not None:
-            self.backend.samplers.free_grammar(seq.grammar)
-            seq.grammar = None
+        seq.grammar = None
         seq.stats.t_finish = time.monotonic()
         self.conversations.add(seq.stats)
         if seq.request.conversation_id is not None:
