@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from app.client import EngineClient
 from app.engine.events import FinishReason
 from app.engine.llama.grammar import ConstraintError, schema_grammar
-from app.engine.params import SamplingParams
+from app.engine.params import GREEDY, SamplingParams, SpecType
 
 pytestmark = pytest.mark.tiny
 
@@ -136,3 +136,20 @@ def test_many_constrained_requests_at_varied_temperatures_beside_a_cpu_hog_end_w
         if final.reason is FinishReason.STOP:
             jsonschema.validate(json.loads(final.text), schema)
     assert time.monotonic() - t0 < 300
+
+
+def test_a_constrained_greedy_reply_drafts_and_each_drafted_row_is_masked(tiny_config):
+    """n-gram guesses of a repetitive format are verified against rows masked as the guesses before
+    them leave the grammar: the reply drafts, takes some guesses, and still follows its schema."""
+    row = {"type": "object", "properties": {"k": {"enum": ["aa", "bb"]}}, "required": ["k"]}
+    schema = {"type": "array", "items": row, "minItems": 12, "maxItems": 12}
+    config = tiny_config.with_(spec_type=SpecType.NGRAM, spec_draft_n_min=2)
+
+    async def main():
+        async with Started(config) as client:
+            return await client.complete(user("List"), GREEDY.with_(max_tokens=200, grammar=schema_grammar(schema)))
+
+    final = run(main())
+    assert final.reason is FinishReason.STOP, (final.reason, final.error, final.text)
+    jsonschema.validate(json.loads(final.text), schema)
+    assert final.stats.drafted_tokens > 0 and final.stats.accepted_tokens > 0, final.stats

@@ -42,11 +42,13 @@ CHECK_CELLS_ENV = "BATCH_PLAYGROUND_CHECK_CELLS"  # "1": after each decode, the 
 
 
 def _greedy(seq: Sequence) -> bool:
-    """A greedy reply free of a grammar: its tokens are the top ones (after the chain's penalties, if
-    any), so guesses of them can be checked exactly (speculative decoding drafts for these only; a
-    constrained reply does not draft: its drafted rows would each need the mask after the guesses
-    before them)."""
-    return seq.grammar is None and (seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0))
+    """A greedy reply: its tokens are the top ones (after the chain's penalties, if any; under a
+    grammar, of its masked logits), so guesses of them can be checked exactly (speculative decoding
+    drafts for these only). A lazy grammar still waiting for its trigger does not draft: a trigger
+    among the guesses would leave the rows after it unmasked."""
+    if seq.grammar is not None:
+        return _greedy_in_grammar(seq) and seq.grammar.holds
+    return seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0)
 
 
 def _greedy_in_grammar(seq: Sequence) -> bool:
@@ -377,6 +379,8 @@ class Engine:
         draft, seq.draft = seq.draft, []
         rows = list(range(seq.row, seq.row + len(draft) + 1))
         samplers, vocab = self.backend.samplers, self.backend.vocab
+        if seq.grammar is not None:  # each row masked as the guesses before it leave the grammar
+            self.backend.constraints.mask_drafted(seq.grammar, [samplers.row_logits(row) for row in rows], draft)
         tops = samplers.top_tokens(rows) if seq.draw is Draw.ARGMAX else None
         tokens = []
         for i, row in enumerate(rows):
@@ -395,6 +399,9 @@ class Engine:
         self._drafted += len(draft)
         self._accepted += accepted
         for token in tokens:
+            if seq.grammar is not None and self.backend.constraints.accept(seq.grammar, token) is not None:
+                self._finish(seq, FinishReason.ERROR, events, error=self._constraint_error(seq), fault=Fault.REQUEST)
+                break
             self._take(seq, token, None, events)
             if seq.status is SequenceStatus.FINISHED:
                 break

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 import llama_cpp as ll
 import numpy as np
 from llguidance import LLExecutor, LLMatcher, LLTokenizer
-from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask_par
+from llguidance.numpy import (
+    allocate_token_bitmask,
+    fill_next_token_bitmask_par,
+    fill_next_token_bitmask_par_with_draft_tokens,
+)
 
 from .grammar import LIMITS, ConstraintError, lark_grammar, reason, trigger_patterns
 from .vocab import Vocab
@@ -100,14 +104,36 @@ class Constraints:
         held = [(c, logits) for c, logits in rows if c.holds]
         if not held:
             return
+        masks = self._rows(len(held))
+        fill_next_token_bitmask_par(self._llg_executor(), [(c.matcher, i) for i, (c, _) in enumerate(held)], masks)
+        for i, (constraint, logits) in enumerate(held):
+            self._apply(constraint, masks[i], logits)
+
+    def mask_drafted(self, constraint: Constraint, rows: list[np.ndarray], draft: list[int]) -> None:
+        """A drafting reply's rows (its next token's, then one after each guess): each row's mask as
+        the guesses before it leave the matcher (which then goes back), filled in one call. Rows after
+        a guess the grammar refuses are left as they are: verification stops at that guess's row,
+        whose masked top token cannot be the refused guess."""
+        masks = self._rows(len(rows))
+        fill_next_token_bitmask_par_with_draft_tokens(self._llg_executor(), [(constraint.matcher, 0, draft)], masks)
+        taken = constraint.matcher.validate_tokens(draft)  # the guesses whose rows after them were filled
+        for i, logits in enumerate(rows[: taken + 1]):
+            self._apply(constraint, masks[i], logits)
+
+    def _rows(self, n: int) -> np.ndarray:
+        if n > len(self._masks):
+            self._masks = allocate_token_bitmask(n, self._n_vocab)
+        return self._masks
+
+    def _llg_executor(self) -> LLExecutor:
         if self._executor is None:
             self._executor = LLExecutor()
-        masks = self._masks
-        fill_next_token_bitmask_par(self._executor, [(c.matcher, i) for i, (c, _) in enumerate(held)], masks)
-        for i, (constraint, logits) in enumerate(held):
-            if not constraint.matcher.is_error():
-                allowed = np.unpackbits(masks[i].view(np.uint8), bitorder="little", count=self._n_vocab)
-                logits[allowed == 0] = -np.inf
+        return self._executor
+
+    def _apply(self, constraint: Constraint, mask: np.ndarray, logits: np.ndarray) -> None:
+        if not constraint.matcher.is_error():
+            allowed = np.unpackbits(mask.view(np.uint8), bitorder="little", count=self._n_vocab)
+            logits[allowed == 0] = -np.inf
 
     def accept(self, constraint: Constraint, token: int) -> str | None:
         """The reply took `token`: the matcher moves past it (or a lazy constraint watches for its
