@@ -166,9 +166,6 @@ class Engine:
                 return Prompt([], error=str(e))
         return prompt
 
-    def discard(self, prompt: Prompt | None) -> None:
-        """A prompt built and never submitted: nothing it holds needs freeing (its matcher is Python's)."""
-
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""
         n_vocab = self.backend.vocab.n_vocab
@@ -180,11 +177,9 @@ class Engine:
         """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""
         stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
         if self._early_cancels.pop(request.request_id, False):
-            self.discard(prompt)
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
             return
         if self.backend.lost is not None:  # no context to run it in
-            self.discard(prompt)
             self._emit([self._failed(request.request_id, stats, self._lost_error(), Fault.UNAVAILABLE)])
             return
         prompt = prompt or self.prepare(request)

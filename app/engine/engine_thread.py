@@ -184,10 +184,7 @@ class EngineThread:
             with self._cond:
                 self._reading = None
                 cancelled = self._was_dropped(request, t_submit)  # while it was being built
-        if cancelled:
-            if engine is not None:
-                engine.discard(prompt)
-        else:
+        if not cancelled:  # a cancelled one's prompt holds nothing to free
             self._post(Submit(request, t_submit, engine, prompt))
 
     def _was_dropped(self, request: Request, t_submit: float) -> bool:
