@@ -16,6 +16,7 @@ from helpers import Started, run, user
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import app.engine.llama.constraint as constraint_module
 from app.client import EngineClient
 from app.engine.events import FinishReason
 from app.engine.llama.grammar import ConstraintError, schema_grammar
@@ -138,9 +139,12 @@ def test_many_constrained_requests_at_varied_temperatures_beside_a_cpu_hog_end_w
     assert time.monotonic() - t0 < 300
 
 
-def test_a_constrained_greedy_reply_drafts_and_each_drafted_row_is_masked(tiny_config):
+@pytest.mark.parametrize("pool", [False, True], ids=["masks filled in turn", "llguidance's pool"])
+def test_a_constrained_greedy_reply_drafts_and_each_drafted_row_is_masked(tiny_config, monkeypatch, pool):
     """n-gram guesses of a repetitive format are verified against rows masked as the guesses before
-    them leave the grammar: the reply drafts, takes some guesses, and still follows its schema."""
+    them leave the grammar: the reply drafts, takes some guesses, and still follows its schema; with
+    the masks filled by llguidance's pool (machines of 4 cores or more) as on this one."""
+    monkeypatch.setattr(constraint_module, "PAR_MIN_CPUS", 1 if pool else 1 << 20)
     row = {"type": "object", "properties": {"k": {"enum": ["aa", "bb"]}}, "required": ["k"]}
     schema = {"type": "array", "items": row, "minItems": 12, "maxItems": 12}
     config = tiny_config.with_(spec_type=SpecType.NGRAM, spec_draft_n_min=2)

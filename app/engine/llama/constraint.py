@@ -5,6 +5,7 @@ together off the GIL and applied to their logits before the draw."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -14,12 +15,18 @@ import numpy as np
 from llguidance import LLExecutor, LLMatcher, LLTokenizer
 from llguidance.numpy import (
     allocate_token_bitmask,
+    fill_next_token_bitmask,
     fill_next_token_bitmask_par,
     fill_next_token_bitmask_par_with_draft_tokens,
 )
 
 from .grammar import LIMITS, ConstraintError, lark_grammar, reason, trigger_patterns
 from .vocab import Vocab
+
+# llguidance's thread pool fills the masks where cores are spare for it. On 2 cores, which the
+# decode's threads keep busy, handing 8 rows to the pool took 0.9-3.6 ms a step (its threads wait
+# to be scheduled) against 0.4 ms filled one after another on the engine thread, each off the GIL
+PAR_MIN_CPUS = 4
 
 
 @dataclass(eq=False)
@@ -76,7 +83,7 @@ class Constraints:
         self._vocab = vocab
         self._lock = threading.Lock()
         self._tokenizer: LLTokenizer | None = None
-        self._executor: LLExecutor | None = None
+        self._executor = LLExecutor() if (os.cpu_count() or 1) >= PAR_MIN_CPUS else None
         self._masks = allocate_token_bitmask(capacity, vocab.n_vocab)  # a row per constrained sequence at most
         self._n_vocab = vocab.n_vocab
 
@@ -98,25 +105,38 @@ class Constraints:
         return Constraint(matcher, patterns, waiting=bool(patterns))
 
     def mask(self, rows: list[tuple[Constraint, np.ndarray]]) -> None:
-        """Fill the masks of every constraint that holds together (in llguidance's threads, off the
-        GIL), then set the logits of the tokens each refuses to -inf, in place. A matcher that meets a
-        limit fills no mask: its `error` says why, and its row is left as it was."""
+        """Fill the masks of every constraint that holds together (in one call to llguidance's
+        threads where cores are spare, else one after another; off the GIL either way), then set the
+        logits of the tokens each refuses to -inf, in place. A matcher that meets a limit fills no
+        mask: its `error` says why, and its row is left as it was."""
         held = [(c, logits) for c, logits in rows if c.holds]
         if not held:
             return
         masks = self._rows(len(held))
-        fill_next_token_bitmask_par(self._llg_executor(), [(c.matcher, i) for i, (c, _) in enumerate(held)], masks)
+        if self._executor is not None:
+            fill_next_token_bitmask_par(self._executor, [(c.matcher, i) for i, (c, _) in enumerate(held)], masks)
+        else:
+            for i, (constraint, _) in enumerate(held):
+                fill_next_token_bitmask(constraint.matcher, masks, i)
         for i, (constraint, logits) in enumerate(held):
             self._apply(constraint, masks[i], logits)
 
     def mask_drafted(self, constraint: Constraint, rows: list[np.ndarray], draft: list[int]) -> None:
         """A drafting reply's rows (its next token's, then one after each guess): each row's mask as
-        the guesses before it leave the matcher (which then goes back), filled in one call. Rows after
+        the guesses before it leave the matcher (which then goes back), filled together. Rows after
         a guess the grammar refuses are left as they are: verification stops at that guess's row,
         whose masked top token cannot be the refused guess."""
         masks = self._rows(len(rows))
-        fill_next_token_bitmask_par_with_draft_tokens(self._llg_executor(), [(constraint.matcher, 0, draft)], masks)
-        taken = constraint.matcher.validate_tokens(draft)  # the guesses whose rows after them were filled
+        matcher = constraint.matcher
+        taken = matcher.validate_tokens(draft)  # the guesses whose rows after them are filled
+        if self._executor is not None:
+            fill_next_token_bitmask_par_with_draft_tokens(self._executor, [(matcher, 0, draft)], masks)
+        else:
+            for i in range(taken + 1):
+                fill_next_token_bitmask(matcher, masks, i)
+                if i < taken:
+                    matcher.consume_token(draft[i])
+            matcher.rollback(taken)
         for i, logits in enumerate(rows[: taken + 1]):
             self._apply(constraint, masks[i], logits)
 
@@ -124,11 +144,6 @@ class Constraints:
         if n > len(self._masks):
             self._masks = allocate_token_bitmask(n, self._n_vocab)
         return self._masks
-
-    def _llg_executor(self) -> LLExecutor:
-        if self._executor is None:
-            self._executor = LLExecutor()
-        return self._executor
 
     def _apply(self, constraint: Constraint, mask: np.ndarray, logits: np.ndarray) -> None:
         if not constraint.matcher.is_error():
