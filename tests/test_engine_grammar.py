@@ -1,6 +1,6 @@
-"""A reply constrained by a grammar, in the engine on the tiny model: it follows the grammar, a
-grammar that does not parse is refused before the request runs, and a grammar too slow for one
-token stops its own reply while the others go on."""
+"""A reply constrained by a grammar, in the engine on the tiny model: it follows the grammar (GBNF,
+Lark or a regular expression, all through llguidance), a grammar that does not parse or is past
+llguidance's limits is refused before the request runs, while the others go on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import pytest
 from helpers import Started, run, user
 
-import app.engine.sampling.drawer as drawer_module
+import app.engine.sampling.constraints as grammar_module
 from app.engine.events import Fault, FinishReason
 from app.engine.sampling.params import GREEDY, SamplingParams
 
@@ -35,10 +35,10 @@ def test_a_reply_follows_its_grammar_greedy_or_sampled_and_a_bad_one_is_refused(
     assert bad.stats.gen_tokens == 0
 
 
-def test_a_grammar_parsed_once_serves_replies_at_once_and_later_each_its_own(tiny_config):
-    """A grammar is parsed once and copied for each request (samplers.py keeps the last 16): three
-    replies under the same one at once each follow it from its start, and so does one after twenty
-    other grammars have pushed it out."""
+def test_a_grammar_compiled_once_serves_replies_at_once_and_later_each_its_own(tiny_config):
+    """A grammar is compiled once (grammar.py keeps the last 64) and each request gets its own
+    matcher: three replies under the same one at once each follow it from its start, and so does one
+    after twenty other grammars."""
     others = [f'root ::= "{word}" (" " ("yes" | "no"))?' for word in map(str, range(20))]
 
     async def main():
@@ -55,19 +55,37 @@ def test_a_grammar_parsed_once_serves_replies_at_once_and_later_each_its_own(tin
     assert [f.text.split(" ")[0] for f in between] == [str(i) for i in range(20)]
 
 
-def test_a_grammar_too_slow_for_a_token_stops_its_reply_and_the_others_go_on(tiny_config, monkeypatch):
-    monkeypatch.setattr(drawer_module, "GRAMMAR_TOKEN_S", 0.0)  # every grammar is too slow now
+def test_a_grammar_past_llguidances_limits_is_refused_before_its_reply_and_the_others_go_on(tiny_config, monkeypatch):
+    """The limits are llguidance's own counts (here its grammar size, made small), never a clock: the
+    same grammar is refused on any machine and load, before a token is drawn."""
+    monkeypatch.setattr(grammar_module, "LIMITS", grammar_module.LLParserLimits(max_grammar_size=20))
+    many = "root ::= " + " | ".join(f'"w{i}"' for i in range(40))
 
     async def main():
         async with Started(tiny_config) as client:
             return await asyncio.gather(
-                client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=YES_NO)),
+                client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=many)),
                 client.complete(user("Go on."), GREEDY.with_(max_tokens=24, ignore_eos=True)),
             )
 
-    slow, free = run(main())
-    assert slow.reason is FinishReason.ERROR and "to allow one token" in slow.error and slow.fault is Fault.REQUEST
+    costly, free = run(main())
+    assert costly.reason is FinishReason.ERROR and costly.fault is Fault.REQUEST and "grammar size" in costly.error
+    assert costly.stats.gen_tokens == 0
     assert free.reason is FinishReason.LENGTH and free.stats.gen_tokens == 24
+
+
+def test_lark_and_regular_expressions_hold_replies_as_llguidance_takes_them(tiny_config):
+    async def main():
+        async with Started(tiny_config) as client:
+            lark = await client.complete(user("Well?"), SAMPLED.with_(grammar='start: ("yes" | "no") ("!" | "?")'))
+            regex = await client.complete(
+                user("Well?"), SAMPLED.with_(grammar=grammar_module.regex_grammar(r"[0-9]{3}-[a-c]{2}"))
+            )
+            return lark, regex
+
+    lark, regex = run(main())
+    assert lark.reason is FinishReason.STOP and re.fullmatch(r"(yes|no)[!?]", lark.text), lark.text
+    assert regex.reason is FinishReason.STOP and re.fullmatch(r"[0-9]{3}-[a-c]{2}", regex.text), regex.text
 
 
 # free until a space and the character after it (the trigger's group), then held to more such

@@ -34,7 +34,7 @@ def test_any_json_value_as_a_schema_becomes_a_grammar_or_one_error(schema):
     except ConstraintError as e:
         assert str(e)
     else:
-        assert "root ::=" in grammar
+        assert grammar.startswith("start: %json ")
 
 
 def test_a_twenty_property_schema_compiles_in_a_few_milliseconds():
@@ -45,7 +45,7 @@ def test_a_twenty_property_schema_compiles_in_a_few_milliseconds():
     schema["required"] = list(schema["properties"])
     t0 = time.perf_counter()
     grammar = schema_grammar(schema)
-    assert time.perf_counter() - t0 < 0.05 and grammar.count("-kv ::=") == 20
+    assert time.perf_counter() - t0 < 0.05 and all(f'"field_{i}"' in grammar for i in range(20))
 
 
 def test_schemas_and_grammars_past_the_bounds_are_refused_before_they_are_read():

@@ -150,7 +150,7 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
 
 @pytest.mark.model
 @pytest.mark.parametrize("family", ["hermes", "mistral", "command_r7b"])
-def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_one(family_models, family):
+def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one(family_models, family):
     # greedy, the bundled model calls get_weather then get_time for this question in these syntaxes,
     # its prompt read anew or from the cache (measured: other questions tip over between the two), so
     # the stream's reply is the whole one's; in Functionary's, which closes no list of calls, it goes
@@ -158,9 +158,9 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_false_makes_o
     asked = {"messages": THREE_CITIES, "max_tokens": 120, "tools": [WEATHER, TIME], "tool_choice": "required", **GREEDY}
 
     async def body(api):
-        several = (await api.chat.completions.create(model="m", **asked)).choices[0]
-        deltas, _, _ = await _streamed(api, **asked)
-        one = await api.chat.completions.create(model="m", parallel_tool_calls=False, **asked)
+        several = (await api.chat.completions.create(model="m", parallel_tool_calls=True, **asked)).choices[0]
+        deltas, _, _ = await _streamed(api, parallel_tool_calls=True, **asked)
+        one = await api.chat.completions.create(model="m", **asked)  # off unless asked, as llama-server's
         return several, deltas, one.choices[0]
 
     several, deltas, one = _serve(family_models[family], body)

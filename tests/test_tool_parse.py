@@ -265,3 +265,16 @@ def test_functionary_reads_recipients_text_and_calls():
     assert scan("get_wea", FUNCTIONARY_V3_2, final=False).content == ""
     assert scan("get_wea", FUNCTIONARY_V3_2).content == "get_wea"
     assert FUNCTIONARY_V3_2.triggers_for(("f", "g.h")) == (r"^(?:f|g\.h)\n", r">>>(?:f|g\.h)\n")
+
+
+@pytest.mark.parametrize("syntax", [HERMES, COMMAND_R7B, GENERIC], ids=lambda s: s.family)
+def test_several_calls_only_when_asked_and_a_named_function_once(syntax):
+    """parallel_tool_calls is off unless asked (as llama-server's); a named function is called once
+    even where it is on (OpenAI's rule): the grammar then holds one call and ends after it."""
+    from app.server.tool_calls import parse_tools
+
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("a", "b")]
+    named = {"type": "function", "function": {"name": "a"}}
+    assert not parse_tools({"tools": tools, "tool_choice": "required"}, syntax).syntax.parallel
+    assert parse_tools({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, syntax).syntax.parallel
+    assert not parse_tools({"tools": tools, "tool_choice": named, "parallel_tool_calls": True}, syntax).syntax.parallel

@@ -91,11 +91,9 @@ class Engine:
         """Queue a request (its prompt built here unless given); one it cannot take ends at once with an ERROR finish."""
         stats = RequestStats(request.request_id, request.conversation_id, t_submit=t_submit)
         if self._early_cancels.pop(request.request_id, False):
-            self.intake.discard(prompt)
             self._emit([FinishEvent(request.request_id, FinishReason.CANCELLED, "", stats, model=self.name)])
             return
         if self.backend.lost is not None:  # no context to run it in
-            self.intake.discard(prompt)
             self._emit([failed(request.request_id, stats, self._lost_error(), Fault.UNAVAILABLE, self.name)])
             return
         prompt = prompt or self.intake.prepare(request)
@@ -206,7 +204,11 @@ class Engine:
             else:
                 self._take(drawn.seq, drawn.token, drawn.probs, events)
         for seq, draft in plan.drafts.items():
-            for token in self.speculator.verify(seq, draft, plan.rows[seq]):
+            for token in self.speculator.verify(seq, draft, plan.rows[seq], self.drawer):
+                error = self.drawer.refusal(seq, token)
+                if error is not None:
+                    self._finish(seq, FinishReason.ERROR, events, error=error, fault=Fault.REQUEST)
+                    break
                 self._take(seq, token, None, events)
                 if seq.status is SequenceStatus.FINISHED:
                     break
@@ -281,9 +283,7 @@ class Engine:
         if seq.sampler is not None:
             self.backend.samplers.free(seq.sampler)
             seq.sampler = None
-        if seq.grammar is not None:
-            self.backend.samplers.free_grammar(seq.grammar)
-            seq.grammar = None
+        seq.grammar = None
         seq.stats.t_finish = time.monotonic()
         self.figures.conversations.add(seq.stats)
         if seq.request.conversation_id is not None:

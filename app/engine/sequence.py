@@ -58,7 +58,7 @@ class Sequence:
         self.t_queued = 0.0  # time.monotonic() when the scheduler first queued it (a static batch's window)
         self.turn_start = 0  # tokens it had generated when last admitted: its turn's share so far
         self.sampler = None
-        self.grammar = None  # llama.cpp's grammar sampler, when its replies must follow one
+        self.grammar = None  # its llguidance Constraint, when its replies must follow a grammar
         self.draw = Draw.CHAIN
         self.drafter = None  # spec.drafters.Drafter (an NgramDrafter without a draft model), made at its first draft
         self.stream = TextStream(request.params.stop + stop)

@@ -1,7 +1,9 @@
-"""The reply's format a request asks for, as the grammar the engine constrains it with: OpenAI's
-`response_format` (`text`, `json_object`, `json_schema` {name, schema, strict}) and llama-server's
-`json_schema` (a schema) and `grammar` (GBNF), on chat and completions alike. A schema or grammar
-that cannot constrain a reply is a 400 saying why, never a reply that ignores it."""
+"""The reply's format a request asks for, as the grammar (llguidance's) the engine constrains it
+with: OpenAI's `response_format` (`text`, `json_object`, `json_schema` {name, schema, strict}) and
+llama-server's `json_schema` (a schema) and `grammar` (GBNF, or Lark as llguidance takes it), on
+chat and completions alike. A schema or grammar that cannot constrain a reply is a 400 saying why,
+never a reply that ignores it; a schema `strict` false (as OpenAI's default) leaves the keywords
+llguidance cannot hold unchecked, where a strict one is refused naming them."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def grammar_of(body: dict) -> str | None:
         if name == "grammar":
             return check_grammar(body["grammar"])
         if name == "json_schema":
-            return schema_grammar(body["json_schema"])
+            return schema_grammar(body["json_schema"])  # llama-server's field: strict
         return _response_format(body["response_format"])
     except ConstraintError as e:
         raise FieldError(str(e), name) from None
@@ -47,7 +49,7 @@ def text_format_grammar(text: object) -> str | None:
         if kind == "json_schema":
             if "schema" not in form:
                 raise FieldError("'text.format' of type json_schema must hold a 'schema'", "text")
-            return schema_grammar(form["schema"])
+            return schema_grammar(form["schema"], _strict(form, "text.format"))
         return _response_format(form)
     except ConstraintError as e:
         raise FieldError(str(e), "text") from None
@@ -67,5 +69,12 @@ def _response_format(value: object) -> str | None:
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:
             raise FieldError("'response_format.json_schema' must be an object holding a 'schema'", "response_format")
-        return schema_grammar(spec["schema"])
+        return schema_grammar(spec["schema"], _strict(spec, "response_format.json_schema"))
     raise FieldError(f"'response_format.type' must be text, json_object or json_schema; got {kind!r}", "response_format")
+
+
+def _strict(spec: dict, where: str) -> bool:
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise FieldError(f"'{where}.strict' must be a boolean", where.split(".")[0])
+    return bool(strict)

@@ -12,7 +12,9 @@ Two ways, by the model's chat template (tool_syntax.py tells which):
 - generic, for any other template: the tools are described in a system message, and a grammar holds
   every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
 Either way a call's arguments follow the function's `parameters`, and `required` and a named
-function always yield a call."""
+function always yield a call: one, unless `parallel_tool_calls` is true (off unless asked, as
+llama-server; a named function is called once whatever it says). The grammar ends after the last
+call allowed, so the reply ends there."""
 
 from __future__ import annotations
 
@@ -92,7 +94,9 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
         raise FieldError("'tools' must be a list of functions", "tools")
     if len(tools) > MAX_TOOLS:
         raise FieldError(f"at most {MAX_TOOLS} tools in one request; got {len(tools)}", "tools")
-    parallel = body.get("parallel_tool_calls", True)
+    # off unless asked, as llama-server: a reply of several calls is what a client asks for, and a
+    # named function is called once whatever is asked (OpenAI's rule)
+    parallel = body.get("parallel_tool_calls", False)
     if not isinstance(parallel, bool):
         raise FieldError("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
     functions = tuple(_function(t, i) for i, t in enumerate(tools))
@@ -107,7 +111,7 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
     elif choice not in ("auto", "required"):
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
     functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
-    return Tools(functions, choice, syntax.with_parallel(parallel))
+    return Tools(functions, choice, syntax.with_parallel(parallel and choice in ("auto", "required")))
 
 
 def _function(tool: object, index: int) -> dict:

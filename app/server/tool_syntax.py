@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from app.engine.sampling.constraints import check_grammar, schema_grammar
+from app.engine.sampling.constraints import JSON_OPTIONS, MAX_SCHEMA_BYTES, ConstraintError, check_grammar, closed, schema_grammar
 from app.models.gguf_meta import read_gguf
 
 
@@ -160,16 +160,18 @@ def _file_syntax(path: str, _mtime_ns: int, _size: int) -> Syntax:
 
 
 def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> str:
-    """The GBNF grammar of a reply under `tool_choice` (`auto`, `required` or a function's name):
-    with `auto` the generic format's (a call or an answer), or for a native syntax the calls' grammar
-    that waits for the family's trigger (`Syntax.lazy_triggers`): text before it is free."""
+    """The grammar (llguidance's Lark) of a reply under `tool_choice` (`auto`, `required` or a
+    function's name): with `auto` the generic format's (a call or an answer), or for a native syntax
+    the calls' grammar that waits for the family's trigger (`Syntax.lazy_triggers`): text before it
+    is free. It ends after the last call the request allows (one unless `syntax.parallel`): only an
+    end-of-generation token may follow."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
     if syntax.wrapper is Wrapper.RECIPIENT:
         return check_grammar(_recipient_grammar(callable_, syntax.parallel))
     objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
-    call = _renamed(schema_grammar({"anyOf": objects}), "root", "tc-call")
+    call = f"tc_call: {_json({'anyOf': objects})}"
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
 
@@ -189,22 +191,30 @@ def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
     return {"anyOf": [calls, answer]}
 
 
+def _json(schema: dict) -> str:
+    """A schema as a piece of a Lark grammar, compiled by llguidance's JSON compiler as JSON_OPTIONS say."""
+    text = json.dumps({**closed(schema), "x-guidance": JSON_OPTIONS})
+    if len(text) > MAX_SCHEMA_BYTES:
+        raise ConstraintError(f"the tools' schemas have {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
+    return f"%json {text}"
+
+
 def _literal(text: str) -> str:
-    return json.dumps(text)  # GBNF reads JSON's escapes
+    return json.dumps(text)  # Lark reads JSON's escapes
 
 
 def _hermes_root(parallel: bool) -> str:
-    more = ' ("\\n" tc-block)*' if parallel else ""
+    more = ' ("\\n" tc_block)*' if parallel else ""
     opening, closing = _literal("<tool_call>\n"), _literal("\n</tool_call>")
-    return f"root ::= tc-block{more}\ntc-block ::= {opening} tc-call {closing}"
+    return f"start: tc_block{more}\ntc_block: {opening} tc_call {closing}"
 
 
 def _array_root(syntax: Syntax):
     """The root of a family that writes its calls as one JSON array after its trigger (and before its closer)."""
 
     def root(parallel: bool) -> str:
-        more = ' (", " tc-call)*' if parallel else ""
-        return f"root ::= {_literal(syntax.trigger + '[')} tc-call{more} {_literal(']' + syntax.closer)}"
+        more = ' (", " tc_call)*' if parallel else ""
+        return f"start: {_literal(syntax.trigger + '[')} tc_call{more} {_literal(']' + syntax.closer)}"
 
     return root
 
@@ -212,33 +222,15 @@ def _array_root(syntax: Syntax):
 def _recipient_grammar(functions: list[dict], parallel: bool) -> str:
     """Functionary's calls: `name\n` then the arguments of that function, `>>>` between calls (and
     before the first, where a lazy grammar starts at its trigger)."""
-    more = f" ({_literal('>>>')} tc-call)*" if parallel else ""
-    rules = [f"root ::= {_literal('>>>')}? tc-call{more}"]
-    heads = []
-    for i, function in enumerate(functions):
-        rules.append(_prefixed(schema_grammar(function["parameters"]), f"tc{i}-"))
-        heads.append(f"{_literal(function['name'] + chr(10))} tc{i}-root")
-    return "\n".join([*rules, f"tc-call ::= {' | '.join(heads)}"])
+    more = f" ({_literal('>>>')} tc_call)*" if parallel else ""
+    heads = [f"{_literal(function['name'] + chr(10))} {_json(function['parameters'])}" for function in functions]
+    return "\n".join([f"start: {_literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
 
 
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
-    LLAMA_3.family: lambda _parallel: f"root ::= {_literal('<|python_tag|>')}? tc-call",
+    LLAMA_3.family: lambda _parallel: f"start: {_literal('<|python_tag|>')}? tc_call",
     MISTRAL_NEMO.family: _array_root(MISTRAL_NEMO),
     GRANITE.family: _array_root(GRANITE),
     COMMAND_R7B.family: _array_root(COMMAND_R7B),
 }
-
-# GBNF's pieces: a quoted literal, a character class, a name, anything else
-_GBNF_PIECE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_-]+|.', re.S)
-
-
-def _prefixed(grammar: str, prefix: str) -> str:
-    """`grammar` with each of its rules' names prefixed (so that several grammars live in one)."""
-    defined = set(re.findall(r"^([A-Za-z0-9_-]+)\s*::=", grammar, re.M))
-    return "".join(prefix + m.group() if m.group() in defined else m.group() for m in _GBNF_PIECE.finditer(grammar))
-
-
-def _renamed(grammar: str, old: str, new: str) -> str:
-    """`grammar` with its rule `old` called `new` (its definition and every reference, never a literal)."""
-    return "".join(new if m.group() == old else m.group() for m in _GBNF_PIECE.finditer(grammar))

@@ -26,6 +26,7 @@ from ..model_file import check_gguf_file
 from ..model_info import ModelInfo
 from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SpecType
 from .batch import Batch
+from .constraint import Constraints
 from .devices import build_has_amx, build_info
 from .draft import DraftModel
 from .log_capture import forget_tail, last_error, placement_from_log, recording_load
@@ -81,6 +82,7 @@ class LlamaBackend:
         self.notices = list(self.info.notices)
         self.vocab = Vocab(self.model)  # the tokenizer: the prompt thread reads it
         self.samplers = Samplers(self.ctx, self.vocab, self.batch, config.capacity)
+        self.constraints = Constraints(self.vocab, config.capacity)  # the prompt thread makes them too
         if config.spec_type is SpecType.DRAFT and not self.drafts_refused:
             self.draft = self._load_draft(config)
 
@@ -370,8 +372,6 @@ class LlamaBackend:
         if self.draft:
             self.draft.close()
             self.draft = None
-        if getattr(self, "samplers", None):
-            self.samplers.close()
         if self.ctx:
             ll.llama_free(self.ctx)
             self.ctx = None

@@ -23,7 +23,7 @@ class Prompt:
     error: str | None = None  # set: the request cannot be served
     fault: Fault = Fault.REQUEST  # whose fault the error is
     stop: tuple[str, ...] = ()  # texts that end the reply besides the request's own stop strings
-    grammar: object | None = None  # the request's grammar (llama/samplers.py's Grammar), parsed here
+    grammar: object | None = None  # the request's constraint (llama/constraint.py's Constraint), compiled here
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their

@@ -1,5 +1,5 @@
-"""A request's way in, on the prompt thread: its parameters checked, its prompt built, its grammar
-parsed (a large one takes its time: not on the engine thread)."""
+"""A request's way in, on the prompt thread: its parameters checked, its prompt built, its
+constraint compiled (llguidance's matcher: not on the engine thread)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import dataclasses
 
 from ..kv.history import TokenHistory
 from ..params import OverflowPolicy
-from ..sampling.constraints import grammar_sampler
 from ..sequence import Request
 from .builder import Prompt, PromptBuilder
 from .chat_template import ChatTemplate
@@ -33,17 +32,12 @@ class Intake:
             return Prompt([], error=problem)
         prompt = self.prompts.prepare(request)
         if prompt.error is None and request.params.grammar is not None:
-            try:  # parsed here, not on the engine thread: a large grammar takes its time (0.5 s at 256 KiB)
-                grammar = grammar_sampler(self.backend.samplers, request.params)
+            try:  # compiled here, not on the engine thread; refused here when past llguidance's limits
+                grammar = self.backend.constraints.new(request.params.grammar, request.params.grammar_triggers)
                 prompt = dataclasses.replace(prompt, grammar=grammar)
             except ValueError as e:
                 return Prompt([], error=str(e))
         return prompt
-
-    def discard(self, prompt: Prompt | None) -> None:
-        """A prompt built and never submitted: free what it holds."""
-        if prompt is not None and prompt.grammar is not None:
-            self.backend.samplers.free_grammar(prompt.grammar)
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""

@@ -1,39 +1,43 @@
-"""Output constraints, their one home: GBNF grammars (llama.cpp's grammar sampler reads them) for
-any JSON object, a JSON schema (turned into a grammar by llama-cpp-python's converter, reached
-through llama/grammar.py), or a grammar given as it is, and a lazy grammar's triggers. The server
-and the workspace reach grammars through this module only.
+"""Output constraints as llguidance grammars (Lark in llguidance's dialect): any JSON object, a JSON
+schema through llguidance's JSON compiler, a GBNF grammar through its converter, a Lark grammar or a
+regular expression as llguidance takes them.
 
 A schema or a grammar comes from whoever sends a request: it is bounded before anything reads it
-(its size, how deeply it nests), and a converter that fails says why in one line."""
+(its size, how deeply it nests), then compiled by llguidance, whose own limits (`LIMITS`: fuel and
+item counts, never a clock) refuse one too costly to use, the same on any machine and load. A
+refusal says why in one line, with the position where llguidance gives one."""
 
 from __future__ import annotations
 
 import functools
 import json
 import re
-from typing import TYPE_CHECKING
 
-from ..llama.grammar import JSON_OBJECT_GBNF, schema_to_gbnf
-from .params import SamplingParams
-
-if TYPE_CHECKING:
-    from ..llama.samplers import Grammar, Samplers
+from llguidance import LLMatcher, LLParserLimits, regex_to_lark
+from llguidance.gbnf_to_lark import any_to_lark
 
 MAX_SCHEMA_BYTES = 64 << 10
-MAX_GRAMMAR_BYTES = 64 << 10  # llama.cpp parses 256 KiB of alternatives in 0.5 s: a quarter of that at most
+MAX_GRAMMAR_BYTES = 64 << 10
 MAX_DEPTH = 64  # nested objects, arrays or parentheses: a real format needs few, a hostile one many
 MAX_TRIGGERS = 8  # a lazy grammar's trigger patterns: a family's tool syntax needs one or two
 MAX_TRIGGER_CHARS = 256
 
-JSON_OBJECT_GRAMMAR = JSON_OBJECT_GBNF
+# llguidance's default limits (grammar size, lexer fuel, Earley items per token), named here so that
+# the compile check and every request's matcher use the same; short errors: the sender's own text
+LIMITS = LLParserLimits(verbose_errors=False)
+# JSON as json.dumps writes it: no free whitespace, which a small model can loop on until max_tokens
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+JSON_OBJECT_GRAMMAR = "start: %json " + json.dumps({"type": "object", "x-guidance": JSON_OPTIONS})
 
 
 class ConstraintError(ValueError):
     """A schema or grammar that cannot constrain a reply, and why."""
 
 
-def schema_grammar(schema: object) -> str:
-    """The GBNF grammar of replies that are JSON documents valid under `schema`."""
+def schema_grammar(schema: object, strict: bool = True) -> str:
+    """The grammar of replies that are JSON documents valid under `schema`. `strict`: a keyword
+    llguidance cannot hold a reply to is refused (naming it); not strict, it is left unchecked."""
     if not isinstance(schema, dict):
         raise ConstraintError("a JSON schema must be an object")
     text = json.dumps(schema)
@@ -41,30 +45,112 @@ def schema_grammar(schema: object) -> str:
         raise ConstraintError(f"the JSON schema has {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
     if _depth(schema) > MAX_DEPTH:
         raise ConstraintError(f"the JSON schema nests deeper than {MAX_DEPTH} levels")
-    return _converted(text)
+    return _compiled_schema(text, strict)
 
 
 @functools.lru_cache(maxsize=64)
-def _converted(text: str) -> str:
-    """A schema's grammar, kept for the next request with the same schema (a refusal is not kept)."""
-    try:
-        grammar = schema_to_gbnf(text)
-    except RecursionError:
-        raise ConstraintError("the JSON schema refers to itself too deeply to be turned into a grammar") from None
-    except Exception as e:  # the converter raises what it meets: KeyError, ValueError, TypeError, ...
-        raise ConstraintError(f"the JSON schema cannot be turned into a grammar: {type(e).__name__}: {e}") from None
-    return check_grammar(grammar)
+def _compiled_schema(text: str, strict: bool) -> str:
+    """A schema's grammar, checked once and kept for the next request with the same schema."""
+    schema = closed(json.loads(text))
+    schema["x-guidance"] = {**JSON_OPTIONS, "lenient": not strict}  # ours, whatever the sender's said
+    grammar = "start: %json " + json.dumps(schema)
+    problem = compile_error(grammar)
+    if problem is not None:
+        raise ConstraintError(f"the JSON schema cannot be turned into a grammar: {problem}")
+    return grammar
+
+
+def closed(schema: object, in_all_of: bool = False) -> object:
+    """`schema` with its objects that list `properties` and say nothing of others closed to others
+    (`additionalProperties: false`), as llama.cpp's converter and OpenAI's strict mode read them:
+    a small model left free adds keys until max_tokens. What it allows is valid under the schema as
+    given. Not inside `allOf`, whose branches' properties add up; never inside literal values."""
+    if isinstance(schema, list):
+        return [closed(item, in_all_of) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in _LITERAL_KEYS else closed(v, k == "allOf") for k, v in schema.items() if k not in _SCHEMA_MAPS}
+    for k in _SCHEMA_MAPS & schema.keys():  # names to schemas: a schema each, the map itself none
+        value = schema[k]
+        out[k] = {name: closed(sub) for name, sub in value.items()} if isinstance(value, dict) else value
+    open_ended = "additionalProperties" in schema or "patternProperties" in schema or "unevaluatedProperties" in schema
+    if isinstance(schema.get("properties"), dict) and not open_ended and not in_all_of:
+        out["additionalProperties"] = False
+    return out
+
+
+_LITERAL_KEYS = frozenset({"const", "enum", "default", "examples", "x-guidance", "required"})
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
 
 
 def check_grammar(grammar: object) -> str:
-    """A GBNF grammar within the bounds; llama.cpp parses it when the request's sampler is made."""
+    """`grammar` as it is (GBNF, or Lark as llguidance takes it), once llguidance compiles it within
+    the bounds; ConstraintError says why not."""
+    lark_grammar(grammar)
+    return grammar
+
+
+def lark_grammar(grammar: object) -> str:
+    """A grammar within the bounds, as llguidance's Lark: GBNF (rules `name ::= ...`) converted, Lark
+    taken as it is; ConstraintError when it does not compile."""
     if not isinstance(grammar, str) or not grammar.strip():
         raise ConstraintError("a grammar must be GBNF text")
     if len(grammar) > MAX_GRAMMAR_BYTES:
         raise ConstraintError(f"the grammar has {len(grammar)} characters, more than the {MAX_GRAMMAR_BYTES} taken")
+    if _paren_depth(grammar) > MAX_DEPTH:
+        raise ConstraintError(f"the grammar nests parentheses deeper than {MAX_DEPTH} levels")
+    return _compiled_grammar(grammar)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_grammar(grammar: str) -> str:
+    try:
+        lark = any_to_lark(grammar)
+    except Exception as e:  # the converter raises what it meets
+        raise ConstraintError(f"the grammar does not parse: {_first_line(str(e))}") from None
+    problem = compile_error(lark)
+    if problem is not None:
+        raise ConstraintError(f"the grammar does not parse: {problem}")
+    return lark
+
+
+def regex_grammar(pattern: object) -> str:
+    """The grammar of replies that match the regular expression `pattern` whole (Rust's regex syntax)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ConstraintError("a regular expression must be non-empty text")
+    if len(pattern) > MAX_GRAMMAR_BYTES:
+        raise ConstraintError(f"the regular expression has {len(pattern)} characters, more than the {MAX_GRAMMAR_BYTES} taken")
+    grammar = f"start: /{regex_to_lark(pattern, '')}/"
+    problem = compile_error(grammar)
+    if problem is not None:
+        raise ConstraintError(f"the regular expression cannot constrain a reply: {problem}")
+    return grammar
+
+
+def compile_error(grammar: str) -> str | None:
+    """Why llguidance cannot compile `grammar` within LIMITS (one line), or None. Limits that depend on
+    a model's vocabulary are checked again when a request's matcher is made."""
+    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar, None, limits=LIMITS)
+    return reason(messages[0]) if failed else None
+
+
+def reason(message: str) -> str:
+    """llguidance's error as one line: `line L, column C: what` where it gives a position (`L(C): `);
+    the position of a schema inside the grammar that wraps it is not the sender's, and is left out."""
+    line = _first_line(message)
+    line = re.sub(r"^at \d+\(\d+\): (?=failed to compile JSON schema)", "", line)
+    return re.sub(r"^(?:at )?(\d+)\((\d+)\): ", r"line \1, column \2: ", line)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "no reason given"
+
+
+def _paren_depth(grammar: str) -> int:
+    """The deepest parentheses outside quoted literals (GBNF's and Lark's alike)."""
     depth = deepest = 0
     quoted = escaped = False
-    for c in grammar:  # parentheses outside quoted literals and character classes
+    for c in grammar:
         if escaped:
             escaped = False
         elif c == "\\":
@@ -76,9 +162,7 @@ def check_grammar(grammar: object) -> str:
             deepest = max(deepest, depth)
         elif not quoted and c == ")":
             depth -= 1
-    if deepest > MAX_DEPTH:
-        raise ConstraintError(f"the grammar nests parentheses deeper than {MAX_DEPTH} levels")
-    return grammar
+    return deepest
 
 
 def _depth(value: object, level: int = 0) -> int:
@@ -102,9 +186,3 @@ def trigger_patterns(patterns: object) -> tuple[re.Pattern[bytes], ...]:
         return tuple(re.compile(p.encode()) for p in patterns)
     except re.error as e:
         raise ConstraintError(f"a grammar trigger is not a regular expression: {e}") from None
-
-
-def grammar_sampler(samplers: Samplers, params: SamplingParams) -> Grammar:
-    """llama.cpp's grammar sampler for the request's grammar, lazy when it has triggers; ValueError
-    (a ConstraintError among them) when the grammar does not parse or a trigger is not a pattern."""
-    return samplers.grammar(params.grammar, trigger_patterns(params.grammar_triggers))

@@ -20,7 +20,7 @@ def draw_for(params: SamplingParams, in_graph: bool) -> Draw:
     """The draw for `params`; `in_graph`: whether its chain may run in the decode graph."""
     if params.n_probs is not None:
         return Draw.PROBS
-    if params.grammar is not None:  # the grammar sampler runs on the host
+    if params.grammar is not None:  # the constraint masks the logits on the host
         return Draw.CHAIN
     if in_graph:
         return Draw.IN_GRAPH

@@ -1,5 +1,6 @@
-"""Each sequence's next token, drawn from its batch row's logits after a decode: greedy rows from one
-pass over their logits, the others by their sampler chains, constrained rows through their grammars."""
+"""Each sequence's next token, drawn from its batch row's logits after a decode: the constrained
+rows' logits masked first (all their masks filled together), greedy rows from one pass over their
+logits, the others by their sampler chains; a constrained reply's matcher then takes the token."""
 
 from __future__ import annotations
 
@@ -10,18 +11,20 @@ from ..probs import TokenProbs
 from ..sequence import Sequence
 from .draw import Draw, draw_for
 
-GRAMMAR_TOKEN_S = 0.05  # a grammar slower than this for one token stops its reply (a hostile grammar stalls the batch)
-
 
 def greedy(seq: Sequence) -> bool:
-    """A greedy reply free of a grammar: its tokens are the top ones (after the chain's penalties, if
-    any), so guesses of them can be checked exactly (speculative decoding drafts for these only)."""
-    return seq.grammar is None and (seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0))
+    """A greedy reply: its tokens are the top ones (after the chain's penalties, if any; under a
+    grammar, of its masked logits), so guesses of them can be checked exactly (speculative decoding
+    drafts for these only). A lazy grammar still waiting for its trigger does not draft: a trigger
+    among the guesses would leave the rows after it unmasked."""
+    if seq.grammar is not None:
+        return greedy_in_grammar(seq) and seq.grammar.holds
+    return seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0)
 
 
 def greedy_in_grammar(seq: Sequence) -> bool:
-    """A greedy reply under a grammar, with nothing else to move the likeliest token: its draw starts
-    from the top token, read with the others' in one pass."""
+    """A greedy reply under a grammar, with nothing else to move the likeliest token: its token is the
+    top one of its masked logits, read with the others' in one pass."""
     params = seq.params
     return seq.grammar is not None and seq.draw is Draw.CHAIN and params.temperature <= 0 and not params.greedy_needs_chain
 
@@ -48,23 +51,37 @@ class Drawer:
             seq.draw = draw_for(seq.params, in_graph=False)  # one of its samplers cannot run there
 
     def draw_all(self, rows: Mapping[Sequence, int]) -> list[Drawn]:
-        """Draw the next token of every sequence at its row; greedy ones from one pass over their rows' logits."""
+        """Draw the next token of every sequence at its row: the constrained rows masked first, all
+        their masks filled together; greedy ones from one pass over their rows' logits."""
         samplers = self.backend.samplers
+        drawn = []
+        constrained = [(seq.grammar, samplers.row_logits(row)) for seq, row in rows.items() if seq.grammar is not None]
+        if constrained:
+            self.backend.constraints.mask(constrained)
+            refused = {seq for seq in rows if seq.grammar is not None and seq.grammar.error is not None}
+            drawn = [Drawn(seq, error=constraint_error(seq)) for seq in refused]  # a limit of llguidance's
+            rows = {seq: row for seq, row in rows.items() if seq not in refused}
         greedy_rows = {seq: row for seq, row in rows.items() if seq.draw is Draw.ARGMAX or greedy_in_grammar(seq)}
         top = dict(zip(greedy_rows, samplers.top_tokens(list(greedy_rows.values())), strict=True))
-        drawn = []
         for seq, row in rows.items():
             token, probs = top.get(seq), None
-            if seq.grammar is not None and seq.draw is not Draw.PROBS:
-                token, grammar_s = samplers.sample_constrained(seq.sampler, seq.grammar, row, token)
-                if grammar_s > GRAMMAR_TOKEN_S:  # every other stream waits for it
-                    error = f"the grammar took over {GRAMMAR_TOKEN_S * 1000:.0f} ms to allow one token: the reply stops here"
-                    drawn.append(Drawn(seq, error=error))
-                    continue
-            elif token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
+            if token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq, row)  # the chain bans end-of-generation tokens when told to
-            drawn.append(Drawn(seq, token, probs))
+            error = self.refusal(seq, token)
+            drawn.append(Drawn(seq, token, probs) if error is None else Drawn(seq, error=error))
         return drawn
+
+    def mask_drafted(self, seq: Sequence, rows: list[int], draft: tuple[int, ...]) -> None:
+        """A constrained draft's rows masked, each as the guesses before it leave the matcher."""
+        if seq.grammar is not None:
+            samplers = self.backend.samplers
+            self.backend.constraints.mask_drafted(seq.grammar, [samplers.row_logits(row) for row in rows], list(draft))
+
+    def refusal(self, seq: Sequence, token: int) -> str | None:
+        """A constrained reply's matcher takes `token`; why the reply cannot go on, or None."""
+        if seq.grammar is None or self.backend.constraints.accept(seq.grammar, token) is None:
+            return None
+        return constraint_error(seq)
 
     def _draw(self, seq: Sequence, row: int) -> tuple[int, TokenProbs | None]:
         samplers = self.backend.samplers
@@ -72,5 +89,9 @@ class Drawer:
             return samplers.sampled(seq.sampler, row), None
         if seq.draw is Draw.PROBS:
             params = seq.params
-            return samplers.sample_with_probs(seq.sampler, row, params.n_probs, params.temperature <= 0, seq.grammar)
+            return samplers.sample_with_probs(seq.sampler, row, params.n_probs, params.temperature <= 0)
         return samplers.sample(seq.sampler, row), None
+
+
+def constraint_error(seq: Sequence) -> str:
+    return f"the grammar cannot go on: {seq.grammar.error or 'it refused the token drawn'}"

@@ -27,7 +27,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
     n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
-    # a GBNF grammar every reply must follow (JSON, a JSON schema's, or one given: constraints.py)
+    # a grammar every reply must follow, GBNF or llguidance's Lark (JSON, a JSON schema's, a tool call's,
+    # or one given: constraints.py)
     grammar: str | None = None
     # set: the grammar is lazy, the reply free until one of these patterns (Python regular expressions)
     # matches its text, control tokens written out; held to the grammar from the match on (llama.cpp's

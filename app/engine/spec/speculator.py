@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..kv.manager import KVCacheManager
 from ..params import EngineConfig, SpecType
 from ..sampling.draw import Draw
-from ..sampling.drawer import greedy
+from ..sampling.drawer import Drawer, greedy
 from ..sched.plan import StepPlan
 from ..sequence import Sequence
 from ..step_cost import StepCost
@@ -63,12 +63,14 @@ class Speculator:
         drafts = model.draft([(seq.slot_id, seq.tokens, n) for seq, n in lengths], self.config.spec_draft_p_min)
         return {seq: tuple(draft) if len(draft) >= n_min else () for (seq, _), draft in zip(lengths, drafts, strict=True)}
 
-    def verify(self, seq: Sequence, draft: tuple[int, ...], row: int) -> list[int]:
+    def verify(self, seq: Sequence, draft: tuple[int, ...], row: int, drawer: Drawer) -> list[int]:
         """The tokens the greedy choice confirms, to take in order: at each drafted row the top token
-        (after the chain's penalties, drawn row by row so that each sees the tokens taken before it),
-        as long as it is the draft's next; then one more (the first that differs, or the one after
-        the whole draft). The cells of the wrong guesses go."""
+        (after the chain's penalties, drawn row by row so that each sees the tokens taken before it;
+        under a grammar, of the row masked as the guesses before it leave it), as long as it is the
+        draft's next; then one more (the first that differs, or the one after the whole draft). The
+        cells of the wrong guesses go."""
         rows = list(range(row, row + len(draft) + 1))
+        drawer.mask_drafted(seq, rows, draft)
         samplers, vocab = self.backend.samplers, self.backend.vocab
         tops = samplers.top_tokens(rows) if seq.draw is Draw.ARGMAX else None
         tokens = []

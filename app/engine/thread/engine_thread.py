@@ -184,10 +184,7 @@ class EngineThread:
             with self._cond:
                 self._reading = None
                 cancelled = self._was_dropped(request, t_submit)  # while it was being built
-        if cancelled:
-            if engine is not None:
-                engine.intake.discard(prompt)
-        else:
+        if not cancelled:  # a cancelled one's prompt holds nothing to free
             self._post(Submit(request, t_submit, engine, prompt))
 
     def _was_dropped(self, request: Request, t_submit: float) -> bool:
@@ -270,8 +267,6 @@ class EngineThread:
         elif submit.built_by is engine:
             engine.submit(request, submit.t_submit, submit.prompt)  # it answers a request it cannot take with an ERROR finish
         else:  # built for an engine since replaced (or none): build it again for this one
-            if submit.built_by is not None:
-                submit.built_by.intake.discard(submit.prompt)
             with self._cond:
                 self._building.add(request.request_id)
             self._prompts.submit(self._prepare, request, submit.t_submit)

@@ -21,7 +21,7 @@ def chat_tools(body: dict) -> dict:
     if isinstance(choice, dict) and choice.get("type") == "function":
         choice = {"type": "function", "function": {"name": choice.get("name")}}
     parallel = body.get("parallel_tool_calls")
-    return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": True if parallel is None else parallel}
+    return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": False if parallel is None else parallel}
 
 
 def _chat_tool(tool: object, index: int) -> object:
@@ -44,7 +44,7 @@ def tool_echo(body: dict) -> dict:
     return {
         "tools": [{k: t[k] for k in TOOL_FIELDS if k in t} for t in body["tools"]],
         "tool_choice": choice,
-        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
+        "parallel_tool_calls": body.get("parallel_tool_calls") is True,
     }
 
 

@@ -56,11 +56,12 @@ OUTPUTS = (  # (label, PaneParams.output_format)
     ("Free text", "free"),
     ("JSON", "json"),
     ("JSON schema", "schema"),
-    ("Grammar (GBNF)", "grammar"),
+    ("Grammar (GBNF or Lark)", "grammar"),
 )
 OUTPUT_TIP = (
     "The format every reply follows: free text; any JSON object; JSON valid under a schema; or text\n"
-    "a GBNF grammar allows. A constrained reply matches when it stops; one that max tokens cut is marked cut."
+    "a GBNF or Lark grammar allows (Lark as llguidance takes it: /regex/ terminals, %json {schema}).\n"
+    "A constrained reply matches when it stops; one that max tokens cut is marked cut."
 )
 CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
 LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
@@ -251,7 +252,7 @@ class PaneParamsEditor(QWidget):
         self._form.setRowVisible(self._output_check_row, shown)
         placeholder = {
             "schema": 'A JSON schema, e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
-            "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no"',
+            "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no", or Lark: start: /[0-9]{3}/',
         }
         self.output_edit.setPlaceholderText(placeholder.get(fmt, ""))
         if shown:
@@ -275,11 +276,11 @@ class PaneParamsEditor(QWidget):
             return "sent with each request: the endpoint checks it, and the pane says what it refuses"
         if self._params.output_format == "schema":
             return "valid schema"
-        return "grammar within bounds (llama.cpp reads it as a reply starts)"
+        return "grammar within bounds (compiled by llguidance)"
 
     def _load_output_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Load a JSON schema or a GBNF grammar", "", "Schema or grammar (*.json *.gbnf);;All files (*)"
+            self, "Load a JSON schema or a grammar", "", "Schema or grammar (*.json *.gbnf *.lark);;All files (*)"
         )
         if not path:
             return
@@ -290,7 +291,7 @@ class PaneParamsEditor(QWidget):
             self.output_check.setText(f"✗ could not read {Path(path).name}: {e.strerror or e}")
             self.output_check.setStyleSheet(f"color: {theme.current().error.name()};")
             return
-        fmt = "grammar" if Path(path).suffix.lower() == ".gbnf" else "schema"
+        fmt = "grammar" if Path(path).suffix.lower() in (".gbnf", ".lark") else "schema"
         if self.output_combo.currentData() != fmt:
             self.output_combo.setCurrentIndex(self.output_combo.findData(fmt))
         self.output_edit.setPlainText(text)
