@@ -179,7 +179,16 @@ CONFIG_FIELDS = (
     ConfigField(
         "capacity", "Parallel capacity", help="sequences that can hold KV cells at once (llama.cpp's n_seq_max)", text=whole(1)
     ),
-    ConfigField("n_batch", "Batch size", help="token budget of a decode step", text=whole(1)),
+    ConfigField("n_batch", "Batch size", help="token budget of a decode step while replies are generating", text=whole(1)),
+    ConfigField(
+        "n_ubatch",
+        "Prompt chunk, idle",
+        help="the most prompt tokens a step reads while no reply is generating (nobody waits on it; "
+        "larger chunks read faster); llama.cpp's ubatch",
+        text=whole(1),
+        flags=("-ub", "--ubatch-size"),
+        metavar="N",
+    ),
     ConfigField(
         "mode",
         "Serving",

@@ -55,7 +55,7 @@ class Engine:
         host = HostCache(config.cache_ram_mib << 20, ram, lambda: emit()([])) if config.cache_ram_mib > 0 else None
         self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
         self.kv.check_cells = os.environ.get(CHECK_CELLS_ENV) == "1"
-        self.scheduler = Scheduler(self.kv, config.n_batch, config.capacity, config.policy)
+        self.scheduler = Scheduler(self.kv, config.n_batch, config.capacity, config.policy, n_ubatch=config.n_ubatch)
         self.scheduler.follow(config, adapt_afresh=True)
         self.history = TokenHistory(HISTORIES_KEPT)
         self.intake = Intake(self.backend, self.n_ctx_seq, config.overflow, self.history if config.kv_reuse else None, name)
@@ -164,7 +164,7 @@ class Engine:
             self._finish_step(plan, events)
         else:
             self._on_decode_failure(rc, plan, events)
-        self.figures.record_step(parts, t0, t1, t2)
+        self.figures.record_step(parts, plan.budget, t0, t1, t2)
         self._emit(events)
         if not self.scheduler.has_work():  # going idle: a change of layout the chats now allow keeps no one waiting
             self._fit_layout()

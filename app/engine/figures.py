@@ -39,6 +39,7 @@ class Figures:
         self.generated = 0
         self.n_steps = 0
         self.step_s = self.decode_s = 0.0
+        self.last_step: StepStats | None = None
         self.snapshot = self.take_snapshot()
         self._cell_map_at = -math.inf
         self.cell_map: CellMap = build_cell_map(kv, scheduler, 0)
@@ -57,7 +58,7 @@ class Figures:
             for seq, n in plan.n_tokens.items()
         )
 
-    def record_step(self, parts: tuple[StepPart, ...], t0: float, t1: float, t2: float) -> None:
+    def record_step(self, parts: tuple[StepPart, ...], budget: int, t0: float, t1: float, t2: float) -> None:
         n_tokens = sum(p.n_tokens for p in parts)
         n_decode = sum(p.is_decode for p in parts)
         scheduler = self.scheduler
@@ -71,8 +72,10 @@ class Figures:
             decode_s=t2 - t1,
             batch_limit=scheduler.batch_limit,
             parts=parts,
+            token_budget=budget,
         )
         self.steps.append(step)
+        self.last_step = step
         self.step_cost.observe(n_tokens, step.decode_s)
         self.step_s += step.step_s
         self.decode_s += step.decode_s
@@ -120,6 +123,7 @@ class Figures:
             kv_layout=self.backend.layout_text(),
             layout_changes=self.layout_move.changes,
             layout_change_s=self.layout_move.change_s,
+            step_size=step_size_line(self.last_step, self.scheduler.limits is not None),
             **self._tier_figures(),
         )
 
@@ -134,3 +138,15 @@ class Figures:
             restores=host.restores,
             restored_tokens=host.restored_tokens,
         )
+
+
+def step_size_line(step: StepStats | None, adaptive: bool) -> str:
+    """The last step's token budget in words, and who decided it: "prompt chunks of 512: no reply
+    generating", "128 tokens a step: 8 replies generating", or the adaptive batch's."""
+    if step is None or not step.token_budget:
+        return ""
+    if not step.n_decode:
+        return f"prompt chunks of {step.token_budget}: no reply generating"
+    replies = f"{step.n_decode} repl{'y' if step.n_decode == 1 else 'ies'} generating"
+    who = "the adaptive batch's, " if adaptive else ""
+    return f"{step.token_budget} tokens a step: {who}{replies}"

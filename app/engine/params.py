@@ -114,9 +114,12 @@ class EngineConfig:
     # the KV pool asked for, in cells, every sequence's together (llama.cpp's -c); 0: sized from the
     # model and the machine (kv/pool.py). One sequence may hold all of it, or its stream's n_ctx / capacity
     n_ctx: int = 0
-    # token budget of one decode step: on a CPU a 512-token step freezes every stream for seconds;
-    # 128 reads prompts as fast (measured) and lets streams and first tokens through sooner
+    # token budget of one decode step while replies stream: on a CPU a 512-token step holds every
+    # stream for seconds; 128 lets streams and first tokens through sooner
     n_batch: int = 128
+    # prompt tokens a step may read when no reply is waiting for its next token (llama.cpp's -ub,
+    # its default): nobody waits on such a step, and larger chunks read faster (docs/performance.md)
+    n_ubatch: int = 512
     capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
     n_threads: int = field(default_factory=default_threads)
     mode: ServingMode = ServingMode.BATCHED
@@ -158,6 +161,11 @@ class EngineConfig:
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
 
+    @property
+    def step_tokens_max(self) -> int:
+        """The most tokens one decode takes: the context's batch (and ubatch) size."""
+        return max(self.n_batch, self.n_ubatch)
+
     def problem(self) -> str | None:
         """Why llama.cpp could not honour these settings on any build (a one-line reason), or None."""
         for name in ("cache_type_k", "cache_type_v"):
@@ -176,6 +184,8 @@ class EngineConfig:
             return f"GPU layers must be a number of layers or all; got {self.gpu_layers}"
         if self.main_gpu < 0:
             return f"the main GPU is a device index, 0 or more; got {self.main_gpu}"
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            return "the batch sizes must be 1 token or more"
         if self.n_ctx < 0:
             return f"the context must be a number of KV cells, or 0 for automatic; got {self.n_ctx}"
         if not self.static_window_ms >= 0:

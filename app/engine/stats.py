@@ -108,6 +108,7 @@ class StepStats:
     decode_s: float  # llama_decode alone
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
     parts: tuple[StepPart, ...] = ()  # the batch's composition, in batch order
+    token_budget: int = 0  # the tokens it could take (Scheduler.token_budget): who waited on it decides
 
     @property
     def t_start(self) -> float:
@@ -199,3 +200,4 @@ class EngineSnapshot:
     kv_layout: str = ""  # the KV layout now, and why (LlamaBackend.layout_text)
     layout_changes: int = 0  # times the layout changed while chats ran, every slot's cells carried over
     layout_change_s: float = 0.0  # spent on those changes
+    step_size: str = ""  # what the last step's token budget was, and why (figures.step_size_line)

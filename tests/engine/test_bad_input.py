@@ -88,7 +88,7 @@ def test_more_requests_than_capacity_queue_and_all_complete(config):
 
 @pytest.mark.model
 def test_cancel_at_any_moment_leaks_no_cells(config):
-    config = config.with_(capacity=2, n_batch=64)
+    config = config.with_(capacity=2, n_batch=64, n_ubatch=64)
     long_prompt = "Please summarise: " + "the cat sat on the mat. " * 60
 
     async def main():

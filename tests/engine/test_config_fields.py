@@ -32,6 +32,7 @@ CHANGED = EngineConfig(
     model_path="/models/a, b.gguf",  # a comma, which QSettings would split a list at
     n_ctx=3072,
     n_batch=64,
+    n_ubatch=256,
     capacity=3,
     n_threads=default_threads() + 1,
     mode=ServingMode.SEQUENTIAL,
@@ -200,7 +201,7 @@ def test_help_says_each_default_from_its_value_never_by_hand(capsys, monkeypatch
             main([*command, "--help"])
         shown = " ".join(capsys.readouterr().out.split())
         assert "the most tokens drafted at once (default: 11)" in shown
-        assert "--batch BATCH token budget of a decode step (default: 96)" in shown
+        assert "--batch BATCH token budget of a decode step while replies are generating (default: 96)" in shown
     assert f"(default: all cores, {default_threads()} here)" in FLAGS_BY_NAME["n_threads"].described()
     assert FLAGS_BY_NAME["kv_unified"].described().endswith("(default: auto)")
     assert FLAGS_BY_NAME["use_mlock"].described() == FLAGS_BY_NAME["use_mlock"].help  # a switch: its flag says it

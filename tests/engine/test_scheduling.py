@@ -161,9 +161,28 @@ def test_adaptive_shrinks_the_prompt_chunk_when_mixed_steps_are_slow_and_grows_i
     low = controller.prefill_budget
     assert MIN_PREFILL <= low < 100
     assert controller.token_budget(4) == 4 + low
-    assert controller.token_budget(0) == 512  # nobody is generating: read at full width
     feed(controller, clock, lambda: step(4, controller.prefill_budget, 0.010), seconds=40)
     assert controller.prefill_budget > 2 * low
+
+
+@pytest.mark.unit
+def test_a_step_nobody_waits_on_reads_prompts_in_large_chunks_and_streams_keep_the_batch_size():
+    """With no reply generating, the step reads n_ubatch prompt tokens (one whole prompt of 400 at
+    once); with one generating, n_batch at most, or what the adaptive batch allows beside it."""
+    scheduler = Scheduler(KVCacheManager(CellBook(), 4, 4096), 64, 4, Policy.DECODE_FIRST, n_ubatch=512)
+    reader = make_sequence("R", 400, arrival=1, max_tokens=16)
+    scheduler.add(reader)
+    plan = scheduler.schedule()
+    assert plan.budget == 512 and plan.n_tokens == {reader: 400}
+    scheduler.kv.commit(reader, 400)
+    reader.tokens.append(7)  # its first token: it generates from now on
+    later = make_sequence("W", 400, arrival=2, max_tokens=16)
+    scheduler.add(later)
+    plan = scheduler.schedule()
+    assert plan.budget == 64 and plan.n_tokens == {reader: 1, later: 63}
+    scheduler.limits = AdaptiveBatch(0.1, capacity=4, n_batch=64)
+    scheduler.limits.prefill_budget = 10
+    assert scheduler.token_budget(1) == 11 and scheduler.token_budget(0) == 512
 
 
 @pytest.mark.unit
@@ -216,7 +235,7 @@ async def first_tokens(client, policy: Policy) -> dict[str, float]:
 def test_a_short_question_waits_for_a_long_prompt_under_fcfs_but_not_under_shortest_first(tiny_config, policy, short_first):
     async def main():
         # chunks of 32: the long prompt takes 33 steps, far longer than the short one takes to arrive
-        async with Started(tiny_config.with_(n_batch=32)) as client:
+        async with Started(tiny_config.with_(n_batch=32, n_ubatch=32)) as client:
             return await first_tokens(client, policy)
 
     firsts = run(main())
@@ -295,3 +314,32 @@ def test_switching_to_sequential_pauses_the_streams_already_running_and_each_res
     )
     spans = [(min(t for t in arrivals[rid] if t > switched), max(arrivals[rid])) for _, rid in after]
     assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:]))
+
+
+@pytest.mark.tiny
+def test_the_engine_reads_a_lone_prompt_in_ubatches_and_says_what_the_step_size_does(tiny_config):
+    """Nobody generating: prompt steps of n_ubatch tokens; then the reply's steps under n_batch, and
+    the snapshot says which rule the last step followed."""
+    prompt = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(60))
+
+    async def main():
+        async with Started(tiny_config.with_(n_batch=32, n_ubatch=256)) as client:
+            said_while_reading = []
+
+            def on_events(_events):
+                if client.snapshot is not None and client.snapshot.step_size:
+                    said_while_reading.append(client.snapshot.step_size)
+
+            client.add_listener(on_events)
+            final = await client.complete(user(prompt), GREEDY.with_(max_tokens=8, ignore_eos=True))
+            steps = await client.call(lambda e: list(e.figures.steps.since()))
+            return final, steps, said_while_reading, client.snapshot.step_size
+
+    final, steps, said, last = run(main())
+    reading = [s for s in steps if s.n_prefill_tokens]
+    assert final.stats.prompt_tokens > 512
+    assert all(s.token_budget == 256 for s in reading) and max(s.n_prefill_tokens for s in reading) == 256
+    assert len(reading) == -(-final.stats.prompt_tokens // 256)  # whole ubatches, the last one the rest
+    assert all(s.token_budget == 32 for s in steps if s.n_decode)
+    assert "prompt chunks of 256: no reply generating" in said
+    assert last == "32 tokens a step: 1 reply generating"

@@ -114,7 +114,7 @@ def test_switching_modes_with_requests_in_flight_loses_none(tiny_config, actions
                 finals.setdefault(event.request_id, []).append(event)
 
     async def main():
-        config = tiny_config.with_(capacity=3, n_batch=64, static_window_ms=20.0)
+        config = tiny_config.with_(capacity=3, n_batch=64, n_ubatch=64, static_window_ms=20.0)
         async with Started(config) as client:
             client.add_listener(on_events)
             asked, tasks, ids = {}, [], itertools.count()

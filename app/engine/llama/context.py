@@ -71,7 +71,7 @@ class LlamaBackend:
         self.n_ctx = ll.llama_n_ctx(self.ctx)  # the pool's cells, as allocated
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)  # what one sequence may hold: all, or its stream
         self._placement = placement_from_log(load_log)
-        self.batch = Batch(config.n_batch)
+        self.batch = Batch(config.step_tokens_max)
         self.chat_template = meta_value(self.model, "tokenizer.chat_template")
         # llama.cpp's recurrent and hybrid memories refuse to remove part of a sequence: rejected
         # guesses would stay in the state, so such a model never drafts
@@ -210,8 +210,7 @@ class LlamaBackend:
     def _context_params(self, config: EngineConfig, n_ctx: int):
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
-        params.n_batch = config.n_batch
-        params.n_ubatch = config.n_batch
+        params.n_batch = params.n_ubatch = config.step_tokens_max  # a step is one ubatch
         params.n_seq_max = config.capacity
         params.n_threads = config.n_threads
         params.n_threads_batch = config.threads_batch

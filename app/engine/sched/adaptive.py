@@ -7,7 +7,7 @@ proportion; when one more stream would still fit, it grows by one. How many prom
 may read beside the streams is judged by the token gaps of the recent steps: the target is a p95,
 so a few slow steps that read a big chunk are fine, but when more than SLOW_SHARE of the gaps are
 over it, the chunk shrinks, and it grows back while nearly none are. A step with nobody
-generating has no latency to protect and reads prompts at full width.
+generating has no latency to protect: the scheduler gives it its idle chunk (Scheduler.token_budget).
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ class AdaptiveBatch:
         self._last_update = self._last_change = clock()
 
     def token_budget(self, decoding: int) -> int:
-        """Tokens the next step may take when `decoding` sequences generate."""
-        if decoding == 0:
-            return self.n_batch
+        """Tokens the next step may take when `decoding` sequences (one or more) generate."""
         return min(self.n_batch, decoding + self.prefill_budget)
 
     def observe(self, step: StepStats) -> None:

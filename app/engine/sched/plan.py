@@ -14,6 +14,8 @@ from ..sequence import Sequence
 class StepPlan:
     # which sequences, in the scheduler's order, and how many of its pending tokens each evaluates
     n_tokens: Mapping[Sequence, int]
+    # the tokens the step could take: the scheduler's budget for who waited on it (Scheduler.token_budget)
+    budget: int = 0
     # the tokens guessed after its next one, of each sequence that drafts (verified in this step)
     drafts: Mapping[Sequence, tuple[int, ...]] = field(default_factory=dict)
     # the first batch row whose logits each sequence reads, of those whose logits are read

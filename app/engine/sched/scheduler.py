@@ -3,8 +3,10 @@
 Each step walks the sequences in the order its policy gives (by default: the next token of every
 generating sequence, then chunks of prompts still being read, then admissions) while slots, cells
 and the token budget allow. A long prompt is read a chunk per step, so the streams already running
-keep producing tokens meanwhile. An adaptive batch, when set, narrows the budget and the number
-of sequences running to keep the steps under a latency target.
+keep producing tokens meanwhile. The step's token budget follows who waits on it: with no reply
+generating, it reads prompts in chunks of n_ubatch (llama.cpp's ubatch, 512), which read fastest;
+with replies generating, n_batch (128), so that their tokens come often. An adaptive batch, when
+set, narrows the budget and the number of sequences running to keep the steps under a latency target.
 
 Static batching (ServingMode.STATIC) is the older way, kept to compare: once the running batch
 has ended, the next one is gathered from the queue, up to the batch limit, when that many wait or
@@ -47,9 +49,11 @@ class Scheduler:
         max_running: int,
         policy: Policy = Policy.DECODE_FIRST,
         static_window_s: float = 0.05,
+        n_ubatch: int | None = None,
     ):
         self.kv = kv
-        self.n_batch = n_batch
+        self.n_batch = n_batch  # a step's tokens while replies stream
+        self.n_ubatch = n_batch if n_ubatch is None else max(n_batch, n_ubatch)  # ... while none does
         self.max_running = max_running  # 1 when serving sequentially
         self.policy = policy
         self.limits: AdaptiveBatch | None = None  # set when the batch size adapts to a latency target
@@ -160,7 +164,7 @@ class Scheduler:
         plan: dict[Sequence, int] = {}
         stepping = self.stepping()
         decoding = self._room_for_decodes(stepping)
-        budget = self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
+        budget = self.token_budget(decoding)
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
         blocked: Sequence | None = None  # the first waiting request that did not go in
@@ -196,7 +200,15 @@ class Scheduler:
             # every running sequence is stuck reading a prompt into a full pool: make room
             self._preempt(preemption_victim(self.policy, self.running))
             return self.schedule(_depth + 1)
-        return StepPlan(plan)
+        return StepPlan(plan, budget)
+
+    def token_budget(self, decoding: int) -> int:
+        """The tokens a step may take when `decoding` replies wait for their next token: with none,
+        prompt chunks as large as read fastest (nobody's latency is at stake); with some, the batch
+        size, or what the adaptive batch allows beside them."""
+        if not decoding:
+            return self.n_ubatch
+        return self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
 
     def _room_for_decodes(self, stepping: list[Sequence]) -> int:
         """Make sure every generating sequence of this step has a cell for its next token; return how many."""

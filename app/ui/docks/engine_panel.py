@@ -310,6 +310,7 @@ class EnginePanel(QWidget):
             f"{escape(info.description)} · {size} · trained context {info.n_ctx_train}",
             f"KV pool: {info.n_ctx} cells, {format_bytes(info.kv_bytes)} ({escape(info.pool_reason)})",
             f"KV layout: {escape(layout).replace(NBSP, '&nbsp;')}",  # rich text takes U+00A0 for a space
+            f"Step size: {escape(snapshot.step_size if snapshot is not None and snapshot.step_size else 'no step yet')}",
             escape(info.placement()),
         ]
         config = self.client.config
@@ -323,8 +324,8 @@ class EnginePanel(QWidget):
         self.model_facts.setText("<br>".join(lines))
 
     def refresh_layout(self) -> None:
-        """Show the KV layout the engine runs now: the facts are written again only when the layout
-        or its count of changes moved (a few times a run at most), else a tick costs one comparison."""
+        """Show the KV layout and the step size the engine runs now: the facts are written again only
+        when one of them moved, else a tick costs one comparison."""
         if _layout_figures(self.client.snapshot) != self._layout_shown:
             self.show_model_facts()
 
@@ -460,7 +461,7 @@ class EnginePanel(QWidget):
 
 
 def _layout_figures(snapshot: EngineSnapshot | None) -> tuple | None:
-    return None if snapshot is None else (snapshot.kv_layout, snapshot.layout_changes)
+    return None if snapshot is None else (snapshot.kv_layout, snapshot.layout_changes, snapshot.step_size)
 
 
 def _error_html(text: str) -> str:
