@@ -137,10 +137,11 @@ class EnginePanel(QWidget):
         self.n_ctx = _spin(0, 1 << 20, 512)
         self.n_ctx.setSpecialValueText("automatic")  # 0: sized from the model, the panes and the free memory
         self.n_batch = _spin(8, 4096, 64)
+        self.n_ubatch = _spin(8, 4096, 64)
         self.n_threads = _spin(1, os.cpu_count() or 64)
         self.n_threads_batch = _spin(0, os.cpu_count() or 64)
         self.n_threads_batch.setSpecialValueText("as decoding")  # 0: the decode thread count
-        for name in ("capacity", "n_ctx", "n_batch", "n_threads", "n_threads_batch"):
+        for name in ("capacity", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch"):
             _add(form, name, getattr(self, name))
         self._llama_rows(form)
         self.overflow = QComboBox()
@@ -264,6 +265,7 @@ class EnginePanel(QWidget):
         self.capacity.setValue(config.capacity)
         self.n_ctx.setValue(config.n_ctx)
         self.n_batch.setValue(config.n_batch)
+        self.n_ubatch.setValue(config.n_ubatch)
         self.n_threads.setValue(config.n_threads)
         self.n_threads_batch.setValue(config.n_threads_batch or 0)
         self.gpu_layers.setText("" if config.gpu_layers is None else FIELDS["gpu_layers"].text.format(config.gpu_layers))
@@ -340,6 +342,7 @@ class EnginePanel(QWidget):
             capacity=self.capacity.value(),
             n_ctx=self.n_ctx.value(),
             n_batch=max(self.n_batch.value(), self.capacity.value()),
+            n_ubatch=self.n_ubatch.value(),
             n_threads=self.n_threads.value(),
             n_threads_batch=self.n_threads_batch.value() or None,
             gpu_layers=self._gpu_layers(),
