@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import replace
 
-from .engine.config_fields import CONFIG_FIELDS
+from .engine.config_fields import CONFIG_FIELDS, FIELDS
 from .engine.errors import ModelLoadError
 from .engine.params import EngineConfig, Policy, ServingMode, SpecType
 
@@ -84,7 +84,7 @@ def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str | None = No
     for field in CONFIG_FIELDS:
         if not field.flags:
             continue
-        help_ = ctx_help if ctx_help and field.name == "n_ctx" else field.help
+        help_ = ctx_help if ctx_help and field.name == "n_ctx" else field.described()
         common = {"dest": field.name, "default": argparse.SUPPRESS, "help": help_}
         if field.switch is not None:
             group.add_argument(*field.flags, action="store_const", const=field.switch, **common)
@@ -94,6 +94,17 @@ def _add_engine_flags(parser: argparse.ArgumentParser, ctx_help: str | None = No
             long_flag = next(flag for flag in field.flags if flag.startswith("--"))
             metavar = field.metavar or long_flag[2:].upper().replace("-", "_")  # argparse's own default
             group.add_argument(*field.flags, type=_argument(field.text.parse), metavar=metavar, **common)
+
+
+def _add_setting(parser: argparse.ArgumentParser, name: str, flag: str, default, help_: str | None = None, shown=None) -> None:
+    """A command's own option for an engine setting (config_fields.py: its help, its words or its
+    parser), with the command's default, said in --help (`shown`, where the default is None)."""
+    field = FIELDS[name]
+    help_ = f"{help_ or field.help} (default: {field.text.format(default) if shown is None else shown})"
+    if field.text.choices:
+        parser.add_argument(flag, choices=field.text.choices, default=field.text.format(default), help=help_)
+    else:
+        parser.add_argument(flag, type=_argument(field.text.parse), default=default, help=help_)
 
 
 def engine_overrides(args: argparse.Namespace) -> dict:
@@ -136,19 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="GGUF model file; again for several at once, each with --parallel conversations",
     )  # fmt: skip
     _add_hf_flag(bench, "bench_hf")
-    bench.add_argument("--parallel", type=_positive, default=None, help="parallel conversations (one run)")
+    _add_setting(bench, "capacity", "--parallel", None, "parallel conversations of one run", shown=1)
     bench.add_argument("--sweep", type=_int_list, help="several runs, e.g. 1,2,4,8,16")
-    bench.add_argument("--mode", choices=[m.value for m in ServingMode], default="batched")
+    _add_setting(bench, "mode", "--mode", ServingMode.BATCHED)
     bench.add_argument("--max-tokens", type=_positive, default=128)
     bench.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-tokens tokens")
     bench.add_argument("--system", help="system prompt for every conversation (@FILE reads a file)")
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=42)
     _add_engine_flags(bench, "KV cells (default: enough for every conversation; 0: sized as the window sizes it)")
-    bench.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
+    _add_setting(bench, "n_batch", "--batch", EngineConfig.n_batch)
     bench.add_argument("--turns", type=_positive, default=1, help="user turns per conversation")
     bench.add_argument("--prompts", metavar="FILE", help='JSON lines: {"system": ..., "turns": [...]}')
-    bench.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DECODE_FIRST.value, help="scheduling policy")
+    _add_setting(bench, "policy", "--policy", EngineConfig.policy)
     bench.add_argument("--adaptive", action="store_true", help="adapt the batch size to --itl-target-ms")
     bench.add_argument(
         "--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)"
@@ -207,8 +218,8 @@ def _add_serve_parser(sub) -> None:
         "--alias", action="append", dest="aliases", default=[],
         help="the name clients see for a model, once per --model in order (default: its file name without .gguf)",
     )  # fmt: skip
-    serve.add_argument("--parallel", type=_positive, default=8, help="sequences decoded together")
-    serve.add_argument("--batch", type=_positive, default=EngineConfig.n_batch, help="token budget of a decode step")
+    _add_setting(serve, "capacity", "--parallel", EngineConfig.capacity, "sequences decoded together")
+    _add_setting(serve, "n_batch", "--batch", EngineConfig.n_batch)
     _add_engine_flags(serve)
     serve.add_argument(
         "--max-queue",

@@ -1,15 +1,16 @@
-"""EngineConfig's settings, each described once: its label, its help, its text form and its flags.
-The command line's engine flags, the settings file and the engine panel are built from this table."""
+"""EngineConfig's settings, each described once: its label, its help, its text form and its flags;
+its default is EngineConfig's own, said from its value. The command line's engine flags and each
+command's own engine options, the settings file and the engine panel are built from this table."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from .params import (
-    DEFAULT_CACHE_RAM_MIB,
     GPU_LAYERS_ALL,
     KV_UNIFIED,
     CacheType,
@@ -44,10 +45,34 @@ class ConfigField:
     flags: tuple[str, ...] = ()  # the engine flags of every command; none: each command's own options set it
     switch: bool | None = None  # a flag without an argument, which sets the field to this
     metavar: str | None = None  # the argument's name in --help (default: the long flag's, CTX for --ctx)
+    computed: str = ""  # what a default computed on this machine is (the cores: "all cores")
+
+    @property
+    def default(self) -> str | None:
+        """EngineConfig's default as a flag takes it; None where there is none, or for a switch (its flag says what it sets)."""
+        declared = next(f for f in dataclasses.fields(EngineConfig) if f.name == self.name)
+        if declared.default is not dataclasses.MISSING:
+            value = declared.default
+        elif declared.default_factory is not dataclasses.MISSING:
+            value = declared.default_factory()
+        else:
+            return None
+        if self.switch is not None:
+            return None
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return self.text.format(value)
+
+    def described(self, default: object = None) -> str:
+        """The help with the default said: EngineConfig's, or a command's own (`default`)."""
+        said = self.default if default is None else str(default)
+        if said is None:
+            return self.help
+        return f"{self.help} (default: {f'{self.computed}, {said} here' if self.computed else said})"
 
     @property
     def tooltip(self) -> str:
-        return f"{', '.join(self.flags)}: {self.help}" if self.flags else self.help
+        return f"{', '.join(self.flags)}: {self.described()}" if self.flags else self.help
 
 
 def whole(minimum: int, unset: str | None = None) -> Text:
@@ -166,7 +191,7 @@ CONFIG_FIELDS = (
     ConfigField(
         "static_window_ms",
         "Static batch window",
-        help="static serving: how long the first waiting request waits for others to fill a batch (default 50 ms)",
+        help="static serving: how long the first waiting request waits for others to fill a batch, in ms",
         text=Text(_window_ms, lambda ms: f"{ms:g}"),
         flags=("--static-window-ms",),
         metavar="MS",
@@ -188,32 +213,30 @@ CONFIG_FIELDS = (
     ConfigField(
         "gpu_layers",
         "GPU layers",
-        help="layers to put on the GPU (default: all when llama.cpp is built for a GPU, else 0)",
+        help="layers to put on the GPU, or all; auto: all when llama.cpp is built for a GPU, else 0",
         text=GPU_LAYERS,
         flags=("-ngl", "--gpu-layers", "--n-gpu-layers"),
         metavar="N|all",
     ),
-    ConfigField(
-        "main_gpu", "main GPU", help="the GPU to use (default 0)", text=whole(0), flags=("-mg", "--main-gpu"), metavar="I"
-    ),
+    ConfigField("main_gpu", "main GPU", help="the GPU to use", text=whole(0), flags=("-mg", "--main-gpu"), metavar="I"),
     ConfigField(
         "flash_attn",
         "Flash attention",
-        help="flash attention (default auto)",
+        help="flash attention",
         text=choice(FlashAttn),
         flags=("-fa", "--flash-attn"),
     ),
     ConfigField(
         "cache_type_k",
         "K cache",
-        help="KV cache type for K (default f16)",
+        help="KV cache type for K",
         text=choice(CacheType),
         flags=("-ctk", "--cache-type-k"),
     ),
     ConfigField(
         "cache_type_v",
         "V cache",
-        help="KV cache type for V (default f16; quantized needs flash attention)",
+        help="KV cache type for V (quantized needs flash attention)",
         text=choice(CacheType),
         flags=("-ctv", "--cache-type-v"),
     ),
@@ -221,21 +244,21 @@ CONFIG_FIELDS = (
         "kv_unified",
         "KV layout",
         help="on: one KV pool for all sequences; off: a stream of ctx/parallel cells each, faster on long chats; "
-        "auto (default): streams while every chat fits its stream, one pool when one outgrows it (the chats carried over)",
+        "auto: streams while every chat fits its stream, one pool when one outgrows it (the chats carried over)",
         text=Text(lambda text: _word(KV_UNIFIED, text), kv_unified_name, tuple(KV_UNIFIED)),
         flags=("-kvu", "--kv-unified"),
     ),
     ConfigField(
         "backend_sampling",
         "Backend sampling",
-        help="draw tokens inside llama.cpp's decode graph (default off: the host draws faster)",
+        help="draw tokens inside llama.cpp's decode graph (the host draws faster)",
         text=ON_OFF,
         flags=("--backend-sampling",),
     ),
     ConfigField(
         "spec_type",
         "Speculative decoding",
-        help="draft tokens ahead and verify them in the batch: none (default), ngram-simple (the tokens "
+        help="draft tokens ahead and verify them in the batch: none, ngram-simple (the tokens "
         "that followed the last few earlier in the chat) or draft-simple (a draft model's guesses, -md); "
         "greedy replies only, the same reply either way",
         text=choice(SpecType),
@@ -244,7 +267,7 @@ CONFIG_FIELDS = (
     ConfigField(
         "spec_draft_n_max",
         "Draft tokens, most",
-        help="the most tokens drafted at once (default 16)",
+        help="the most tokens drafted at once",
         text=whole(1),
         flags=("--spec-draft-n-max",),
         metavar="N",
@@ -253,7 +276,7 @@ CONFIG_FIELDS = (
         "spec_draft_n_min",
         "Draft tokens, fewest",
         help="above 0: a draft of at least this many tokens at every step, whatever the measured costs say, "
-        "and none where fewer are found; 0 (default): drafts as long as they pay, measured here",
+        "and none where fewer are found; 0: drafts as long as they pay, measured here",
         text=whole(0),
         flags=("--spec-draft-n-min",),
         metavar="N",
@@ -269,7 +292,7 @@ CONFIG_FIELDS = (
     ConfigField(
         "spec_draft_p_min",
         "Draft confidence, least",
-        help="a draft model's guess it finds less likely than this ends the draft (default 0)",
+        help="a draft model's guess it finds less likely than this ends the draft",
         text=Text(_probability, repr),
         flags=("--spec-draft-p-min", "--draft-p-min"),
         metavar="P",
@@ -284,27 +307,26 @@ CONFIG_FIELDS = (
         switch=False,
     ),
     ConfigField(
-        "n_threads", "Threads", help="threads for decoding (default: all cores)", text=whole(1), flags=("-t", "--threads")
+        "n_threads", "Threads", help="threads for decoding", text=whole(1), flags=("-t", "--threads"), computed="all cores"
     ),
     ConfigField(
         "n_threads_batch",
         "Prompt threads",
-        help="threads for prompt batches (default: --threads)",
+        help="threads for prompt batches; auto: --threads",
         text=whole(1, unset="auto"),
         flags=("-tb", "--threads-batch"),
     ),
     ConfigField(
         "n_ctx",
         "Context (KV cells)",
-        help="KV cells of the pool (default 0: sized from the model, the panes and the free memory); with a stream per sequence, one holds ctx / parallel of them",
+        help="KV cells of the pool; 0: sized from the model, the panes and the free memory; with a stream per sequence, one holds ctx / parallel of them",
         text=whole(0),
         flags=("-c", "--ctx"),
     ),
     ConfigField(
         "cache_ram_mib",
         "RAM cache",
-        help="host memory for KV cells evicted from the pool, restored when their chat returns "
-        f"(default {DEFAULT_CACHE_RAM_MIB}; 0: none)",
+        help="host memory for KV cells evicted from the pool, restored when their chat returns; 0: none",
         text=whole(0),
         flags=("-cram", "--cache-ram"),
         metavar="MiB",

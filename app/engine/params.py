@@ -43,7 +43,7 @@ class Policy(str, Enum):
 
 _POLICY_HELP = {
     Policy.FCFS: "strictly by arrival: an early long prompt holds up everyone behind it",
-    Policy.DECODE_FIRST: "running streams first, then prompt chunks, then admissions (the default)",
+    Policy.DECODE_FIRST: "running streams first, then prompt chunks, then admissions",
     Policy.SHORTEST_FIRST: "the least work left first: short questions overtake long documents",
     Policy.LENGTH_GROUP: "read waiting prompts of similar length together",
     Policy.PRIORITY: "high-priority requests (panes marked so) first, taking a slot if need be",

@@ -6,8 +6,7 @@ import time
 from collections.abc import Sequence
 
 from app.engine.events import FinishReason
-from app.engine.sampling.fields import SAMPLING_FIELDS
-from app.engine.sampling.params import SamplingParams
+from app.engine.sampling.params import SAMPLING_FIELDS, SamplingParams
 
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of

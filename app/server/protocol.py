@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 
 from app.engine.probs import MAX_TOP
-from app.engine.sampling.fields import SAMPLING_FIELDS, SamplingField
-from app.engine.sampling.params import SamplingParams
+from app.engine.sampling.fields import SamplingField
+from app.engine.sampling.params import SAMPLING_FIELDS, SamplingParams
 
 from .output_format import FieldError, grammar_of
 from .tool_calls import Tools, calls_in, generic_message, parse_tools, with_instructions
@@ -192,7 +192,7 @@ def _check_kept_probs(job: Job, n_ctx_seq: int) -> Job:
 
 
 def sampling(body: dict) -> SamplingParams:
-    """The request's sampling: each knob of sampling/fields.py under the first of its API names present."""
+    """The request's sampling: each knob of sampling/params.py under the first of its API names present."""
     values = {f.name: _knob(body, f) for f in SAMPLING_FIELDS if f.api}
     return SamplingParams(seed=_seed(body), stop=_stop(body), ignore_eos=get_field(body, "ignore_eos", bool, False), **values)
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from app.engine.config_fields import config_from_texts, config_texts
 from app.engine.params import EngineConfig
-from app.engine.sampling.fields import BY_NAME as SAMPLING_BY_NAME
+from app.engine.sampling.params import BY_NAME as SAMPLING_BY_NAME
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES
 

@@ -6,8 +6,7 @@ from dataclasses import dataclass, replace
 
 from app.engine.params import Priority
 from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
-from app.engine.sampling.fields import SLIDER_FIELDS
-from app.engine.sampling.params import SamplingParams
+from app.engine.sampling.params import SLIDER_FIELDS, SamplingParams
 from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
@@ -16,17 +15,22 @@ OUTPUT_FORMATS = ("free", "json", "schema", "grammar")
 JSON_FORMATS = ("json", "schema")  # replies shown as formatted JSON with a valid/invalid mark
 
 
-@dataclass(frozen=True)
-class PaneParams:
-    """A pane's sliders, its system prompt (engine defaults) and where it chats (the local engine or a URL).
-    Its slider fields are sampling/fields.py's fields with a slider, by name."""
+def _with_sliders(cls: type) -> type:
+    """`cls` with a field first for each knob of SamplingParams that has a slider (sampling/params.py),
+    of its kind and with its default: the pane's sliders are declared there only."""
+    sliders = {f.name: f.kind.__name__ for f in SLIDER_FIELDS}
+    cls.__annotations__ = {**sliders, **cls.__annotations__}
+    for name in sliders:
+        setattr(cls, name, getattr(SamplingParams, name))
+    return cls
 
-    temperature: float = SamplingParams.temperature
-    top_p: float = SamplingParams.top_p
-    top_k: int = SamplingParams.top_k
-    min_p: float = SamplingParams.min_p
-    repeat_penalty: float = SamplingParams.repeat_penalty
-    max_tokens: int = SamplingParams.max_tokens
+
+@dataclass(frozen=True)
+@_with_sliders
+class PaneParams:
+    """A pane's sliders (a field each, made by `_with_sliders`), its system prompt (engine defaults)
+    and where it chats (the local engine or a URL)."""
+
     seed: int | None = SamplingParams.seed
     system_prompt: str = ""
     high_priority: bool = False  # served first under the priority policy

@@ -1,29 +1,72 @@
-"""How one request samples (SamplingParams): its numeric knobs are declared in fields.py."""
+"""How one request samples (SamplingParams); each numeric knob declared once, on its field: its range,
+help, API names, llama.cpp's flag and slider (fields.py's `knob`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from ..probs import MAX_TOP
-from .fields import BY_NAME, SAMPLING_FIELDS
+from .fields import MAX_INT, Slider, knob, knobs
 
 PENALTIES = ("repeat_penalty", "frequency_penalty", "presence_penalty")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a request samples; its numeric knobs are declared in fields.py (ranges, sliders, API)."""
+    """How a request samples. The knobs come in the order a pane shows its sliders."""
 
-    temperature: float = 0.7
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    repeat_last_n: int = 64
-    frequency_penalty: float = 0.0  # OpenAI's: subtracted from a logit once per time its token came
-    presence_penalty: float = 0.0  # OpenAI's: subtracted once from the logit of any token that came
+    temperature: float = knob(
+        0.7, "Temperature", 0.0, 2.0,
+        "How adventurous the choice of each next token is: 0 always takes the likeliest\n"
+        "(the same reply every time), higher spreads the choice over less likely tokens.",
+        api=("temperature",), flag="--temp", slider=Slider(0.0, 2.0, 0.05),
+    )  # fmt: skip
+    top_p: float = knob(
+        0.95, "Top-p", 0.0, 1.0,
+        "Nucleus sampling: choose only among the likeliest tokens that together make up this\n"
+        "share of the probability. 1 keeps them all; lower is more focused.",
+        api=("top_p",), flag="--top-p", slider=Slider(0.05, 1.0, 0.01),
+    )  # fmt: skip
+    top_k: int = knob(
+        40, "Top-k", 0, MAX_INT,
+        "Choose only among this many likeliest tokens. 0 turns the limit off.",
+        api=("top_k",), flag="--top-k", slider=Slider(0, 200, 1),
+    )  # fmt: skip
+    min_p: float = knob(
+        0.05, "Min-p", 0.0, 1.0,
+        "Drop tokens less likely than this fraction of the likeliest one. 0 turns it off;\n"
+        "0.05 cuts the long tail of unlikely words.",
+        api=("min_p",), flag="--min-p", slider=Slider(0.0, 0.5, 0.01),
+    )  # fmt: skip
+    # llama.cpp divides positive logits by it: 0 would make them infinite and the probabilities NaN
+    repeat_penalty: float = knob(
+        1.1, "Repeat penalty", 0.01, 10.0,
+        "Make tokens used in the recent text less likely, against loops. 1 turns it off.",
+        api=("repeat_penalty", "repetition_penalty"), sent=("repeat_penalty", "repetition_penalty"),  # vLLM's name too
+        flag="--repeat-penalty", slider=Slider(1.0, 2.0, 0.01), neutral=1.0,
+    )  # fmt: skip
+    max_tokens: int = knob(
+        256, "Max tokens", 1, MAX_INT,
+        "The longest reply, in tokens; a reply cut by it says so under it.",
+        api=("max_completion_tokens", "max_tokens", "n_predict"), sent=("max_tokens",),
+        flag="--n-predict", slider=Slider(16, 2048, 16),
+    )  # fmt: skip
+    repeat_last_n: int = knob(
+        64, "Penalty window", 0, 65536,
+        "How many of the last tokens the penalties look back at.",
+        api=("repeat_last_n",), flag="--repeat-last-n",
+    )  # fmt: skip
+    frequency_penalty: float = knob(
+        0.0, "Frequency penalty", -2.0, 2.0,
+        "OpenAI's: subtracted from a token's logit once per time it came.",
+        api=("frequency_penalty",), flag="--frequency-penalty", neutral=0.0,
+    )  # fmt: skip
+    presence_penalty: float = knob(
+        0.0, "Presence penalty", -2.0, 2.0,
+        "OpenAI's: subtracted once from the logit of any token that came.",
+        api=("presence_penalty",), flag="--presence-penalty", neutral=0.0,
+    )  # fmt: skip
     seed: int | None = None  # None: a fresh random seed per request
-    max_tokens: int = 256
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # generate exactly max_tokens (benchmarks)
     n_probs: int | None = None  # tell each token's probability and its n likeliest rivals' (None: do not)
@@ -75,4 +118,7 @@ class SamplingParams:
         return None
 
 
+SAMPLING_FIELDS = knobs(SamplingParams)
+BY_NAME = {f.name: f for f in SAMPLING_FIELDS}
+SLIDER_FIELDS = tuple(f for f in SAMPLING_FIELDS if f.slider is not None)
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from app.engine.sampling.params import SAMPLING_FIELDS
+
 from ..output_format import text_format_grammar
 from ..protocol import (
     MAX_MESSAGES,
@@ -32,19 +34,9 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 # what a response echoes of its `text.format`: the API's fields of each type, no other
 FORMAT_FIELDS = ("type", "name", "description", "schema", "strict")
-# the request fields that set a sampling knob of sampling/fields.py; the length is `max_output_tokens`
-SAMPLING_KEYS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repeat_penalty",
-    "repetition_penalty",
-    "repeat_last_n",
-    "frequency_penalty",
-    "presence_penalty",
-    "seed",
-)
+# the request fields that set a sampling knob (sampling/params.py), and the seed; the length is
+# `max_output_tokens`, not the knob's own names
+SAMPLING_KEYS = (*(name for f in SAMPLING_FIELDS if f.name != "max_tokens" for name in f.api), "seed")
 HONOURED = {"model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id"}
 HONOURED |= {"metadata", "user", "text", "tools", "tool_choice", "parallel_tool_calls", *SAMPLING_KEYS}
 # fields a client may send with the value that asks for nothing this server lacks (their defaults)

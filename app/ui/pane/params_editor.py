@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.sampling.fields import SLIDER_FIELDS, SamplingField
+from app.engine.sampling.fields import SamplingField
+from app.engine.sampling.params import SLIDER_FIELDS
 from app.remote import Endpoint
 from app.ui import theme
 from app.workspace.pane_params import PaneParams
@@ -29,7 +30,7 @@ from app.workspace.pane_params import PaneParams
 
 @dataclass(frozen=True)
 class SliderSpec:
-    """A pane's slider over one sampling field (sampling/fields.py declares its span, step and help)."""
+    """A pane's slider over one sampling field (its knob in sampling/params.py declares its span, step and help)."""
 
     name: str  # the PaneParams field
     label: str

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.sampling.fields import SLIDER_FIELDS, SamplingField
+from app.engine.sampling.fields import SamplingField
+from app.engine.sampling.params import SLIDER_FIELDS
 from app.ui import theme
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES

@@ -8,10 +8,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from gguf_files import copy_head, write_gguf
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QToolBar
-from test_model_files import copy_head, write_gguf
 from ui_fixtures import QUICK, set_params, until
 
 from app.ui.docks.model_library import ARCH, CONTEXT, PARAMS, QUANT, SIZE, SOURCE, TEMPLATE

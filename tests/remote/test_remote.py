@@ -474,7 +474,7 @@ def test_the_client_keeps_the_totals_of_recent_conversations_only():
 @pytest.mark.unit
 def test_the_remote_client_does_not_load_the_local_engine():
     code = "import sys, app.remote; print('llama_cpp' in sys.modules or 'app.client' in sys.modules)"
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     assert (
         subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
         == "False"

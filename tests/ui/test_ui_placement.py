@@ -14,7 +14,7 @@ from PySide6.QtCore import QRect
 
 from app.ui.window.placement import DEFAULT_SIZE, clamped, room_for_window
 
-PROBE = Path(__file__).with_name("window_probe.py")
+PROBE = Path(__file__).parents[1] / "window_probe.py"
 ROOT = PROBE.parent.parent
 
 

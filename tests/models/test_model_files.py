@@ -8,9 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
+from gguf_files import copy_head, write_gguf
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -22,30 +21,6 @@ pytestmark = pytest.mark.unit
 
 SMOLLM_PARAMS = 134_515_008  # counted from its 272 tensors' shapes
 HEADER_BYTES = 1_785_664  # where the bundled model's weights start
-
-
-def write_gguf(path: Path, arch: str = "llama", tensors: int = 3, split_max_tensors: int = 0, **keys) -> None:
-    """A small GGUF written by the llama.cpp project's own writer: `tensors` F32 matrices of 64x32,
-    general.type, a context length and a chat template when given (type=, context=, template=)."""
-    writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
-    if "type" in keys:
-        writer.add_type(keys["type"])
-    if "context" in keys:
-        writer.add_context_length(keys["context"])
-    if "template" in keys:
-        writer.add_chat_template(keys["template"])
-    for i in range(tensors):
-        writer.add_tensor(f"blk.{i}.weight", np.zeros((64, 32), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def copy_head(src: str, dst: Path, n_bytes: int) -> Path:
-    with open(src, "rb") as f:
-        dst.write_bytes(f.read(n_bytes))
-    return dst
 
 
 def test_the_bundled_model_s_facts_come_from_its_header():

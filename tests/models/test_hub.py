@@ -24,7 +24,7 @@ from tests.hub_standin import HubStandin, StandinRepo
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 GGUF = b"GGUF" + (bytes(range(256)) * 64)[4:]  # not a model: the hub serves bytes; 16 KiB, halves whole KiBs
 

@@ -2,7 +2,7 @@
 states built byte by byte as llama.cpp writes them: one KV cache or two (a sliding-window model's),
 V rows transposed or not (flash attention off or on), cells with M-RoPE's extra positions or not.
 A state saved by llama.cpp itself goes through the same rewrite and back into a context of the other
-layout (the last test); the engine's moves are in tests/test_kv_layout_change.py."""
+layout (the last test); the engine's moves are in tests/engine/test_kv_layout_change.py."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings
 import app.bench
 from app.cli import build_parser, engine_overrides, main
 from app.engine.config_fields import CONFIG_FIELDS
+from app.engine.config_fields import FIELDS as FLAGS_BY_NAME
 from app.engine.params import (
     GPU_LAYERS_ALL,
     CacheType,
@@ -184,7 +185,25 @@ def test_every_flag_and_its_help_are_in_every_commands_help(capsys):
         shown = " ".join(capsys.readouterr().out.split())
         for field in FLAGGED:
             assert all(flag in shown for flag in field.flags)
-            assert " ".join(field.help.split()) in shown or field.name == "n_ctx"  # bench says what its default is
+            assert " ".join(field.described().split()) in shown or field.name == "n_ctx"  # bench says what its default is
+
+
+@pytest.mark.unit
+def test_help_says_each_default_from_its_value_never_by_hand(capsys, monkeypatch):
+    for field in CONFIG_FIELDS:
+        assert "default" not in field.help, f"{field.name}'s help says a default by hand"
+    monkeypatch.setattr(EngineConfig, "spec_draft_n_max", 11)  # the field's default, changed
+    monkeypatch.setattr(EngineConfig, "n_batch", 96)
+    monkeypatch.setattr(EngineConfig.__dataclass_fields__["spec_draft_n_max"], "default", 11)
+    for command in (["serve"], ["bench"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert "the most tokens drafted at once (default: 11)" in shown
+        assert "--batch BATCH token budget of a decode step (default: 96)" in shown
+    assert f"(default: all cores, {default_threads()} here)" in FLAGS_BY_NAME["n_threads"].described()
+    assert FLAGS_BY_NAME["kv_unified"].described().endswith("(default: auto)")
+    assert FLAGS_BY_NAME["use_mlock"].described() == FLAGS_BY_NAME["use_mlock"].help  # a switch: its flag says it
 
 
 @pytest.mark.unit

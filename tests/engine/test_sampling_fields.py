@@ -1,4 +1,4 @@
-"""Each sampling knob is declared once (app/engine/sampling/fields.py), and every surface reads it: the
+"""Each sampling knob is declared once (on its field of app/engine/sampling/params.py), and every surface reads it: the
 engine's checks and greedy path, the pane's sliders and settings file, the API, the remote body."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.engine.sampling.fields import SAMPLING_FIELDS, SLIDER_FIELDS, SamplingField
-from app.engine.sampling.params import GREEDY, SamplingParams
+from app.engine.sampling.fields import SamplingField
+from app.engine.sampling.params import GREEDY, SAMPLING_FIELDS, SLIDER_FIELDS, SamplingParams
 from app.remote import Endpoint, RemoteClient
 from app.server.protocol import BadRequest, sampling
 from app.workspace.pane_params import PaneParams

@@ -70,7 +70,9 @@ def test_a_format_that_cannot_constrain_says_why_in_one_line(fmt, text, says):
 
 def test_a_remote_pane_sends_its_format_to_the_endpoint():
     params = PaneParams(output_format="json", remote_url="http://example.test/v1")
-    assert params.format_problem() is None and params.sampling().output.kind == "json"  # tests/test_remote_output_format.py
+    assert (
+        params.format_problem() is None and params.sampling().output.kind == "json"
+    )  # tests/remote/test_remote_output_format.py
 
 
 def test_an_unknown_stored_format_is_free_text():
