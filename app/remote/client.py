@@ -13,6 +13,7 @@ import aiohttp
 
 from app.engine.events import Event, Fault, FinishEvent, FinishReason, TokenEvent, refused
 from app.engine.params import Priority
+from app.engine.sampling.constraints import ConstraintError, follows
 from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request
 from app.engine.stats import ConversationTotals, RequestStats
@@ -67,13 +68,32 @@ class RemoteClient:
         )
         async with aclosing(stream) as events:
             async for event in events:
-                if isinstance(event, FinishEvent) and request.params.n_probs is not None and event.ok:
-                    event = replace(
-                        event,
-                        notice=f"{self.host} gives no token probabilities over its {'Responses' if self.endpoint.api == 'responses' else 'chat'} API",
-                    )
+                if isinstance(event, FinishEvent) and event.ok:
+                    notices = [event.notice, self._unheld(request, event)]
+                    if request.params.n_probs is not None:
+                        api = "Responses" if self.endpoint.api == "responses" else "chat"
+                        notices.append(f"{self.host} gives no token probabilities over its {api} API")
+                    event = replace(event, notice="; ".join(n for n in notices if n) or None)
                 self._tell(event)
                 yield event
+
+    def _unheld(self, request: Request, final: FinishEvent) -> str | None:
+        """What to say of a reply sent with a grammar that does not follow it: the endpoint took the
+        field and ignored it (many ignore what they do not know). A reply cut short is read as far
+        as it goes. Only llguidance's own dialects (a Lark grammar, a regular expression): a GBNF
+        grammar is the endpoint's to read, and llama.cpp's reading of one can differ."""
+        output = output_of(request.params)
+        if output is None or not output.lark or final.reason not in (FinishReason.STOP, FinishReason.LENGTH):
+            return None
+        try:
+            if follows(output.lark, final.text, whole=final.reason is FinishReason.STOP):
+                return None
+        except ConstraintError:
+            return None
+        return (
+            f"the reply does not follow {output.label} in ⚙ Output: {self.host} ignored it "
+            "(it was sent as `grammar`, which serve and llama-server take; many endpoints ignore a field they do not know)"
+        )
 
     def _cannot(self, request: Request) -> str | None:
         if request.prompt is not None:

@@ -11,7 +11,8 @@ Two ways, by the model's chat template (tool_syntax.py tells which):
   holds it from there; its calls are read out of the text.
 - generic, for any other template: the tools are described in a system message, and a grammar holds
   every reply to one JSON object, `{"tool_calls": [...]}` or (with `auto`) `{"response": "..."}`.
-Either way a call's arguments follow the function's `parameters`, and `required` and a named
+Either way a call's arguments follow the function's `parameters` (a keyword llguidance cannot hold
+a reply to: refused in a function sent `strict`, else left unchecked), and `required` and a named
 function always yield a call: one, unless `parallel_tool_calls` is true (off unless asked, as
 llama-server; a named function is called once whatever it says). The grammar ends after the last
 call allowed, so the reply ends there."""
@@ -24,7 +25,7 @@ import string
 import uuid
 from dataclasses import dataclass
 
-from app.engine.sampling.constraints import ConstraintError
+from app.engine.sampling.constraints import ConstraintError, schema_grammar
 
 from .output_format import FieldError
 from .tool_parse import Scan, scan
@@ -41,11 +42,26 @@ class Tools:
     functions: tuple[dict, ...]  # each {"name", "description"?, "parameters"}
     choice: str  # "auto", "required", or the one function's name that must be called
     syntax: Syntax = GENERIC  # how the model is told of them and writes its calls
+    strict: frozenset[str] = frozenset()  # the names of the functions sent with `"strict": true`
 
     def grammar(self) -> str:
-        """The grammar the reply must follow (from a trigger on, when `triggers` says so)."""
+        """The grammar the reply must follow (from a trigger on, when `triggers` says so). A strict
+        function's parameters with a keyword llguidance cannot hold a reply to are refused, naming
+        it; another function's such keywords are left unchecked (OpenAI's `strict` false promises
+        nothing of them)."""
+        for i, f in enumerate(self.functions):
+            if f["name"] in self.strict:
+                try:
+                    schema_grammar(f["parameters"], strict=True)
+                except ConstraintError as e:
+                    raise FieldError(
+                        f"tools[{i}] ({f['name']}) is strict and its parameters cannot constrain a reply: {e}; "
+                        'with "strict": false such keywords are left unchecked',
+                        f"tools[{i}]",
+                    ) from None
+        lenient = any(f["name"] not in self.strict for f in self.functions)
         try:
-            return call_grammar(self.syntax, self.functions, self.choice)
+            return call_grammar(self.syntax, self.functions, self.choice, lenient)
         except ConstraintError as e:
             raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
 
@@ -110,8 +126,9 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
         choice = name
     elif choice not in ("auto", "required"):
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
+    strict = frozenset(f["name"] for f in functions if f["strict"])
     functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
-    return Tools(functions, choice, syntax.with_parallel(parallel and choice in ("auto", "required")))
+    return Tools(functions, choice, syntax.with_parallel(parallel and choice in ("auto", "required")), strict)
 
 
 def _function(tool: object, index: int) -> dict:

@@ -159,19 +159,20 @@ def _file_syntax(path: str, _mtime_ns: int, _size: int) -> Syntax:
     return detect(template if isinstance(template, str) else None)
 
 
-def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str) -> str:
+def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str, lenient: bool = False) -> str:
     """The grammar (llguidance's Lark) of a reply under `tool_choice` (`auto`, `required` or a
     function's name): with `auto` the generic format's (a call or an answer), or for a native syntax
     the calls' grammar that waits for the family's trigger (`Syntax.lazy_triggers`): text before it
     is free. It ends after the last call the request allows (one unless `syntax.parallel`): only an
-    end-of-generation token may follow."""
+    end-of-generation token may follow. `lenient`: a keyword of the parameters llguidance cannot
+    hold a reply to is left unchecked (a function not `strict`), else refused naming it."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
     if syntax.wrapper is Wrapper.RECIPIENT:
-        return check_grammar(_recipient_grammar(callable_, syntax.parallel))
+        return check_grammar(_recipient_grammar(callable_, syntax.parallel, lenient))
     objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
-        return schema_grammar(_generic_schema(objects, choice, syntax.parallel))
-    call = f"tc_call: {_json({'anyOf': objects})}"
+        return schema_grammar(_generic_schema(objects, choice, syntax.parallel), strict=not lenient)
+    call = f"tc_call: {_json({'anyOf': objects}, lenient)}"
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
 
@@ -191,9 +192,9 @@ def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
     return {"anyOf": [calls, answer]}
 
 
-def _json(schema: dict) -> str:
+def _json(schema: dict, lenient: bool) -> str:
     """A schema as a piece of a Lark grammar, compiled by llguidance's JSON compiler as JSON_OPTIONS say."""
-    text = json.dumps({**closed(schema), "x-guidance": JSON_OPTIONS})
+    text = json.dumps({**closed(schema), "x-guidance": {**JSON_OPTIONS, "lenient": lenient}})
     if len(text) > MAX_SCHEMA_BYTES:
         raise ConstraintError(f"the tools' schemas have {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
     return f"%json {text}"
@@ -219,11 +220,11 @@ def _array_root(syntax: Syntax):
     return root
 
 
-def _recipient_grammar(functions: list[dict], parallel: bool) -> str:
+def _recipient_grammar(functions: list[dict], parallel: bool, lenient: bool) -> str:
     """Functionary's calls: `name\n` then the arguments of that function, `>>>` between calls (and
     before the first, where a lazy grammar starts at its trigger)."""
     more = f" ({_literal('>>>')} tc_call)*" if parallel else ""
-    heads = [f"{_literal(function['name'] + chr(10))} {_json(function['parameters'])}" for function in functions]
+    heads = [f"{_literal(function['name'] + chr(10))} {_json(function['parameters'], lenient)}" for function in functions]
     return "\n".join([f"start: {_literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
 
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from app.engine.params import Priority
-from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError, check_grammar, schema_grammar
+from app.engine.sampling.constraints import (
+    JSON_OBJECT_GRAMMAR,
+    ConstraintError,
+    check_grammar,
+    lark_only,
+    regex_grammar,
+    schema_grammar,
+)
 from app.engine.sampling.params import SLIDER_FIELDS, SamplingParams
 from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
-# a reply's format: free text, any JSON object, JSON valid under a schema, or text a GBNF grammar allows
-OUTPUT_FORMATS = ("free", "json", "schema", "grammar")
+# a reply's format: free text, any JSON object, JSON valid under a schema, text a GBNF grammar (or
+# Lark) allows, text a Lark grammar allows, text a regular expression matches
+OUTPUT_FORMATS = ("free", "json", "schema", "grammar", "lark", "regex")
 JSON_FORMATS = ("json", "schema")  # replies shown as formatted JSON with a valid/invalid mark
+TYPED_FORMATS = ("schema", "grammar", "lark", "regex")  # a format of the text typed in ⚙ Output
+CHECKED_HERE = ("lark", "regex")  # llguidance's own dialects: checked here for a remote endpoint too
 
 
 def _with_sliders(cls: type) -> type:
@@ -44,7 +54,7 @@ class PaneParams:
     remote_api_key: str = ""
     remote_api: str = "chat"  # "chat": /chat/completions; "responses": /responses (continues by previous_response_id)
     output_format: str = "free"  # one of OUTPUT_FORMATS (any other, e.g. hand-edited: free)
-    output_text: str = ""  # the JSON schema (output_format "schema") or the GBNF grammar ("grammar")
+    output_text: str = ""  # the JSON schema, the GBNF or Lark grammar or the regular expression of output_format
 
     @property
     def priority(self) -> Priority:
@@ -62,8 +72,8 @@ class PaneParams:
         return self.output_format in JSON_FORMATS
 
     def grammar(self) -> str | None:
-        """The GBNF grammar the replies follow; None for free text. Raises ConstraintError (one line:
-        why) when the schema or grammar cannot constrain a reply."""
+        """The grammar the replies follow; None for free text. Raises ConstraintError (one line: why,
+        where llguidance gives it) when the schema, grammar or expression cannot constrain a reply."""
         if self.output_format == "json":
             return JSON_OBJECT_GRAMMAR
         if self.output_format == "schema":
@@ -73,19 +83,30 @@ class PaneParams:
                 raise ConstraintError(str(e)) from None
         if self.output_format == "grammar":
             return check_grammar(self.output_text)
+        if self.output_format == "lark":
+            return lark_only(self.output_text)
+        if self.output_format == "regex":
+            return regex_grammar(self.output_text)
         return None
 
     def remote_output(self) -> OutputFormat | None:
-        """The output format as a remote endpoint is asked for it; None for free text."""
+        """The output format as a remote endpoint is asked for it; None for free text. A Lark grammar
+        or a regular expression goes as the grammar (llguidance's Lark) it is checked as here."""
+        if self.output_format in CHECKED_HERE:
+            try:
+                return OutputFormat(self.output_format, self.output_text, self.grammar())
+            except ConstraintError:
+                return OutputFormat(self.output_format, self.output_text)  # its problem() says there is none to send
         return OutputFormat(self.output_format, self.output_text) if self.output_format in OUTPUT_FORMATS[1:] else None
 
     def format_problem(self) -> str | None:
         """Why this pane's output format cannot constrain a reply; None when it can (or is free text).
-        A remote endpoint checks a schema or grammar itself: here only that there is one to send."""
+        A remote endpoint checks a schema or GBNF grammar itself: here only that there is one to
+        send; a Lark grammar or a regular expression is llguidance's, checked here wherever it goes."""
         output, endpoint = self.remote_output(), self.endpoint()
         if output is None:
             return None
-        if endpoint is not None:
+        if endpoint is not None and self.output_format not in CHECKED_HERE:
             return output.problem()
         try:
             self.grammar()

@@ -20,6 +20,7 @@ from app.engine import figures
 from app.engine.errors import EngineError
 from app.engine.events import Fault, FinishEvent, FinishReason, TokenEvent
 from app.engine.prompt.intake import Intake
+from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, lark_only, regex_grammar, schema_grammar
 from app.engine.sampling.params import GREEDY, SamplingParams
 
 QUICK = GREEDY.with_(max_tokens=4)
@@ -195,9 +196,28 @@ _params = st.builds(
     stop=st.lists(_text, max_size=3).map(tuple),
     ignore_eos=st.booleans(),
     n_probs=st.sampled_from([None, 0, 3]),
-    grammar=st.sampled_from([None, None, 'root ::= ("yes" | "no")+', "root ::= ("]),
     speculate=st.booleans(),
 )
+# the constraints a request may carry (grammar, lazy triggers): every kind there is, well made or not
+_CALL = schema_grammar({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+_constraints = st.sampled_from(
+    [
+        (None, ()),
+        (None, ()),
+        (JSON_OBJECT_GRAMMAR, ()),
+        (_CALL, ()),
+        (regex_grammar("[0-9]{3}-[a-c]{2}"), ()),
+        (lark_only('?start: "#" /[0-9a-f]{6}/ | %json {"type": "boolean"}'), ()),
+        ('root ::= ("yes" | "no")+', ()),
+        ("root ::= (", ()),  # does not parse
+        ('start: %json {"type": "objectx"}', ()),  # a schema llguidance refuses
+        (_CALL, (r"\{",)),  # lazy: free until a brace, then the grammar from it
+        (_CALL, (r"^\s*(\{)",)),  # lazy, from the reply's start: a group marks where it starts
+        (_CALL, ("(",)),  # a trigger that is no pattern
+        (None, ("x",)),  # triggers without a grammar
+    ]
+)
+_params = st.tuples(_params, _constraints).map(lambda pc: pc[0].with_(grammar=pc[1][0], grammar_triggers=pc[1][1]))
 # a chat, or a plain prompt: "" is no token at all with this model (it adds no BOS); or one longer
 # than a stream of the automatic engine below (it moves every chat to one pool)
 _long = st.integers(1030, 1500).map(lambda n: "word " * n)

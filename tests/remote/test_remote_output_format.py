@@ -5,10 +5,13 @@ follows it, and what the endpoint refuses comes back as its 400's message, namin
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from aiohttp import web
 from helpers import collect, run, user
 from serving import Serving
+from spawn import free_port
 
 from app.engine.events import FinishReason
 from app.engine.sampling.params import GREEDY
@@ -102,3 +105,59 @@ def test_a_serve_follows_the_format_each_api_asks_for_and_its_refusals_are_said(
     assert "/chat/completions answered 400 (asked for a JSON schema in ⚙ Output): the JSON schema cannot" in bad_schema.error
     assert "/responses answered 400 (asked for a GBNF grammar in ⚙ Output)" in responses_grammar.error
     assert 'does not support "grammar"' in responses_grammar.error
+
+
+@pytest.mark.tiny
+def test_a_serve_holds_a_remote_panes_regex_or_lark_and_says_nothing_more(tiny_config):
+    pane = PaneParams(remote_url="http://example.test/v1")
+    regex = pane.with_(output_format="regex", output_text="[0-9]{3}-[a-c]{2}").remote_output()
+    lark = pane.with_(output_format="lark", output_text='start: "#" /[0-9a-f]{6}/').remote_output()
+    assert regex.chat_fields() == {"grammar": "start: /[0-9]{3}-[a-c]{2}/"}  # sent as serve's grammar, in Lark
+    held_regex, held_lark = run(
+        _replies(tiny_config.with_(capacity=2), [("chat", regex, "A code?"), ("chat", lark, "A colour?")])
+    )
+    assert held_regex.reason is FinishReason.STOP and re.fullmatch(r"[0-9]{3}-[a-c]{2}", held_regex.text)
+    assert held_lark.reason is FinishReason.STOP and re.fullmatch(r"#[0-9a-f]{6}", held_lark.text)
+    assert held_regex.notice is None and held_lark.notice is None
+
+
+@pytest.mark.unit
+def test_an_endpoint_that_ignores_the_grammar_is_said_to_have_ignored_it():
+    """An endpoint that takes `grammar` and does nothing with it (as many do with a field they do not
+    know): the reply is read against the pane's regular expression, and the pane is told."""
+    bodies = []
+
+    async def ignores(request):
+        bodies.append(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in ({"delta": {"content": "Hello there"}}, {"delta": {}, "finish_reason": "stop"}):
+            await response.write(b"data: " + json.dumps({"choices": [chunk]}).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", ignores)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        remote = RemoteClient(Endpoint(f"http://127.0.0.1:{port}/v1"))
+        try:
+            finals = []
+            for text in ("[0-9]{3}", "Hello [a-z]+"):
+                pane = PaneParams(output_format="regex", output_text=text, remote_url=remote.endpoint.base_url)
+                request = Request(f"r{text}", pane.sampling(), messages=tuple(user("Hi")))
+                finals.append((await collect(remote.reply(request)))[1])
+            return finals
+        finally:
+            await remote.close()
+            await runner.cleanup()
+
+    ignored, matched = run(main())
+    assert bodies[0]["grammar"] == "start: /[0-9]{3}/"
+    assert ignored.reason is FinishReason.STOP and ignored.text == "Hello there"
+    assert ignored.notice.startswith("the reply does not follow a regular expression in ⚙ Output: 127.0.0.1:")
+    assert "ignored it" in ignored.notice
+    assert matched.notice is None  # a reply that follows it: nothing to say

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import openai
+import pydantic
 import pytest
 from test_server_responses import serve
 
@@ -129,3 +130,57 @@ def test_bad_tool_specs_are_400s_naming_them(config):
     )
     assert "tool_calls[0] must be" in said["a call back without a function"][0]
     assert free.choices[0].message.tool_calls is None  # tool_choice none: free text
+
+
+def test_a_tools_own_strict_is_honoured_as_a_response_formats(config):
+    """OpenAI's `tools[].function.strict`: true refuses parameters with a keyword llguidance cannot
+    hold a reply to (a 400 naming it and the tool); false or absent (OpenAI's default) leaves such a
+    keyword unchecked and the call is made, its other keywords held. The Responses API's flat tools
+    alike."""
+
+    class Tags(pydantic.BaseModel):
+        tags: set[str]  # pydantic writes `uniqueItems`, which llguidance cannot hold a reply to
+
+    strict = openai.pydantic_function_tool(Tags, name="tag", description="Tags for the text")  # strict: true
+    loose = json.loads(json.dumps(strict))
+    loose["function"]["strict"] = False
+    absent = json.loads(json.dumps(strict))
+    del absent["function"]["strict"]
+    ask = [{"role": "user", "content": "Tag this text: red apples and green pears."}]
+
+    async def body(api, _url):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await api.chat.completions.create(
+                model="m", messages=ask, max_tokens=40, tools=[WEATHER, strict], tool_choice="required"
+            )
+        with pytest.raises(openai.BadRequestError) as refused_flat:
+            await api.responses.create(
+                model="m", input="Tag: red apples.", max_output_tokens=40, tools=[{"type": "function", **strict["function"]}]
+            )
+        calls = []
+        for tool in (loose, absent):
+            reply = await api.chat.completions.create(
+                model="m", messages=ask, max_tokens=60, temperature=0, tools=[tool], tool_choice="required"
+            )
+            calls.append(reply.choices[0])
+        flat = await api.responses.create(
+            model="m",
+            input="Tag: red apples.",
+            max_output_tokens=60,
+            temperature=0,
+            tools=[{"type": "function", **loose["function"]}],
+            tool_choice="required",
+        )
+        return refused.value.body, refused_flat.value.body, calls, flat
+
+    refused, refused_flat, calls, flat = serve(config, body)
+    assert "uniqueItems" in refused["message"] and "strict" in refused["message"] and refused["param"] == "tools[1]"
+    assert "uniqueItems" in refused_flat["message"] and refused_flat["param"] == "tools[0]"
+    for choice in calls:
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        arguments = json.loads(call.function.arguments)
+        assert call.function.name == "tag" and list(arguments) == ["tags"]
+        assert all(isinstance(t, str) for t in arguments["tags"])  # the items' type held, their uniqueness not
+    (item,) = [i for i in flat.output if i.type == "function_call"]
+    assert item.name == "tag" and all(isinstance(t, str) for t in json.loads(item.arguments)["tags"])

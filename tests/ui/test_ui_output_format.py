@@ -4,6 +4,7 @@ in, Send. The reply follows the schema and is shown formatted and marked; a bad 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from PySide6.QtCore import Qt
@@ -140,3 +141,48 @@ def test_the_output_format_marks_the_replies_asked_for_under_it_not_the_earlier_
     assert after_pick == prose and "JSON" not in prose  # the earlier prose reply is not judged as JSON
     assert after_json.startswith(prose.rstrip()) and (VALID_JSON in after_json or CUT_JSON in after_json)
     assert marks[:2] == [False, False] and True in marks[2:]
+
+
+def test_a_regex_pane_replies_text_that_matches_it_and_a_broken_one_or_lark_says_where(run_tiny_window, qtbot):
+    async def scenario(window):
+        set_params(window, TINY_QUICK.with_(max_tokens=40))
+        pane = window.panes[0]
+        qtbot.mouseClick(pane.settings_button, Qt.MouseButton.LeftButton)
+        editor = pane.params_editor
+        pick_output(qtbot, pane, "Regular expression")
+        assert editor.output_edit.isVisible() and "regular expression" in editor.output_edit.placeholderText()
+        qtbot.mouseClick(editor.output_edit.viewport(), Qt.MouseButton.LeftButton)
+        qtbot.keyClicks(editor.output_edit, "[0-9]{3")  # checked as typed: llguidance's error, placed
+        await until(lambda: "unclosed" in editor.output_check.text(), 5, "the expression's check")
+        broken = editor.output_check.text()
+
+        await send(qtbot, pane, "A code, please.")
+        assert not pane.is_busy and pane.chat.messages == []  # nothing sent
+        assert pane.refusal_label.isVisible() and "line 1, column 6" in pane.refusal_label.text()
+
+        qtbot.mouseClick(editor.output_edit.viewport(), Qt.MouseButton.LeftButton)
+        qtbot.keyClick(editor.output_edit, Qt.Key.Key_End)
+        qtbot.keyClicks(editor.output_edit, "}-[a-c]{2}")
+        await until(lambda: editor.output_check.text().startswith("✓"), 5, "the expression's check")
+        fixed = editor.output_check.text()
+        finals = []
+        pane.sigReplyFinished.connect(finals.append)
+        qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
+        await until(lambda: finals, 60, "the reply")
+        reply = pane.chat.messages[-1]["content"]
+
+        pick_output(qtbot, pane, "Lark grammar")  # the same field, read as Lark: a place in the grammar
+        qtbot.mouseClick(editor.output_edit.viewport(), Qt.MouseButton.LeftButton)
+        qtbot.keyClick(editor.output_edit, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClicks(editor.output_edit, 'start: "#" hex')
+        qtbot.keyClick(editor.output_edit, Qt.Key.Key_Return)
+        qtbot.keyClicks(editor.output_edit, "hex: /[0-9a-f]{6}/ )")
+        await until(lambda: "line 2" in editor.output_check.text(), 5, "the grammar's check")
+        return broken, fixed, finals[0], reply, editor.output_check.text(), pane.params
+
+    broken, fixed, final, reply, lark, params = run_tiny_window(scenario)
+    assert broken == "✗ the regular expression cannot constrain a reply: line 1, column 6: unclosed counted repetition"
+    assert fixed == "✓ regular expression compiled by llguidance"
+    assert final.reason is FinishReason.STOP and re.fullmatch(r"[0-9]{3}-[a-c]{2}", reply)  # it ends where it matches
+    assert lark.startswith("✗ the Lark grammar does not parse: line 2, column 20:"), lark
+    assert params.output_format == "lark" and params.output_text == 'start: "#" hex\nhex: /[0-9a-f]{6}/ )'

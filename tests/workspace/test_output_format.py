@@ -8,7 +8,7 @@ import json
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError
+from app.engine.sampling.constraints import JSON_OBJECT_GRAMMAR, ConstraintError, follows
 from app.ui.settings import AppSettings
 from app.workspace.markdown_stream import CUT_JSON, VALID_JSON, fenced_code, json_reply
 from app.workspace.pane_params import PaneParams
@@ -58,6 +58,15 @@ def test_a_grammar_is_taken_as_it_is():
         ("schema", json.dumps({"a": {"b": 1}} | {"x": "y" * 70000}), "bytes, more than"),
         ("grammar", "   ", "a grammar must be GBNF text"),
         ("grammar", "root ::= " + "(" * 70 + '"a"' + ")" * 70, "nests parentheses deeper"),
+        ("lark", "", "a Lark grammar must be text"),
+        ("lark", 'start: "a"\nfoo: "b" )', "line 2, column 10: expecting rule"),
+        ("lark", 'root ::= "yes"', "line 1, column 7"),  # GBNF is not read as Lark
+        ("lark", 'foo: "a"', "no start rule"),
+        ("regex", "", "a regular expression must be non-empty"),
+        ("regex", "[0-9]{3", "line 1, column 6: unclosed counted repetition"),
+        ("regex", "a/b(c", "line 1, column 4: unclosed group"),  # the place in the pattern as typed
+        ("regex", "ab\ncd(", "line 2, column 3: unclosed group"),
+        ("regex", "abc\\", "line 1, column 4: a lone backslash"),
     ],
 )
 def test_a_format_that_cannot_constrain_says_why_in_one_line(fmt, text, says):
@@ -66,6 +75,29 @@ def test_a_format_that_cannot_constrain_says_why_in_one_line(fmt, text, says):
     assert problem is not None and says in problem and "\n" not in problem
     with pytest.raises(ConstraintError):
         params.sampling()  # never a request that ignores it
+
+
+def test_a_lark_grammar_or_a_regular_expression_is_llguidances_grammar():
+    lark = PaneParams(output_format="lark", output_text='start: "#" /[0-9a-f]{6}/')
+    assert lark.sampling().grammar == 'start: "#" /[0-9a-f]{6}/' and lark.format_problem() is None
+    assert not lark.json_replies
+    question = PaneParams(output_format="lark", output_text='?start: "yes" | "no"').sampling().grammar
+    assert follows(question, "yes") and not follows(question, "maybe")  # read as Lark, not GBNF
+    regex = PaneParams(output_format="regex", output_text="[0-9]{3}-[a-c]{2}").sampling().grammar
+    assert follows(regex, "123-ab") and not follows(regex, "123-ab ") and follows(regex, "12", whole=False)
+    assert not follows(regex, "1x", whole=False)
+
+
+def test_a_remote_pane_sends_lark_and_regex_as_grammar_checked_here_first():
+    remote = PaneParams(output_format="regex", output_text="[0-9]{3}", remote_url="http://example.test/v1")
+    output = remote.sampling().output
+    assert output.kind == "regex" and output.grammar == "start: /[0-9]{3}/" and output.label == "a regular expression"
+    broken = remote.with_(output_text="[0-9")  # llguidance's own dialect: checked here, never sent broken
+    assert "unclosed character class" in broken.format_problem()
+    with pytest.raises(ConstraintError):
+        broken.sampling()
+    lark = remote.with_(output_format="lark", output_text='start: "a"')
+    assert lark.sampling().output.grammar == 'start: "a"' and lark.format_problem() is None
 
 
 def test_a_remote_pane_sends_its_format_to_the_endpoint():

@@ -13,8 +13,8 @@ import functools
 import json
 import re
 
-from llguidance import LLMatcher, LLParserLimits, regex_to_lark
-from llguidance.gbnf_to_lark import any_to_lark
+from llguidance import LLMatcher, LLParserLimits, LLTokenizer, regex_to_lark
+from llguidance.gbnf_to_lark import any_to_lark, is_lark_syntax
 
 MAX_SCHEMA_BYTES = 64 << 10
 MAX_GRAMMAR_BYTES = 64 << 10
@@ -114,17 +114,86 @@ def _compiled_grammar(grammar: str) -> str:
     return lark
 
 
+def lark_only(text: object) -> str:
+    """A Lark grammar as typed (llguidance's dialect, never read as GBNF), within the bounds, as
+    `lark_grammar` takes it; ConstraintError says why not, with llguidance's line and column in it."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConstraintError("a Lark grammar must be text, e.g. start: /[0-9]{3}/")
+    if len(text) > MAX_GRAMMAR_BYTES:
+        raise ConstraintError(f"the grammar has {len(text)} characters, more than the {MAX_GRAMMAR_BYTES} taken")
+    if _paren_depth(text) > MAX_DEPTH:
+        raise ConstraintError(f"the grammar nests parentheses deeper than {MAX_DEPTH} levels")
+    problem = compile_error(text)
+    if problem is not None:
+        raise ConstraintError(f"the Lark grammar does not parse: {problem}")
+    # a grammar whose start rule is not a line `start:` (`?start:`) would be read as GBNF: say it is
+    # Lark, not on the first line (llama-server without llguidance aborts on `%llguidance` there)
+    return text if is_lark_syntax(text) else f"// Lark\n%llguidance {{}}\n{text}"
+
+
 def regex_grammar(pattern: object) -> str:
-    """The grammar of replies that match the regular expression `pattern` whole (Rust's regex syntax)."""
+    """The grammar of replies that match the regular expression `pattern` whole (Rust's regex syntax);
+    ConstraintError says why not, with the line and column in the pattern that llguidance's regex
+    parser points at."""
     if not isinstance(pattern, str) or not pattern:
         raise ConstraintError("a regular expression must be non-empty text")
     if len(pattern) > MAX_GRAMMAR_BYTES:
         raise ConstraintError(f"the regular expression has {len(pattern)} characters, more than the {MAX_GRAMMAR_BYTES} taken")
-    grammar = f"start: /{regex_to_lark(pattern, '')}/"
-    problem = compile_error(grammar)
-    if problem is not None:
-        raise ConstraintError(f"the regular expression cannot constrain a reply: {problem}")
+    if (len(pattern) - len(pattern.rstrip("\\"))) % 2:  # llguidance's conversion would drop it
+        where = _place(pattern, len(pattern) - 1)
+        raise ConstraintError(f"the regular expression cannot constrain a reply: {where}: a lone backslash at its end")
+    written = regex_to_lark(pattern, "")
+    grammar = f"start: /{written}/"
+    failed, messages = LLMatcher.validate_grammar_with_warnings(grammar, None, limits=LIMITS)
+    if failed:
+        raise ConstraintError(f"the regular expression cannot constrain a reply: {_regex_reason(pattern, messages[0])}")
     return grammar
+
+
+def _regex_reason(pattern: str, message: str) -> str:
+    """llguidance's error for a regular expression, placed in the pattern as typed: its regex
+    parser echoes the pattern as the grammar writes it, a caret under the place, then `error: why`."""
+    lines = message.splitlines()
+    why = next((line[len("error: ") :] for line in lines if line.startswith("error: ")), None)
+    carets = next((i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"^"}), None)
+    if why is None or carets is None or carets == 0 or not lines[carets - 1].startswith("    "):
+        return reason(message)
+    column = len(lines[carets]) - len(lines[carets].lstrip())  # in the echoed pattern, indented by 4
+    return f"{_place(pattern, _typed_offset(pattern, column - 4))}: {why}"
+
+
+def _typed_offset(pattern: str, written: int) -> int:
+    """The offset in `pattern` of the character at offset `written` of its grammar form (which
+    escapes `/` and line breaks): the shortest prefix whose form reaches past it."""
+    lo, hi = 0, len(pattern)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(regex_to_lark(pattern[: mid + 1], "")) > written:
+            hi = mid
+        else:
+            lo = mid + 1
+    return min(lo, max(len(pattern) - 1, 0))
+
+
+def _place(text: str, offset: int) -> str:
+    """`line L, column C` (from 1) of the character at `offset` of `text`."""
+    line = text.count("\n", 0, offset) + 1
+    return f"line {line}, column {offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
+
+
+def follows(grammar: str, text: str, whole: bool = True) -> bool:
+    """Whether `text` follows `grammar` (as `lark_grammar` takes it): all of it when `whole`, else
+    as far as it goes (a reply cut short). Read a byte at a time, whatever model wrote it."""
+    matcher = LLMatcher(_byte_tokenizer(), lark_grammar(grammar), log_level=0, limits=LIMITS)
+    tokens = _byte_tokenizer().tokenize_bytes(text.encode())
+    if matcher.is_error() or matcher.validate_tokens(tokens) != len(tokens):
+        return False
+    return not whole or (matcher.consume_tokens(tokens) and matcher.is_accepting())
+
+
+@functools.cache
+def _byte_tokenizer() -> LLTokenizer:
+    return LLTokenizer("byte")
 
 
 def compile_error(grammar: str) -> str | None:

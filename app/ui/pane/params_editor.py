@@ -25,7 +25,7 @@ from app.engine.sampling.fields import SamplingField
 from app.engine.sampling.params import SLIDER_FIELDS
 from app.remote import Endpoint
 from app.ui import theme
-from app.workspace.pane_params import PaneParams
+from app.workspace.pane_params import CHECKED_HERE, TYPED_FORMATS, PaneParams
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,30 @@ OUTPUTS = (  # (label, PaneParams.output_format)
     ("Free text", "free"),
     ("JSON", "json"),
     ("JSON schema", "schema"),
-    ("Grammar (GBNF or Lark)", "grammar"),
+    ("GBNF grammar", "grammar"),
+    ("Lark grammar", "lark"),
+    ("Regular expression", "regex"),
 )
 OUTPUT_TIP = (
-    "The format every reply follows: free text; any JSON object; JSON valid under a schema; or text\n"
-    "a GBNF or Lark grammar allows (Lark as llguidance takes it: /regex/ terminals, %json {schema}).\n"
+    "The format every reply follows: free text; any JSON object; JSON valid under a schema; text a\n"
+    "GBNF grammar allows; text a Lark grammar allows (as llguidance takes it: /regex/ terminals,\n"
+    "%json {schema}); or text a regular expression (Rust's syntax) matches whole. What is typed is\n"
+    "checked by llguidance as it is typed, its error shown below with its line and column.\n"
     "A constrained reply matches when it stops; one that max tokens cut is marked cut."
 )
+PLACEHOLDERS = {
+    "schema": 'A JSON schema, e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
+    "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no"',
+    "lark": 'A Lark grammar, e.g. start: "#" /[0-9a-f]{6}/',
+    "regex": "A regular expression the whole reply matches, e.g. [0-9]{3}-[a-z]{2}",
+}
+CHECKED = {  # what a format that passed the check is, for the local engine
+    "schema": "valid schema",
+    "grammar": "grammar within bounds (compiled by llguidance)",
+    "lark": "Lark grammar compiled by llguidance",
+    "regex": "regular expression compiled by llguidance",
+}
+LOADED_AS = {".gbnf": "grammar", ".lark": "lark", ".regex": "regex"}  # a file's format by its suffix; else a schema
 CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
 LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
 
@@ -223,7 +240,9 @@ class PaneParamsEditor(QWidget):
         self.output_edit.setTabChangesFocus(True)
         self.output_edit.textChanged.connect(self._on_output_text)
         form.addRow("", self.output_edit)
-        self.load_button = QPushButton("Load…", toolTip="Load a JSON schema (.json) or a GBNF grammar (.gbnf) from a file")
+        self.load_button = QPushButton(
+            "Load…", toolTip="Load a JSON schema (.json), a GBNF (.gbnf) or Lark (.lark) grammar or a regular expression (.regex)"
+        )
         self.load_button.clicked.connect(self._load_output_file)
         self.output_check = QLabel()
         self.output_check.setWordWrap(True)
@@ -248,19 +267,16 @@ class PaneParamsEditor(QWidget):
 
     def _show_output_rows(self) -> None:
         fmt = self._params.output_format
-        shown = fmt in ("schema", "grammar")
+        shown = fmt in TYPED_FORMATS
         self._form.setRowVisible(self.output_edit, shown)
         self._form.setRowVisible(self._output_check_row, shown)
-        placeholder = {
-            "schema": 'A JSON schema, e.g. {"type": "object", "properties": {"name": {"type": "string"}}}',
-            "grammar": 'A GBNF grammar, e.g. root ::= "yes" | "no", or Lark: start: /[0-9]{3}/',
-        }
-        self.output_edit.setPlaceholderText(placeholder.get(fmt, ""))
+        self.output_edit.setPlaceholderText(PLACEHOLDERS.get(fmt, ""))
         if shown:
             self._check_output()
 
     def _check_output(self) -> None:
-        """Say whether the schema or grammar can constrain a reply, or why not (in one line)."""
+        """Say whether the schema, grammar or expression can constrain a reply, or why not (in one
+        line, with the line and column llguidance gives)."""
         self._check_timer.stop()
         problem = self._params.format_problem()
         colours = theme.current()
@@ -273,15 +289,19 @@ class PaneParamsEditor(QWidget):
 
     def _output_ok(self) -> str:
         """What a schema or grammar that passed the check is good for: a remote endpoint checks its own."""
+        fmt = self._params.output_format
+        if self._params.endpoint() is not None and fmt in CHECKED_HERE:
+            return f"{CHECKED[fmt]}; sent as `grammar` (serve takes it), a reply that does not follow it said"
         if self._params.endpoint() is not None:
             return "sent with each request: the endpoint checks it, and the pane says what it refuses"
-        if self._params.output_format == "schema":
-            return "valid schema"
-        return "grammar within bounds (compiled by llguidance)"
+        return CHECKED.get(fmt, "")
 
     def _load_output_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Load a JSON schema or a grammar", "", "Schema or grammar (*.json *.gbnf *.lark);;All files (*)"
+            self,
+            "Load a JSON schema, a grammar or a regular expression",
+            "",
+            "Schema, grammar or expression (*.json *.gbnf *.lark *.regex);;All files (*)",
         )
         if not path:
             return
@@ -292,7 +312,9 @@ class PaneParamsEditor(QWidget):
             self.output_check.setText(f"✗ could not read {Path(path).name}: {e.strerror or e}")
             self.output_check.setStyleSheet(f"color: {theme.current().error.name()};")
             return
-        fmt = "grammar" if Path(path).suffix.lower() in (".gbnf", ".lark") else "schema"
+        fmt = LOADED_AS.get(Path(path).suffix.lower(), "schema")
+        if fmt == "regex":
+            text = text.rstrip("\r\n")  # the file's last line break is not part of the expression
         if self.output_combo.currentData() != fmt:
             self.output_combo.setCurrentIndex(self.output_combo.findData(fmt))
         self.output_edit.setPlainText(text)
@@ -326,7 +348,7 @@ class PaneParamsEditor(QWidget):
     def _update_endpoint(self, **changes) -> None:
         """A change of where the pane chats: the output format's check depends on it (a remote checks its own)."""
         self._update(**changes)
-        if self._params.output_format in ("schema", "grammar"):
+        if self._params.output_format in TYPED_FORMATS:
             self._check_output()
 
     def _show_key_warning(self) -> None:
