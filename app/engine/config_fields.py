@@ -184,7 +184,7 @@ CONFIG_FIELDS = (
         "n_ubatch",
         "Prompt chunk, idle",
         help="the most prompt tokens a step reads while no reply is generating (nobody waits on it; "
-        "larger chunks read faster); llama.cpp's ubatch",
+        "fewer steps); llama.cpp's ubatch",
         text=whole(1),
         flags=("-ub", "--ubatch-size"),
         metavar="N",

@@ -118,7 +118,7 @@ class EngineConfig:
     # stream for seconds; 128 lets streams and first tokens through sooner
     n_batch: int = 128
     # prompt tokens a step may read when no reply is waiting for its next token (llama.cpp's -ub,
-    # its default): nobody waits on such a step, and larger chunks read faster (docs/performance.md)
+    # its default): nobody waits on such a step, so it takes as many as the context's batch holds
     n_ubatch: int = 512
     capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
     n_threads: int = field(default_factory=default_threads)
