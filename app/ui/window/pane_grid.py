@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QScrollArea, QWidget
 from app.workspace.workspace import MAX_PANES
 
 # a pane narrower than this wraps its words letter by letter and loses its readout; lower than this,
-# its transcript shows two lines (measured at 1366x768 with the docks open: issue 51)
+# its transcript shows two lines (measured at 1366x768 with the docks open)
 MIN_PANE_WIDTH = 230
 MIN_PANE_HEIGHT = 190
 SPACING = 6
