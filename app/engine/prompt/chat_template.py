@@ -7,7 +7,7 @@ template, while the model goes on serving. The built-in ChatML template is ours 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -71,15 +71,25 @@ class ChatTemplate:
         return CHATML_STOPS if self.is_fallback else ()
 
     def render(
-        self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24, tools: list | None = None
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        max_chars: int = 1 << 24,
+        tools: list | None = None,
+        kwargs: Mapping[str, object] | None = None,
     ) -> str:
         """The prompt text; ChatTemplateError if the template raises, runs over its seconds or
-        writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders them."""
+        writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders
+        them; `kwargs`: more variables for the template (`chat_template_kwargs`: `enable_thinking`,
+        `reasoning_effort`, ...), which llama.cpp lets override the others. `enable_thinking` is true
+        unless they say otherwise, as llama.cpp renders it."""
         variables = {
             "messages": list(messages),
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self._bos,
             "eos_token": self._eos,
+            "enable_thinking": True,
+            **(kwargs or {}),
         }
         if tools:  # else undefined, as with Hugging Face's renderer: templates test `if tools`
             variables["tools"] = tools
