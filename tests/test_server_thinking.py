@@ -194,6 +194,32 @@ def test_bad_thinking_fields_are_a_400_that_names_them(thinking_models):
     assert replies[-1][0] == 400 and replies[-1][1]["param"] == "reasoning"
 
 
+@pytest.mark.model
+def test_a_remote_pane_reads_the_thoughts_apart_over_either_api(thinking_models):
+    from app.engine.events import FinishEvent
+    from app.engine.sampling.params import GREEDY
+    from app.remote import Endpoint, RemoteClient
+
+    async def main():
+        config = EngineConfig(model_path=thinking_models["r1"], n_ctx=4096, n_batch=256, capacity=4, n_threads=2)
+        async with Serving(config, thinking=Thinking(budget=3)) as (_client, _server, url):
+            replies = []
+            for api in ("chat", "responses"):
+                remote = RemoteClient(Endpoint(f"{url}/v1", api=api))
+                try:
+                    events = [e async for e in remote.generate(ASK, GREEDY.with_(max_tokens=40), conversation_id=api)]
+                finally:
+                    await remote.close()
+                replies.append(events)
+            return replies
+
+    for events in run(main()):
+        *tokens, final = events
+        assert isinstance(final, FinishEvent) and final.reasoning and final.text.strip()
+        assert "".join(e.reasoning for e in tokens) == final.reasoning and "".join(e.text for e in tokens) == final.text
+        assert any(e.thought for e in tokens) and final.stats.reasoning_tokens == 3 + CLOSE_TOKENS
+
+
 @pytest.mark.unit
 def test_serves_thinking_flags_as_llama_server_names_them():
     args = build_parser().parse_args(
