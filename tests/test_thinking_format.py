@@ -141,3 +141,16 @@ def test_the_prompt_builder_gives_earlier_thoughts_back_and_tells_the_reply_how_
     assert closed.tokens == prompt.tokens + list(prompt.close_tokens) and closed.closed and not closed.opened
     plain = PromptBuilder(ChatTemplate(None), tokenize, 4096, OverflowPolicy.STOP).prepare(Request("r", GREEDY, messages=chat))
     assert plain.thinking is None and "Two and two" not in "".join(map(chr, plain.tokens))
+
+
+def test_a_probe_stopped_for_its_time_stops_the_probing():
+    from app.engine.thinking import ProbeFailed
+
+    calls = []
+
+    def looping(messages, add_generation_prompt, kwargs, tools):
+        calls.append(messages)
+        raise ProbeFailed("did not finish within 2 s")
+
+    assert detect_thinking("{{ messages }}", looping) is None and len(calls) == 1
+    assert detect_thinking("<think>{{ m }}</think>", looping) == THINK_TAGS  # then its source alone tells

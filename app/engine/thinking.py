@@ -116,6 +116,11 @@ _BY_SOURCE: tuple[tuple[Callable[[str], bool], ThinkingFormat], ...] = (
     (lambda s: "[BEGIN FINAL RESPONSE]" in s, APRIEL),
 )
 
+
+class ProbeFailed(Exception):
+    """A probe's render was stopped (it ran over its time, its process crashed): no more probes."""
+
+
 # the probes' texts: nothing a template would write of itself
 USER_TEXT = "U_USER_MSG Hello END_U"
 ANSWER_TEXT = "A_ASST_MSG I can help END_A"
@@ -132,13 +137,17 @@ _PROBE_CALL = {"id": "call00001", "type": "function", "function": {"name": "prob
 
 def detect_thinking(source: str | None, render: Render) -> ThinkingFormat | None:
     """The thinking format a chat template teaches, or None. `render` runs the template (in its
-    sandbox); a template that refuses the probes is judged by its source alone."""
+    sandbox) and raises ProbeFailed where the render was stopped; a template that refuses the
+    probes is judged by its source alone."""
     if not source:
         return None
     for matches, known in _BY_SOURCE:
         if matches(source):
             return known
-    found = _probe(render)
+    try:
+        found = _probe(render)
+    except ProbeFailed:  # a template that loops costs its time once, not at every probe
+        found = None
     if found is None and ("content.split('</think>')" in source or ("<think>" in source and "</think>" in source)):
         return THINK_TAGS  # old Qwen and DeepSeek R1 templates drop thoughts rather than render them
     return found
@@ -167,7 +176,9 @@ def _markers_around_thoughts(render: Render) -> tuple[str, str]:
     for messages, tools in (([user, turn], None), ([user, calling], [_PROBE_TOOL])):
         try:
             text = render(messages, False, {"enable_thinking": True}, tools)
-        except Exception:
+        except ProbeFailed:
+            raise
+        except Exception:  # a template that refuses this conversation
             continue
         if THOUGHT_TEXT in text:
             return _around(text)
@@ -191,7 +202,9 @@ def _markers_of_the_switch(render: Render) -> tuple[str, str]:
     try:
         off = render([user], True, {"enable_thinking": False}, None)
         on = render([user], True, {"enable_thinking": True}, None)
-    except Exception:
+    except ProbeFailed:
+        raise
+    except Exception:  # a template that refuses this conversation
         return "", ""
     for base, longer in ((on, off), (off, on)):
         anchor = base[-_TAIL:]

@@ -12,7 +12,7 @@ from ..events import Fault
 from ..kv.history import TokenHistory, kept_prefix
 from ..params import OverflowPolicy
 from ..sequence import Request
-from ..thinking import ThinkingFormat, detect_thinking
+from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
 from .chat_template import ChatTemplate, ChatTemplateError, Message
 
 
@@ -108,7 +108,12 @@ class PromptBuilder:
 
     def _probe_render(self, template: ChatTemplate):
         def render(messages: list[Message], add_generation_prompt: bool, kwargs: dict, tools: list | None) -> str:
-            return template.render(messages, add_generation_prompt, max_chars=1 << 16, tools=tools, kwargs=kwargs)
+            try:
+                return template.render(messages, add_generation_prompt, max_chars=1 << 16, tools=tools, kwargs=kwargs)
+            except ChatTemplateError as e:
+                if e.refused:
+                    raise
+                raise ProbeFailed(str(e)) from e  # it looped or crashed: the chat's own render says so
 
         return render
 

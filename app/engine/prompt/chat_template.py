@@ -32,7 +32,12 @@ Message = dict[str, object]  # role and content; an assistant turn may hold tool
 
 
 class ChatTemplateError(RequestError):
-    """The model's chat template failed on a conversation: it raised, or overran its budget."""
+    """The model's chat template failed on a conversation: it raised (`refused`: another conversation
+    may pass), or overran its budget or was stopped (any other render may do the same)."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 def _raise(message: str):
@@ -102,7 +107,7 @@ class ChatTemplate:
         try:
             return self._chatml.render(**variables)
         except TemplateError as e:
-            raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}") from e
+            raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}", refused=True) from e
 
     @property
     def interrupted_message(self) -> str:
@@ -128,7 +133,7 @@ class ChatTemplate:
             return answer
         words = cut(str(answer["error"]))  # the template's own, of any length: 1 KiB reaches the client
         if answer.get("kind") == "template":  # it raised: often a conversation it does not allow
-            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {words}")
+            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {words}", refused=True)
         raise ChatTemplateError(f"the chat template of {self.model} was stopped: {words}; {FALLBACK_ADVICE}")
 
     def _fall_back(self) -> None:
