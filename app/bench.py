@@ -270,7 +270,8 @@ async def _run_lane(client, lane_index, conversations, parallel, params, progres
             )
             if final.error:
                 raise RuntimeError(f"{model}: conversation {conv_index}, turn {turn}: {final.error}")
-            messages.append({"role": "assistant", "content": final.text})
+            reply = {"role": "assistant", "content": final.text}
+            messages.append(reply | ({"reasoning_content": final.reasoning} if final.reasoning else {}))
             ended = {"model": model, "finished_s": time.perf_counter() - t0}
             records.append(_request_record(conv_index, turn, conv.priority, final, history) | ended)
             # every token but the last sampled one, which was never decoded
@@ -294,8 +295,10 @@ def _request_record(conversation: int, turn: int, priority: Priority, final: Fin
         "restored_tokens": st.restored_tokens,
         "evaluated_tokens": st.evaluated_tokens,
         "gen_tokens": st.gen_tokens,
+        "reasoning_tokens": st.reasoning_tokens,  # of those, a thinking model's thoughts
         "queued_s": st.queued_s,
         "ttft_s": st.ttft_s,
+        "answer_s": st.answer_s,  # to the answer's first token, after the thoughts (NaN: no thoughts)
         "itl_p50_s": st.itl_p50_s,
         "itl_p95_s": st.itl_p95_s,
         "itl_mean_s": statistics.fmean(st.itl) if st.itl else math.nan,
@@ -339,6 +342,8 @@ def _summarise(s: BenchSettings, config: EngineConfig, records, wall, cpu_s, sna
         "wall_s": wall,
         "ttft_p50_s": percentile([r["ttft_s"] for r in records], 50),
         "ttft_p95_s": percentile([r["ttft_s"] for r in records], 95),
+        "reasoning_tokens": sum(r["reasoning_tokens"] for r in records),
+        "answer_p50_s": percentile([r["answer_s"] for r in records if not math.isnan(r["answer_s"])], 50),
         "itl_p50_s": percentile(gaps, 50),  # every gap between two tokens of one stream, pooled
         "itl_p95_s": percentile(gaps, 95),
         "ttft_p95_short_s": percentile(short, 95),

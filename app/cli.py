@@ -42,6 +42,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _budget(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError("must be -1 (no limit), 0 or more")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError('expected a JSON object such as {"enable_thinking": false}')
+    return value
+
+
 def _origin(text: str) -> str:
     """A browser origin as its Origin header says it: scheme://host[:port], no path; or * for any."""
     scheme, sep, rest = text.strip().partition("://")
@@ -227,6 +244,21 @@ def _add_serve_parser(sub) -> None:
         help="requests in flight at once, running and waiting; more get 503 (default: 4 x --parallel)",
     )
     serve.add_argument(
+        "--reasoning-format", choices=("deepseek", "auto", "none"), default="deepseek",
+        help="a thinking model's thoughts: apart, in reasoning_content (deepseek, auto), or left in the content "
+        "as written (none); a request's reasoning_format overrides it (default: deepseek)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--reasoning-budget", type=_budget, default=-1, metavar="N",
+        help="tokens a reply may think before its family's closing marker is put in and it answers: -1 no limit, "
+        "0 no thinking; a request's reasoning_budget_tokens overrides it (default: -1)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--chat-template-kwargs", type=_json_object, default={}, metavar="JSON",
+        help='more variables for every chat template, e.g. \'{"enable_thinking": false}\'; a request\'s '
+        "chat_template_kwargs go over them",
+    )  # fmt: skip
+    serve.add_argument(
         "--responses-store-mb", type=_positive, metavar="MIB",
         help="memory for the Responses API's stored responses and their conversations; beyond it the least "
         "recently used is dropped (default: 256)",
@@ -405,6 +437,7 @@ def _print_turns(run: dict) -> None:
 def _serve(args) -> int:
     from .default_model import default_model_path
     from .engine.model_file import check_gguf_file
+    from .server.protocol import Thinking
     from .server.run import serve
 
     paths = args.serve_models or [default_model_path()]
@@ -416,7 +449,14 @@ def _serve(args) -> int:
     config = config.with_(**args.engine_overrides)
     aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
     models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
-    options = {"allow_origins": args.allow_origins, "allow_hosts": args.allow_hosts, "store_mb": args.responses_store_mb}
+    budget = None if args.reasoning_budget == -1 else args.reasoning_budget
+    thinking = Thinking(args.reasoning_format != "none", budget, args.chat_template_kwargs)
+    options = {
+        "allow_origins": args.allow_origins,
+        "allow_hosts": args.allow_hosts,
+        "store_mb": args.responses_store_mb,
+        "thinking": thinking,
+    }
     return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue, **options))
 
 

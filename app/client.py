@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 
@@ -210,8 +210,13 @@ class EngineClient:
         priority: Priority = Priority.NORMAL,
         reply_prefix: Sequence[int] = (),
         model: str | None = None,
+        template_kwargs: Mapping[str, object] | None = None,
+        separate_thoughts: bool = True,
+        reasoning_budget: int | None = None,
     ) -> AsyncIterator[Event]:
         """Stream one reply of `model` (None: the default): TokenEvents, then exactly one FinishEvent.
+        A thinking model's thoughts come apart from its answer unless `separate_thoughts` is False;
+        `reasoning_budget` and `template_kwargs`: as `Request`'s.
 
         Leaving the loop early (break, an exception, the task cancelled) cancels the request, so
         its sequence never lingers in the engine. Raises EngineError if the engine is not running,
@@ -226,6 +231,9 @@ class EngineClient:
             priority=priority,
             reply_prefix=tuple(reply_prefix),
             model=model,
+            template_kwargs=template_kwargs,
+            separate_thoughts=separate_thoughts,
+            reasoning_budget=reasoning_budget,
         )
         return self._stream(request)
 

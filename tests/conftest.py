@@ -48,15 +48,28 @@ def family_models(model_path, tmp_path_factory) -> dict[str, str]:
     (random weights often make the grammar check the whole vocabulary). About a second a copy."""
     import tool_templates
 
-    folder = tmp_path_factory.mktemp("families")
-    for family, template in tool_templates.FAMILIES.items():
+    return _with_templates(model_path, tmp_path_factory.mktemp("families"), tool_templates.FAMILIES)
+
+
+@pytest.fixture(scope="session")
+def thinking_models(model_path, tmp_path_factory) -> dict[str, str]:
+    """The bundled model carrying each thinking family's chat template (think_templates.py), by family.
+    It never learnt to think: a template that opens the thoughts in its generation prompt, with a
+    reasoning budget, makes it write thoughts, then the family's closing marker, then an answer."""
+    import think_templates
+
+    return _with_templates(model_path, tmp_path_factory.mktemp("thinking"), think_templates.FAMILIES)
+
+
+def _with_templates(model_path: str, folder: Path, templates: dict[str, str]) -> dict[str, str]:
+    for family, template in templates.items():
         out = folder / f"{family}.gguf"
         subprocess.run(
             [sys.executable, "-m", "gguf.scripts.gguf_new_metadata", model_path, str(out), "--chat-template", template],
             check=True,
             capture_output=True,
         )
-    return {family: str(folder / f"{family}.gguf") for family in tool_templates.FAMILIES}
+    return {family: str(folder / f"{family}.gguf") for family in templates}
 
 
 def write_tiny_model(like: str, path: Path, *flags: str) -> str:
@@ -92,6 +105,7 @@ MODEL_FIXTURES = {
     "shared_engine",
     "served",
     "family_models",
+    "thinking_models",
 }
 
 

@@ -77,3 +77,15 @@ def test_a_chat_outgrowing_its_stream_moves_the_run_to_one_pool_and_the_json_say
     assert result["kv_layout"].endswith("tokens outgrew its stream of 1024 cells)")
     assert result["layout_changes"] == 1 and 0 < result["layout_change_s"] < result["wall_s"]
     assert [r["gen_tokens"] for r in result["requests"]] == [8, 8]
+
+
+@pytest.mark.unit
+def test_a_thinking_replys_thoughts_and_answer_time_are_counted_apart():
+    from app.bench import _request_record
+    from app.engine.events import FinishEvent, FinishReason
+    from app.engine.params import Priority
+    from app.engine.stats import RequestStats
+
+    stats = RequestStats("r", gen_tokens=20, reasoning_tokens=12, t_submit=1.0, t_first_token=1.5, t_first_answer=3.0)
+    record = _request_record(0, 0, Priority.NORMAL, FinishEvent("r", FinishReason.STOP, "4", stats, reasoning="2+2"), None)
+    assert (record["reasoning_tokens"], record["ttft_s"], record["answer_s"]) == (12, 0.5, 2.0)

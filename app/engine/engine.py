@@ -5,6 +5,7 @@ thread; everything else on the engine thread."""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -31,6 +32,7 @@ from .sequence import Request, Sequence, SequenceStatus
 from .spec.speculator import Speculator
 from .stats import RequestStats
 from .step_cost import StepCost
+from .thoughts import Thoughts
 
 Sink = Callable[[list[Event]], None]
 
@@ -109,6 +111,8 @@ class Engine:
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
         seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
+        seq.thoughts = Thoughts(prompt.thinking, prompt.opened, request.separate_thoughts, prompt.closed)
+        seq.marker_tokens, seq.close_tokens = prompt.marker_tokens, prompt.close_tokens
         self.scheduler.add(seq)
 
     def cancel(self, request_id: str) -> None:
@@ -212,6 +216,9 @@ class Engine:
                 self._take(seq, token, None, events)
                 if seq.status is SequenceStatus.FINISHED:
                     break
+        for seq in (*drawing, *plan.drafts):  # after all of a step's tokens: a draft's are taken whole
+            if seq.status is SequenceStatus.RUNNING and seq.budget_spent and (seq.grammar is None or not seq.grammar.holds):
+                self._close_thoughts(seq, time.monotonic(), events)
 
     def _fit_layout(self) -> None:
         """Move the KV layout when the chats at hand want the other one (kv/layout_move.py); a move
@@ -246,22 +253,64 @@ class Engine:
         seq.tokens.append(token)
         seq.stats.on_token(now)
         self.figures.generated += 1
-        params = seq.params
         if self.backend.vocab.is_eog(token):  # never drawn with ignore_eos: its sampler bans them
             events.append(TokenEvent(seq.request_id, "", 1, now, token))  # not part of the reply
             self._finish(seq, FinishReason.STOP, events)
             return
-        text = seq.stream.feed(self.backend.vocab.piece(token))
         first = seq.num_generated == 1  # the first token tells the prompt's cache figures
         cached, evaluated = (seq.stats.cached_tokens, seq.stats.evaluated_tokens) if first else (-1, -1)
-        events.append(TokenEvent(seq.request_id, text, 1, now, token, cached, evaluated, probs))
+        answer, reasoning, thinking = self._split(seq, self._piece(seq, token), 1, now)
+        event = TokenEvent(seq.request_id, answer, 1, now, token, cached, evaluated, probs, reasoning=reasoning, thought=thinking)
+        events.append(event)
+        self._ended(seq, events)
+
+    def _piece(self, seq: Sequence, token: int) -> bytes:
+        """A token's bytes; a control token that spells a thinking marker (gpt-oss's <|channel|>) written out."""
+        piece = self.backend.vocab.piece(token)
+        return self.backend.vocab.spell(token) if not piece and token in seq.marker_tokens else piece
+
+    def _split(self, seq: Sequence, data: bytes, n: int, now: float) -> tuple[str, str, bool]:
+        """A token's bytes as (answer, thought) text, and whether they were thoughts (counted so)."""
+        was = seq.thoughts.in_thought
+        thought, answer = seq.thoughts.feed(seq.stream.feed(data))
+        thinking = was or seq.thoughts.in_thought
+        if thinking:
+            seq.stats.reasoning_tokens += n
+        elif answer and seq.stats.reasoning_tokens and math.isnan(seq.stats.t_first_answer):
+            seq.stats.t_first_answer = now
+        return answer, thought, thinking
+
+    def _close_thoughts(self, seq: Sequence, now: float, events: list[Event]) -> None:
+        """The reasoning budget ran out: the family's closing marker goes into the reply, as tokens the
+        next step reads as it reads a prompt's, and the answer follows (llama.cpp forces the same
+        tokens, one draw at a time)."""
+        seq.thoughts_closed = True
+        for token in seq.close_tokens:
+            seq.tokens.append(token)
+            if seq.sampler is not None:
+                self.backend.samplers.accept(seq.sampler, token)
+            self.drawer.refusal(seq, token)  # a lazy grammar reads the marker's text as the reply's
+        n = len(seq.close_tokens)
+        seq.stats.on_inserted(n, now)
+        self.figures.generated += n
+        data = b"".join(self._piece(seq, token) for token in seq.close_tokens)
+        answer, thought, _ = self._split(seq, data, 0, now)
+        seq.stats.reasoning_tokens += n
+        events.append(TokenEvent(seq.request_id, answer, n, now, reasoning=thought, thought=True))
+        self._ended(seq, events)
+
+    def _ended(self, seq: Sequence, events: list[Event]) -> bool:
+        """End the reply where a stop string, its max tokens or the context say so."""
         if seq.stream.stopped:
             self._finish(seq, FinishReason.STOP, events)
-        elif seq.num_generated >= params.max_tokens:
+        elif seq.num_generated >= seq.params.max_tokens:
             self._finish(seq, FinishReason.LENGTH, events)
         elif len(seq.tokens) >= self.n_ctx_seq:
             seq.notice = f"the context of {self.n_ctx_seq} tokens is full"
             self._finish(seq, FinishReason.CONTEXT, events)
+        else:
+            return False
+        return True
 
     def _on_decode_failure(self, rc: int, plan: StepPlan, events: list[Event]) -> None:
         # llama.cpp rolled the batch back; with more room the next step tries again
@@ -276,9 +325,11 @@ class Engine:
         self, seq: Sequence, reason: FinishReason, events: list[Event], error: str | None = None, fault: Fault | None = None
     ):
         if reason is not FinishReason.ERROR:
-            tail = seq.stream.finish()
-            if tail:
-                events.append(TokenEvent(seq.request_id, tail, 0, time.monotonic()))
+            thought, answer = seq.thoughts.feed(seq.stream.finish())
+            last_thought, last_answer = seq.thoughts.finish()
+            thought, answer = thought + last_thought, answer + last_answer
+            if thought or answer:
+                events.append(TokenEvent(seq.request_id, answer, 0, time.monotonic(), reasoning=thought))
         self.scheduler.finish(seq)
         if seq.sampler is not None:
             self.backend.samplers.free(seq.sampler)
@@ -289,7 +340,10 @@ class Engine:
         if seq.request.conversation_id is not None:
             self.history.remember(seq.request.conversation_id, seq.tokens)
         fault = fault if reason is FinishReason.ERROR else None
-        events.append(FinishEvent(seq.request_id, reason, seq.stream.text, seq.stats, error, seq.notice, self.name, fault))
+        reply = seq.thoughts
+        events.append(
+            FinishEvent(seq.request_id, reason, reply.answer, seq.stats, error, seq.notice, self.name, fault, reply.reasoning)
+        )
 
     def _emit(self, events: list[Event]) -> None:
         """Publish the figures (once a step) and hand the events to the client."""

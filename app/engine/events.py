@@ -39,18 +39,23 @@ class TokenEvent:
     cached: int = -1
     evaluated: int = -1
     probs: TokenProbs | None = None  # how likely the token was, when the request asked (n_probs)
+    # a chat's thoughts: what this token adds to them (`text` is the answer's part), when its model
+    # thinks and its request keeps them apart (Request.separate_thoughts)
+    reasoning: str = ""
+    thought: bool = False  # the token was one of its thoughts (counted in RequestStats.reasoning_tokens)
 
 
 @dataclass(frozen=True, slots=True)
 class FinishEvent:
     request_id: str
     reason: FinishReason
-    text: str  # the whole reply
+    text: str  # the whole reply (its answer, where its thoughts are kept apart)
     stats: RequestStats
     error: str | None = None  # why, when reason is ERROR
     notice: str | None = None  # something the user should know (e.g. old turns were dropped)
     model: str | None = None  # the name of the model that served it (None: not said)
     fault: Fault | None = None  # whose fault, when reason is ERROR (None: not said, taken as INTERNAL)
+    reasoning: str = ""  # the whole reply's thoughts, when kept apart from its answer (`text`)
 
     @property
     def ok(self) -> bool:

@@ -5,6 +5,7 @@ and how many of its tokens the slot holds, the engine its tokens and its samplin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -13,6 +14,7 @@ from .sampling.draw import Draw
 from .sampling.params import SamplingParams
 from .stats import RequestStats
 from .text_stream import TextStream
+from .thoughts import Thoughts
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,13 @@ class Request:
     reply_prefix: tuple[int, ...] = ()
     model: str | None = None  # the name of the loaded model that serves it (None: the default model)
     builtin_template: bool = False  # messages rendered with the built-in ChatML template, not the model's
+    # more variables for the chat template (`chat_template_kwargs`: enable_thinking, reasoning_effort, ...)
+    template_kwargs: Mapping[str, object] | None = None
+    # a chat's thoughts apart from its answer (TokenEvent.reasoning), or left in it as the model wrote them
+    # (llama-server's --reasoning-format none); where they are is known either way
+    separate_thoughts: bool = True
+    # tokens a reply may think for before its family's closing marker is put in (None: no limit)
+    reasoning_budget: int | None = None
 
 
 class SequenceStatus(Enum):
@@ -65,6 +74,27 @@ class Sequence:
         self.stats = stats
         self.arrival = arrival  # submission order, for fair queues
         self.notice: str | None = None
+        self.thoughts = Thoughts(None)  # the reply's thoughts and answer apart (set from its prompt)
+        self.marker_tokens: frozenset[int] = frozenset()  # control tokens its split must read written out
+        self.close_tokens: tuple[int, ...] = ()  # put in when its reasoning budget runs out
+        self.thoughts_closed = False  # its budget's closing marker was put in (once a reply)
+
+    @property
+    def budget_spent(self) -> bool:
+        """It is thinking, and has thought for as many tokens as its budget allows."""
+        budget = self.request.reasoning_budget
+        return (
+            budget is not None
+            and not self.thoughts_closed
+            and self.thoughts.in_thought
+            and self.stats.reasoning_tokens >= budget
+            and bool(self.close_tokens)
+        )
+
+    @property
+    def thinks_on_budget(self) -> bool:
+        """Thinking with a budget: its tokens are taken one at a time (no draft runs past the budget)."""
+        return self.request.reasoning_budget is not None and self.thoughts.in_thought
 
     @property
     def num_generated(self) -> int:

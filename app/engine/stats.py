@@ -34,6 +34,7 @@ class RequestStats:
     evaluated_tokens: int = 0  # prompt tokens computed (again, after a preemption)
     recomputed_tokens: int = 0  # of those, tokens computed once before (evicted, preempted, or sent twice)
     gen_tokens: int = 0
+    reasoning_tokens: int = 0  # of those, the reply's thoughts (its family's markers counted with them)
     drafted_tokens: int = 0  # speculative decoding: tokens guessed and verified
     accepted_tokens: int = 0  # of those, the right ones (each a token that took no step of its own)
     preemptions: int = 0
@@ -41,6 +42,7 @@ class RequestStats:
     t_admit: float = math.nan
     t_first_token: float = math.nan
     t_last_token: float = math.nan
+    t_first_answer: float = math.nan  # the first token of the answer after thoughts (NaN: no thoughts, or no answer yet)
     t_finish: float = math.nan
     itl: list[float] = field(default_factory=list)  # gaps between consecutive tokens, seconds
     # the whole conversation so far, this request included: its running KV hit rate
@@ -54,6 +56,11 @@ class RequestStats:
     @property
     def ttft_s(self) -> float:
         return self.t_first_token - self.t_submit
+
+    @property
+    def answer_s(self) -> float:
+        """From the submit to the answer's first token, after the thoughts (NaN without thoughts)."""
+        return self.t_first_answer - self.t_submit
 
     @property
     def kv_hit_rate(self) -> float:
@@ -76,6 +83,11 @@ class RequestStats:
     @property
     def itl_p95_s(self) -> float:
         return percentile(self.itl, 95)
+
+    def on_inserted(self, n: int, now: float) -> None:
+        """`n` tokens put into the reply, not drawn (a budget's closing marker): counted, no gap of their own."""
+        self.gen_tokens += n
+        self.t_last_token = now
 
     def on_token(self, now: float) -> None:
         if self.gen_tokens == 0:

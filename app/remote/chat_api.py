@@ -40,7 +40,9 @@ class ChatApi:
 
 
 def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: SamplingParams) -> dict:
-    body = {"messages": list(messages), "stream": True, "stream_options": {"include_usage": True}}
+    # role and content only: an earlier reply's thoughts are a local model's, which OpenAI's API would refuse
+    turns = [{"role": m["role"], "content": m["content"]} for m in messages]
+    body = {"messages": turns, "stream": True, "stream_options": {"include_usage": True}}
     # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
     for f in SAMPLING_FIELDS:
         value = getattr(params, f.name)
@@ -71,11 +73,21 @@ def _read_chunk(chunk, reply: _Reply) -> list[str]:
     pieces = []
     for choice in choices:
         choice = _as(choice, dict, "a choice")
-        content = _get(_get(choice, "delta", dict) or {}, "content", str)
+        delta = _get(choice, "delta", dict) or {}
+        content = _get(delta, "content", str)
+        _note_thoughts(delta, reply)
         if content:
             pieces.append(_valid_text(content))
         _note_reason(choice, reply)
     return pieces
+
+
+def _note_thoughts(part: dict, reply: _Reply) -> None:
+    """A thinking model's thoughts, apart from the content: llama-server's and vLLM's `reasoning_content`,
+    or `reasoning` (vLLM's newer name, OpenRouter's)."""
+    thought = _get(part, "reasoning_content", str) or _get(part, "reasoning", str)
+    if thought:
+        reply.thoughts.append(_valid_text(thought))
 
 
 def _read_whole(body, reply: _Reply) -> None:
@@ -86,6 +98,7 @@ def _read_whole(body, reply: _Reply) -> None:
     if message is None:
         raise RemoteError(f"the endpoint sent JSON that is not a chat completion: {_clip(body)}")
     reply.pieces.append(_valid_text(_get(message, "content", str) or ""))
+    _note_thoughts(message, reply)
     reply.stats.on_token(time.monotonic())
     _note_reason(choices[0], reply)
     reply.reason = reply.reason or FinishReason.STOP

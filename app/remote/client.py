@@ -123,8 +123,10 @@ class RemoteClient:
         error = None
         try:
             async with aclosing(self._stream(reply, messages, params)) as pieces:
-                async for piece in pieces:
-                    yield TokenEvent(request_id, piece, 1, reply.stats.t_last_token)
+                async for piece, thought in pieces:
+                    yield TokenEvent(
+                        request_id, piece, 1, reply.stats.t_last_token, reasoning=thought, thought=bool(thought) and not piece
+                    )
         except Exception as e:  # whatever the endpoint does ends this reply, never the pane
             error = None if reply.cancelled else self._reason(e)
         finally:
@@ -151,7 +153,8 @@ class RemoteClient:
 
     # -- the request ---------------------------------------------------------------------------
 
-    async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[str]:
+    async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[tuple[str, str]]:
+        """The reply's pieces as they come: (text, "") for its answer, ("", text) for a thinking model's thoughts."""
         budget = _Budget(self.endpoint, params.max_tokens, reply.stopped)
         bodies = self.api.bodies(self.endpoint, messages, params, reply.stats.conversation_id)
         async with await self._answer(reply, budget, bodies) as response:
@@ -160,17 +163,23 @@ class RemoteClient:
             await _check_status(response, budget, output_of(params))
             if response.content_type == "application/json":  # the server ignored "stream": one whole reply
                 self.api.read_whole(_parse_json(await _read_body(response, budget, self.endpoint.max_bytes)), reply)
-                yield "".join(reply.pieces)
+                yield "".join(reply.pieces), "".join(reply.thoughts)
                 return
             while raw := await _next_line(response, budget):
                 line = raw.decode("utf-8", "replace").strip()
                 if line.startswith("data:") and line[5:].strip() == "[DONE]":
                     return
-                for piece in self.api.read_line(line, reply):
+                thought_count = len(reply.thoughts)
+                pieces = self.api.read_line(line, reply)
+                for thought in reply.thoughts[thought_count:]:  # before the answer's pieces: they came first
+                    budget.spend_piece()
+                    reply.stats.on_token(time.monotonic())
+                    yield "", thought
+                for piece in pieces:
                     budget.spend_piece()
                     reply.stats.on_token(time.monotonic())
                     reply.pieces.append(piece)
-                    yield piece
+                    yield piece, ""
                 if reply.over:
                     return
         if reply.reason is None and not reply.cancelled:
@@ -223,9 +232,9 @@ class RemoteClient:
         st.t_finish = time.monotonic()
         _count_tokens(reply)
         self.conversations.add(st)
-        text = "".join(reply.pieces)
+        text, thoughts = "".join(reply.pieces), "".join(reply.thoughts)
         if reply.cancelled:
-            return FinishEvent(st.request_id, FinishReason.CANCELLED, text, st)
+            return FinishEvent(st.request_id, FinishReason.CANCELLED, text, st, reasoning=thoughts)
         if error is not None:
-            return FinishEvent(st.request_id, FinishReason.ERROR, text, st, _valid_text(error))
-        return FinishEvent(st.request_id, reply.reason or FinishReason.STOP, text, st)
+            return FinishEvent(st.request_id, FinishReason.ERROR, text, st, _valid_text(error), reasoning=thoughts)
+        return FinishEvent(st.request_id, reply.reason or FinishReason.STOP, text, st, reasoning=thoughts)

@@ -63,6 +63,7 @@ class ResponsesApi:
         if output is None:
             raise RemoteError(f"the endpoint sent JSON that is not a response: {_clip(whole)}")
         reply.pieces.append(_valid_text("".join(_texts(output))))
+        reply.thoughts.append(_valid_text("".join(_texts(output, "reasoning", "reasoning_text"))))
         reply.stats.on_token(time.monotonic())
         _end("response.incomplete" if whole.get("status") == "incomplete" else "response.completed", whole, reply)
 
@@ -119,6 +120,11 @@ def _read_event(event, reply: _Reply) -> list[str]:
     if kind == "response.output_text.delta":
         delta = _get(event, "delta", str)
         return [_valid_text(delta)] if delta else []
+    if kind == "response.reasoning_text.delta":  # a thinking model's thoughts
+        delta = _get(event, "delta", str)
+        if delta:
+            reply.thoughts.append(_valid_text(delta))
+        return []
     if kind in ("response.created", "response.in_progress"):
         reply.response_id = _get(_get(event, "response", dict) or {}, "id", str) or reply.response_id
     elif kind in ("response.completed", "response.incomplete"):
@@ -149,19 +155,21 @@ def _end(kind: str, response: dict, reply: _Reply) -> None:
             "prompt_tokens": usage.get("input_tokens"),
             "completion_tokens": usage.get("output_tokens"),
             "prompt_tokens_details": usage.get("input_tokens_details"),
+            "completion_tokens_details": usage.get("output_tokens_details"),
         }
     reply.over = True
 
 
-def _texts(output: list) -> list[str]:
+def _texts(output: list, kind: str = "message", part_kind: str = "output_text") -> list[str]:
+    """The texts of a response's items of a kind: its messages' output_text, its reasoning's reasoning_text."""
     texts = []
     for item in output:
         item = _as(item, dict, "an output item")
-        if item.get("type") != "message":
+        if item.get("type") != kind:
             continue
         for part in _get(item, "content", list) or []:
             part = _as(part, dict, "a content part")
-            if part.get("type") == "output_text":
+            if part.get("type") == part_kind:
                 texts.append(_get(part, "text", str) or "")
     return texts
 

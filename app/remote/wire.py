@@ -32,6 +32,7 @@ class _Reply:
 
     stats: RequestStats
     pieces: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)  # a thinking model's, where the server sends them apart
     reason: FinishReason | None = None
     usage: dict | None = None
     timings: dict | None = None
@@ -153,6 +154,8 @@ def _count_tokens(reply: _Reply) -> None:
     st, usage, timings = reply.stats, reply.usage or {}, reply.timings or {}
     st.prompt_tokens = _count(usage, "prompt_tokens") or 0
     st.gen_tokens = _count(usage, "completion_tokens") or st.gen_tokens
+    thought = usage.get("completion_tokens_details")
+    st.reasoning_tokens = (_count(thought, "reasoning_tokens") if isinstance(thought, dict) else None) or 0
     drafted, accepted = _count(timings, "draft_n"), _count(timings, "draft_n_accepted")
     if drafted and accepted is not None and accepted <= drafted:  # a server that drafts ahead (llama-server's figures)
         st.drafted_tokens, st.accepted_tokens = drafted, accepted

@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from app.engine.probs import MAX_TOP
 from app.engine.sampling.fields import SamplingField
@@ -24,6 +25,7 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 256  # a stop string is matched against the tail of the reply at every token
 MAX_MESSAGES = 1024  # rendering the chat template costs time in proportion to the messages
 MAX_CHOICES = 16  # n: samples of one prompt in one request
+MAX_TEMPLATE_KWARGS_CHARS = 16384  # the engine's own bound on a request's template variables
 # a whole (not streamed) reply keeps every token's rivals until it ends: about 150 bytes each, so
 # this many make some 10 MB a request; a stream sends them as they come and keeps none
 MAX_KEPT_PROBS = 65_536
@@ -40,6 +42,25 @@ class BadRequest(Exception):
         self.code = code
 
 
+# llama-server's --reasoning-format: thoughts apart in `reasoning_content`, or left in the content
+REASONING_FORMATS = {"deepseek": True, "auto": True, "deepseek-legacy": True, "none": False}
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """How a chat's reply thinks, for a model that does: its thoughts apart from its answer
+    (`reasoning_format`), how many tokens it may think (`reasoning_budget_tokens`; None: no limit)
+    and the chat template's variables (`chat_template_kwargs`, `reasoning_effort`). A server's
+    defaults are one of these; a request's fields override them."""
+
+    separate: bool = True
+    budget: int | None = None
+    template_kwargs: Mapping[str, object] = field(default_factory=dict)
+
+
+DEFAULT_THINKING = Thinking()  # a server's defaults when it is given none
+
+
 @dataclass(frozen=True)
 class Job:
     """One request for the engine: a chat (`messages`) or a plain completion (`prompt`)."""
@@ -53,6 +74,7 @@ class Job:
     n: int = 1  # choices: the prompt is read once, then sampled n ways
     post_sampling_probs: bool = False  # llama-server's: probabilities after the samplers, not log-probabilities
     tools: Tools | None = None  # the functions its reply may call (tool_calls.py)
+    thinking: Thinking = DEFAULT_THINKING  # a chat's thoughts, budget and template variables
 
     def choice_params(self, index: int) -> SamplingParams:
         """Choice `index` samples with a seed of its own (the request's seed plus the index)."""
@@ -82,9 +104,10 @@ def requested_model(body: dict) -> str | None:
     return check_text(name, "model") if name else None
 
 
-def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
+def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC, thinking: Thinking = DEFAULT_THINKING) -> Job:
     """`n_ctx_seq`: the tokens one sequence may hold (its stream, with a stream per sequence), prompt
-    and reply; `syntax`: the tool-call syntax the model's template writes (tool_syntax.py)."""
+    and reply; `syntax`: the tool-call syntax the model's template writes (tool_syntax.py);
+    `thinking`: the server's defaults for thinking models."""
     raw = get_field(body, "messages", list, None)
     if not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
@@ -97,8 +120,58 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC) -> Job:
     held, messages = with_tools(tools, grammar, messages)
     check_size(prompt_chars(messages, held), n_ctx_seq, "messages")
     params = sampling(body).with_(n_probs=_chat_probs(body), **held)
-    job = Job(params, messages=messages, conversation_id=conversation_id, tools=tools, **_streaming(body), **_choices(body))
+    thinks = parse_thinking(body, thinking)
+    job = Job(
+        params,
+        messages=messages,
+        conversation_id=conversation_id,
+        tools=tools,
+        thinking=thinks,
+        **_streaming(body),
+        **_choices(body),
+    )
     return _check_kept_probs(job, n_ctx_seq)
+
+
+def parse_thinking(body: dict, defaults: Thinking, effort: str | None = None) -> Thinking:
+    """A request's thinking fields as llama-server reads them: `reasoning_format` (none, deepseek,
+    auto), `chat_template_kwargs` (over the server's), `reasoning_effort` ("none" switches thinking
+    off; another level goes to the template), `reasoning_budget_tokens` or `thinking_budget_tokens`
+    (-1: the server's). `effort`: the Responses API's `reasoning.effort`, taken as `reasoning_effort`."""
+    name = get_field(body, "reasoning_format", str, None)
+    if name is not None and name not in REASONING_FORMATS:
+        raise BadRequest(
+            f"'reasoning_format' must be one of {', '.join(REASONING_FORMATS)}; got {shown(name)}", "reasoning_format"
+        )
+    kwargs = dict(defaults.template_kwargs) | _template_kwargs(body)
+    effort = effort if effort is not None else get_field(body, "reasoning_effort", str, None)
+    if effort == "none":
+        kwargs["enable_thinking"] = False
+        kwargs.pop("reasoning_effort", None)
+    elif effort:
+        kwargs["reasoning_effort"] = effort
+    budget = defaults.budget
+    for key in ("reasoning_budget_tokens", "thinking_budget_tokens"):
+        given = get_field(body, key, int, None)
+        if given is not None and given != -1:
+            budget = _check_range(key, given, 0, 2**31 - 1)
+            break
+    separate = defaults.separate if name is None else REASONING_FORMATS[name]
+    return Thinking(separate, budget, kwargs)
+
+
+def _template_kwargs(body: dict) -> dict:
+    kwargs = get_field(body, "chat_template_kwargs", dict, None) or {}
+    if not isinstance(kwargs.get("enable_thinking", True), bool):
+        raise BadRequest("'chat_template_kwargs.enable_thinking' must be true or false", "chat_template_kwargs")
+    taken = [k for k in ("messages", "tools", "add_generation_prompt") if k in kwargs]
+    if taken:
+        raise BadRequest(f"'chat_template_kwargs' cannot set {', '.join(taken)}: the request gives them", "chat_template_kwargs")
+    if len(json.dumps(kwargs)) > MAX_TEMPLATE_KWARGS_CHARS:
+        raise BadRequest(
+            f"'chat_template_kwargs' holds more than {MAX_TEMPLATE_KWARGS_CHARS} characters of JSON", "chat_template_kwargs"
+        )
+    return kwargs
 
 
 def chat_messages(raw: list, tools: Tools | None) -> tuple[dict, ...]:
@@ -124,7 +197,9 @@ def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, .
 
 def prompt_chars(messages: tuple[dict, ...], held: dict) -> int:
     """The characters the prompt holds: the messages, their calls and the template's tool list."""
-    return sum(len(m["content"]) + len(json.dumps(m.get("tool_calls", ""))) for m in messages) + len(held.get("tools") or "")
+    return sum(
+        len(m["content"]) + len(m.get("reasoning_content", "")) + len(json.dumps(m.get("tool_calls", ""))) for m in messages
+    ) + len(held.get("tools") or "")
 
 
 def honoured(read, *args):
@@ -251,7 +326,14 @@ def message_of(item, index: int) -> dict[str, str]:
     role = ROLES.get(given) if isinstance(given, str) else None
     if role is None:
         raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {shown(given)}", f"{where}.role")
-    return {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
+    message = {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
+    if role == "assistant":  # its thoughts, which a thinking model's template may show again
+        reasoning = item.get("reasoning_content", item.get("reasoning"))
+        if reasoning is not None and not isinstance(reasoning, str):
+            raise BadRequest(f"{where}.reasoning_content must be a string", f"{where}.reasoning_content")
+        if reasoning:
+            message["reasoning_content"] = check_text(reasoning, f"{where}.reasoning_content")
+    return message
 
 
 def native_message(item, index: int, arguments_as_text: bool = False) -> dict:

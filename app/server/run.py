@@ -11,6 +11,7 @@ from app.client import EngineClient
 from app.engine.params import EngineConfig
 from app.loopback import is_loopback
 
+from .protocol import DEFAULT_THINKING, Thinking
 from .server import ApiServer
 
 
@@ -23,12 +24,14 @@ async def serve(
     allow_origins: Sequence[str] = (),
     allow_hosts: Sequence[str] = (),
     store_mb: int | None = None,
+    thinking: Thinking = DEFAULT_THINKING,
 ) -> int:
     """Serve `models` ((settings, alias or None) each; the first is the default) until a signal.
 
     `allow_origins`: web pages' origins that may call it beside this machine's ("*": any);
     `allow_hosts`: names it answers to beside this machine's ("*": any); `store_mb`: MiB for the
-    Responses API's stored responses (None: the server's default)."""
+    Responses API's stored responses (None: the server's default); `thinking`: a thinking model's
+    defaults (the thoughts apart or not, a budget, template variables)."""
     if not api_key and not is_loopback(host):
         print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
     (config, alias), *more = models
@@ -41,7 +44,9 @@ async def serve(
         await client.close()
         raise
     store = {} if store_mb is None else {"store_bytes": store_mb * 2**20}
-    server = ApiServer(client, api_key, max_queue=max_queue, allow_origins=allow_origins, allow_hosts=allow_hosts, **store)
+    server = ApiServer(
+        client, api_key, max_queue=max_queue, allow_origins=allow_origins, allow_hosts=allow_hosts, thinking=thinking, **store
+    )
     print(client.model_info.build.summary(), file=sys.stderr)
     for name, info in client.models.items():
         print(f"{name}: {info.placement()}; pool {info.pool_reason}; layout {info.kv_layout}", file=sys.stderr)

@@ -33,7 +33,7 @@ from .api.status import health, metrics
 from .api.submit import SERVER
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
-from .protocol import BadRequest, Job
+from .protocol import DEFAULT_THINKING, BadRequest, Job, Thinking
 from .responses.store import STORE_BYTES, KeptResponses, NotFound
 from .shaping import error_body
 
@@ -64,11 +64,15 @@ class ApiServer:
         keepalive_s: float = KEEPALIVE_S,
         max_connections: int = MAX_CONNECTIONS,
         store_bytes: int = STORE_BYTES,
+        thinking: Thinking = DEFAULT_THINKING,
     ):
         """`allow_origins`: browser origins that may call the server beside loopback pages ("*": any);
         `allow_hosts`: names it answers to (its Host header) beside this machine's ("*": any);
-        `store_bytes`: memory for the Responses API's stored responses."""
+        `store_bytes`: memory for the Responses API's stored responses; `thinking`: what a chat with a
+        thinking model gets unless it says otherwise (--reasoning-format, --reasoning-budget,
+        --chat-template-kwargs)."""
         self.client = client
+        self.thinking = thinking
         self._max_queue = max_queue
         self.allow_origins = {_normal_origin(o) for o in allow_origins}
         self.allow_hosts = {_normal_host(h) for h in allow_hosts}
@@ -157,6 +161,7 @@ class ApiServer:
         if self.on_request is not None:
             self.on_request(request_id, time.monotonic())
         conversation_id = job.conversation_id if index == 0 else None
+        thinking = job.thinking
         return self.client.generate(
             job.messages,
             job.choice_params(index),
@@ -164,6 +169,9 @@ class ApiServer:
             conversation_id=conversation_id,
             request_id=request_id,
             model=model,
+            template_kwargs=thinking.template_kwargs or None,
+            separate_thoughts=thinking.separate,
+            reasoning_budget=thinking.budget,
         )
 
     def _app(self) -> web.Application:

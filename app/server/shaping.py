@@ -37,6 +37,8 @@ class Shape:
     def _choice(self, index: int, final: FinishEvent, probs: list[TokenProbs] | None) -> dict:
         if self.is_chat:
             choice = {"index": index, "message": {"role": "assistant", "content": final.text}}
+            if final.reasoning:  # a thinking model's thoughts, as llama-server and vLLM send them
+                choice["message"]["reasoning_content"] = final.reasoning
         else:
             choice = {"index": index, "text": final.text}
         choice.update(logprobs=self.logprobs(probs), finish_reason=FINISH_REASONS.get(final.reason, "stop"))
@@ -45,10 +47,21 @@ class Shape:
         return choice
 
     def chunk(
-        self, text: str | None, finish: str | None = None, first: bool = False, index: int = 0, probs=None, **extra
+        self,
+        text: str | None,
+        finish: str | None = None,
+        first: bool = False,
+        index: int = 0,
+        probs=None,
+        reasoning: str = "",
+        **extra,
     ) -> dict:
+        """A stream's chunk: `text` the answer's, `reasoning` the thoughts' (chat only: llama-server's
+        `reasoning_content` delta)."""
         if self.is_chat:
             delta = {"role": "assistant", "content": ""} if first else ({"content": text} if text else {})
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             choice = {"index": index, "delta": delta}
         else:
             choice = {"index": index, "text": text or ""}
@@ -87,11 +100,13 @@ class Shape:
 def usage(first: RequestStats, *others: RequestStats) -> dict:
     """Tokens of one request: its prompt once, the replies of every choice."""
     generated = first.gen_tokens + sum(st.gen_tokens for st in others)
+    thought = first.reasoning_tokens + sum(st.reasoning_tokens for st in others)
     return {
         "prompt_tokens": first.prompt_tokens,
         "completion_tokens": generated,
         "total_tokens": first.prompt_tokens + generated,
         "prompt_tokens_details": {"cached_tokens": first.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": thought},
     }
 
 

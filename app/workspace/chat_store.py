@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import time
 import uuid
@@ -21,11 +22,14 @@ class Chat:
     chat_id: str
     name: str
     # {"role": ..., "content": ...}; a reply cut short (stopped by an error or a kill) also has "cut": True,
-    # a reply asked for as JSON (an output format) "json": True: it is shown formatted, not later prose
+    # a reply asked for as JSON (an output format) "json": True: it is shown formatted, not later prose;
+    # a thinking model's reply its thoughts, "reasoning", and how long and how many tokens they took,
+    # "reasoning_s" and "reasoning_tokens"
     messages: list[dict] = field(default_factory=list)
     model: str = ""  # the model (file name) of the last reply
     updated: float = 0.0  # when the chat last changed, seconds since the epoch
     streaming: str | None = None  # the reply in progress, saved with the chat so a kill loses only its last seconds
+    streaming_thoughts: str = ""  # its thoughts so far
 
     @classmethod
     def new(cls, name: str) -> Chat:
@@ -36,8 +40,9 @@ class Chat:
         return sum(m["role"] == "user" for m in self.messages)
 
     def for_model(self, system_prompt: str) -> list[dict[str, str]]:
-        """What the engine gets: the system prompt first if set, then the turns (no notices)."""
-        turns = [{"role": m["role"], "content": m["content"]} for m in self.messages if m["role"] != NOTICE]
+        """What the engine gets: the system prompt first if set, then the turns (no notices), a reply's
+        thoughts as its `reasoning_content` (its template shows them again, or drops them)."""
+        turns = [_for_model(m) for m in self.messages if m["role"] != NOTICE]
         return ([{"role": "system", "content": system_prompt}] if system_prompt.strip() else []) + turns
 
     def as_text(self, system_prompt: str = "") -> str:
@@ -45,13 +50,14 @@ class Chat:
         what was written and what the model wrote, joined as they are (no notices)."""
         return system_prompt + "".join(m["content"] for m in self.messages if m["role"] != NOTICE)
 
-    def add(self, role: str, content: str, json: bool = False) -> None:
-        self.messages.append({"role": role, "content": content, "json": True} if json else {"role": role, "content": content})
+    def add(self, role: str, content: str, json: bool = False, thoughts: Thought | None = None) -> None:
+        message = {"role": role, "content": content, "json": True} if json else {"role": role, "content": content}
+        self.messages.append(message | (thoughts.fields() if thoughts else {}))
         self.touch()
 
-    def add_cut_reply(self, text: str, why: str) -> None:
+    def add_cut_reply(self, text: str, why: str, thoughts: Thought | None = None) -> None:
         """A reply that ended before its end (an error, a kill): its text, marked cut, then why."""
-        self.messages.append({"role": "assistant", "content": text, "cut": True})
+        self.messages.append({"role": "assistant", "content": text, "cut": True} | (thoughts.fields() if thoughts else {}))
         self.add(NOTICE, why)
 
     def drop_last_reply(self) -> str | None:
@@ -78,6 +84,8 @@ class Chat:
         messages = list(self.messages)
         if self.streaming is not None:
             messages.append({"role": "assistant", "content": self.streaming, "streaming": True})
+            if self.streaming_thoughts:
+                messages[-1]["reasoning"] = self.streaming_thoughts
         return {"chat_id": self.chat_id, "name": self.name, "model": self.model, "updated": self.updated, "messages": messages}
 
     @classmethod
@@ -86,15 +94,48 @@ class Chat:
         (the app was killed) comes back as a cut reply with a notice."""
         chat = cls(str(data["chat_id"]), str(data.get("name", "Chat")), model=str(data.get("model", "")))
         for m in data.get("messages", []):
-            role, content = str(m["role"]), str(m["content"])
+            role, content, thoughts = str(m["role"]), str(m["content"]), Thought.of(m)
             if m.get("streaming"):
-                chat.add_cut_reply(content, CUT_BY_EXIT)
+                chat.add_cut_reply(content, CUT_BY_EXIT, thoughts)
             elif m.get("cut"):
-                chat.messages.append({"role": role, "content": content, "cut": True})
+                chat.messages.append({"role": role, "content": content, "cut": True} | (thoughts.fields() if thoughts else {}))
             else:
-                chat.add(role, content, json=m.get("json") is True)
+                chat.add(role, content, json=m.get("json") is True, thoughts=thoughts)
         chat.updated = float(data.get("updated", 0.0))
         return chat
+
+
+@dataclass(frozen=True)
+class Thought:
+    """A reply's thoughts (a thinking model's), how long it thought and for how many tokens."""
+
+    text: str
+    seconds: float = math.nan
+    tokens: int = 0
+
+    def fields(self) -> dict:
+        """As a message holds them (none for a reply that did not think)."""
+        if not self.text:
+            return {}
+        figures = {"reasoning_s": round(self.seconds, 3)} if math.isfinite(self.seconds) else {}
+        return {"reasoning": self.text, **figures, "reasoning_tokens": self.tokens}
+
+    @classmethod
+    def of(cls, message: dict) -> Thought | None:
+        """A saved message's thoughts; None when it has none (figures of the wrong type are dropped)."""
+        text = message.get("reasoning")
+        if not isinstance(text, str) or not text:
+            return None
+        seconds, tokens = message.get("reasoning_s"), message.get("reasoning_tokens")
+        seconds = float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else math.nan
+        return cls(text, seconds, tokens if type(tokens) is int and tokens >= 0 else 0)
+
+
+def _for_model(message: dict) -> dict:
+    turn = {"role": message["role"], "content": message["content"]}
+    if message.get("reasoning"):
+        turn["reasoning_content"] = message["reasoning"]
+    return turn
 
 
 class UnreadableChat(Exception):
@@ -250,7 +291,8 @@ def to_markdown(chat: Chat) -> str:
     titles = {"user": "You", "assistant": "Assistant", "system": "System", NOTICE: "Notice"}
     parts = [f"# {chat.name}\n"]
     for m in chat.messages:
-        parts.append(f"**{titles.get(m['role'], m['role'])}:**\n\n{m['content']}\n")
+        thought = f"<details><summary>Thinking</summary>\n\n{m['reasoning']}\n\n</details>\n\n" if m.get("reasoning") else ""
+        parts.append(f"**{titles.get(m['role'], m['role'])}:**\n\n{thought}{m['content']}\n")
     return "\n".join(parts)
 
 

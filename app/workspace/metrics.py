@@ -78,6 +78,8 @@ class PaneMetrics:
     kv_hit_rate: float = math.nan
     context_tokens: int = 0
     gen_tokens: int = 0  # in the reply being generated
+    thought_tokens: int = 0  # of those, a thinking model's thoughts (the rest is its answer)
+    answer_s: float = math.nan  # the last reply's first answer token after its thoughts, less its submit (NaN: no thoughts)
     # speculative decoding, the last reply's (from its final event; 0 while a reply streams): tokens
     # guessed ahead and verified, and of those the right ones
     drafted_tokens: int = 0
@@ -130,7 +132,8 @@ class MetricsStore:
     def track(self, request_id: str, pane: str, t_submit: float) -> None:
         """Attribute a request's events to a pane (until its final event; the oldest go beyond a bound)."""
         metrics = self.add_pane(pane)
-        metrics.gen_tokens = 0
+        metrics.gen_tokens = metrics.thought_tokens = 0
+        metrics.answer_s = math.nan
         metrics.drafted_tokens = metrics.accepted_tokens = 0  # a new reply: its figures come with its end
         metrics.tokens_per_step = math.nan
         self._requests[request_id] = _Tracked(pane, t_submit, metrics.context_tokens)
@@ -167,6 +170,10 @@ class MetricsStore:
         m.last_token_t[ev.request_id] = ev.t
         m.recent_tokens.append((ev.t, ev.n_tokens))
         m.gen_tokens += ev.n_tokens
+        if ev.thought:
+            m.thought_tokens += ev.n_tokens
+        elif m.thought_tokens and math.isnan(m.answer_s) and ev.text:
+            m.answer_s = ev.t - tracked.t_submit
         m.context_tokens = tracked.base_context + m.gen_tokens
 
     @staticmethod

@@ -55,6 +55,10 @@ class PaneParams:
     remote_api: str = "chat"  # "chat": /chat/completions; "responses": /responses (continues by previous_response_id)
     output_format: str = "free"  # one of OUTPUT_FORMATS (any other, e.g. hand-edited: free)
     output_text: str = ""  # the JSON schema, the GBNF or Lark grammar or the regular expression of output_format
+    # a thinking model: whether it thinks before it answers (off: its template's `enable_thinking` false,
+    # and thoughts a template opens closed at once), and for how many tokens at most (-1: no limit)
+    think: bool = True
+    reasoning_budget: int = -1
 
     @property
     def priority(self) -> Priority:
@@ -132,6 +136,12 @@ class PaneParams:
                 raise ConstraintError(problem)
             return FormattedSampling(output=self.remote_output(), **common)
         return SamplingParams(grammar=self.grammar(), **common)
+
+    def thinking(self) -> dict:
+        """The request's thinking fields (Request's `template_kwargs` and `reasoning_budget`)."""
+        if not self.think:
+            return {"template_kwargs": {"enable_thinking": False}, "reasoning_budget": 0}
+        return {"reasoning_budget": self.reasoning_budget if self.reasoning_budget >= 0 else None}
 
     def with_(self, **changes) -> PaneParams:
         return replace(self, **changes)

@@ -8,6 +8,7 @@ here until the window takes it, so eight panes are painted in one pass), a save 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from app.engine.sampling.constraints import ConstraintError
 from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request
 
-from .chat_store import NOTICE, Chat
+from .chat_store import NOTICE, Chat, Thought
 from .evented import Signal
 from .metrics import MetricsStore
 from .pane_params import PaneParams
@@ -49,6 +50,39 @@ class Branch:
 NO_PREFIX = Branch((), "", ())
 
 
+class ThinkingClock:
+    """A reply's thinking as it streams: when its first thought came, when its answer began after
+    them, and its thought tokens (the engine's `TokenEvent.thought`)."""
+
+    def __init__(self):
+        self.t_first_thought = math.nan
+        self.t_answer = math.nan
+        self.tokens = 0
+
+    def on_token(self, event: TokenEvent) -> None:
+        if event.thought:
+            self.tokens += event.n_tokens
+            if math.isnan(self.t_first_thought):
+                self.t_first_thought = event.t
+        elif event.text and self.tokens and math.isnan(self.t_answer):
+            self.t_answer = event.t
+
+    @property
+    def is_thinking(self) -> bool:
+        return self.tokens > 0 and math.isnan(self.t_answer)
+
+    @property
+    def seconds(self) -> float:
+        """From the first thought to the answer's first text (to now while it still thinks)."""
+        if math.isnan(self.t_first_thought):
+            return math.nan
+        end = self.t_answer if not math.isnan(self.t_answer) else time.monotonic()
+        return end - self.t_first_thought
+
+    def thought(self, text: str, tokens: int | None = None) -> Thought:
+        return Thought(text, self.seconds if text else math.nan, self.tokens if tokens is None else tokens)
+
+
 class PaneSession:
     """A pane's chat, settings and draft, and its reply: at most one at a time."""
 
@@ -66,6 +100,9 @@ class PaneSession:
         self._source: ReplySource = sources.local  # where the running reply comes from
         self._received: list[str] = []  # the reply so far
         self._taken = 0  # how many of those the window has taken
+        self._thought: list[str] = []  # its thoughts so far (a thinking model's), and how many the window has taken
+        self._thought_taken = 0
+        self.thinking = ThinkingClock()  # how long the running reply thought, and for how many tokens
         self._prefix = NO_PREFIX  # what the running reply goes on from (a branch)
         self._reply_is_json = False  # the running reply was asked for as JSON: kept as a mark on it
         self._owes_end = False
@@ -109,8 +146,13 @@ class PaneSession:
 
     @property
     def streamed(self) -> str:
-        """The running reply's text so far."""
+        """The running reply's text so far (its answer, where the model thinks)."""
         return "".join(self._received)
+
+    @property
+    def streamed_thoughts(self) -> str:
+        """The running reply's thoughts so far."""
+        return "".join(self._thought)
 
     @property
     def reply_logprobs(self) -> list[float]:
@@ -189,6 +231,12 @@ class PaneSession:
         self._taken = len(self._received)
         return text
 
+    def take_thoughts(self) -> str:
+        """The thoughts streamed since the last call (take them before the text: they came first)."""
+        text = "".join(self._thought[self._thought_taken :])
+        self._thought_taken = len(self._thought)
+        return text
+
     # -- one reply -----------------------------------------------------------------------------
 
     def _start_reply(self, prefix: Branch | None = None) -> None:
@@ -216,6 +264,7 @@ class PaneSession:
             reply_prefix=self._prefix.tokens,
             model=self.model,
             builtin_template=p.builtin_template,
+            **(p.thinking() if not p.completion else {}),
             **completion,
         )
 
@@ -229,6 +278,7 @@ class PaneSession:
         final: FinishEvent | None = None
         checkpoints = self.spawn(self._checkpoints())
         self.reply_probs = list(self._prefix.probs)
+        self.thinking = ThinkingClock()
         if self._prefix.text:
             self._receive(self._prefix.text)
         try:
@@ -238,6 +288,9 @@ class PaneSession:
                     if isinstance(event, TokenEvent):
                         if event.probs is not None:
                             self.reply_probs.append(event.probs)
+                        self.thinking.on_token(event)
+                        if event.reasoning:
+                            self._receive(event.reasoning, self._thought)
                         self._receive(event.text)
                     else:
                         final = event
@@ -249,34 +302,37 @@ class PaneSession:
             checkpoints.cancel()
             self._end_reply(final)
 
-    def _receive(self, text: str) -> None:
-        if self._taken == len(self._received):  # the first text since the window last took it
+    def _receive(self, text: str, into: list[str] | None = None) -> None:
+        """Streamed text (into the answer, or the thoughts), kept until the window takes it."""
+        if self._taken == len(self._received) and self._thought_taken == len(self._thought):  # the first since the last take
             self.text_received.emit()
-        self._received.append(text)
+        (self._received if into is None else into).append(text)
 
     async def _checkpoints(self) -> None:
         """Save the reply so far with the chat (marked as streaming in its file), every CHECKPOINT_S."""
         while True:
             await asyncio.sleep(CHECKPOINT_S)
-            if self.streamed != (self.chat.streaming or ""):
-                self.chat.streaming = self.streamed
+            if self.streamed != (self.chat.streaming or "") or self.streamed_thoughts != self.chat.streaming_thoughts:
+                self.chat.streaming, self.chat.streaming_thoughts = self.streamed, self.streamed_thoughts
                 self.chat_changed.emit(self.chat)
 
     def _end_reply(self, final: FinishEvent | None) -> None:
         self._owes_end = False
-        self.chat.streaming = None
-        streamed = self.streamed
-        self._received, self._taken = [], 0
+        self.chat.streaming, self.chat.streaming_thoughts = None, ""
+        streamed, thought = self.streamed, self.thinking.thought(self.streamed_thoughts)
+        self._received, self._taken, self._thought, self._thought_taken = [], 0, [], 0
         if final is not None and final.reason is FinishReason.ERROR:
             error = final.error or "the engine could not answer"
-            if streamed.strip():  # what was streamed stays, marked as cut
-                self.chat.add_cut_reply(streamed, f"cut short: {error}")
+            if streamed.strip() or thought.text:  # what was streamed stays, marked as cut
+                self.chat.add_cut_reply(streamed, f"cut short: {error}", thought)
             else:
                 self._drop_failed_turn(error)
         else:
             text = self._prefix.text + final.text if final is not None else streamed
-            if text.strip():
-                self.chat.add("assistant", text, json=self._reply_is_json)
+            if final is not None:
+                thought = self.thinking.thought(final.reasoning, final.stats.reasoning_tokens)
+            if text.strip() or thought.text:
+                self.chat.add("assistant", text, json=self._reply_is_json, thoughts=thought)
                 if self.reply_probs:  # drawn token by token when the pane shows probabilities
                     self.turn_probs[len(self.chat.messages) - 1] = (text, self.reply_probs)
             note = final.notice if final is not None else None

@@ -159,7 +159,7 @@ def test_unsupported_fields_and_bad_requests_are_400s_naming_them(tiny_config):
         errors = []
         for fields in (
             {"tools": [{"type": "web_search"}]},
-            {"reasoning": {"effort": "high"}},
+            {"reasoning": {"effort": "high", "encrypted": True}},  # effort is honoured (thinking models'), no other field
             {"text": {"format": {"type": "xml"}}},
             {"max_output_tokens": 0},
             {"temperature": 9},

@@ -127,9 +127,9 @@ def test_text_then_a_call_in_a_family_syntax_stream_as_a_message_item_then_a_fun
     shape = ResponseShape(ResponseRequest(Job(SamplingParams(), messages=(), tools=tools), (), True, None, None, None), "m")
     text = 'Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
     items, events = StreamedItems(shape), []
-    for end in range(1, len(text)):  # a character a token
-        events += items.feed(text[:end])
-    events += items.finish(text, "completed")
+    for character in text:  # a character a token
+        events += items.feed(character)
+    events += items.finish("completed")
     added = [(e["output_index"], e["item"]["type"]) for e in events if e["type"] == "response.output_item.added"]
     assert added == [(0, "message"), (1, "function_call")]
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Let me look."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +29,13 @@ from app.workspace.workspace import DEFAULT_PANES, MAX_PANES, Workspace
 pytestmark = pytest.mark.unit
 
 
+@dataclass(frozen=True)
+class Thought:
+    """A piece of a scripted reply that is thought, not answer."""
+
+    text: str
+
+
 class ScriptedSource:
     """A ReplySource that answers each request with `script(request)`: pieces of text, then a final
     (reason, error, notice). A reply whose script says "hold" waits until it is cancelled."""
@@ -42,19 +50,24 @@ class ScriptedSource:
         self.requests.append(request)
         stop = self._cancelled.setdefault(request.request_id, asyncio.Event())
         pieces, reason, *rest = self.script(request)
-        text = ""
-        for piece in pieces:
+        text, thoughts, stats = "", "", RequestStats(request.request_id)
+        for i, piece in enumerate(pieces):
             await asyncio.sleep(0)
             if stop.is_set():
                 break
+            if isinstance(piece, Thought):  # a thinking model's thought
+                thoughts += piece.text
+                stats.reasoning_tokens += 1
+                yield self._told(TokenEvent(request.request_id, "", 1, float(i), reasoning=piece.text, thought=True))
+                continue
             text += piece
-            yield self._told(TokenEvent(request.request_id, piece, 1, 0.0))
+            yield self._told(TokenEvent(request.request_id, piece, 1, float(i)))
         if reason == "hold":
             await stop.wait()
         if stop.is_set():
             reason = FinishReason.CANCELLED
         error, notice = (rest + [None, None])[:2]
-        yield self._told(FinishEvent(request.request_id, reason, text, RequestStats(request.request_id), error, notice))
+        yield self._told(FinishEvent(request.request_id, reason, text, stats, error, notice, reasoning=thoughts))
 
     def _told(self, event):
         for listener in self._listeners:
@@ -602,3 +615,88 @@ def test_a_refused_request_from_the_engine_client_is_one_final_event(tmp_path):
 
     events = run(scenario())
     assert len(events) == 1 and events[0].reason is FinishReason.ERROR and events[0].error
+
+
+# -- thinking models -------------------------------------------------------------------------------
+
+
+def test_a_thinking_reply_keeps_its_thoughts_apart_and_gives_them_back_next_turn(tmp_path):
+    script = lambda request: ([Thought("Two and"), Thought(" two."), "Four", "."], FinishReason.STOP)  # noqa: E731
+    ws, source, *_ = make(tmp_path, script)
+    ws.restore(pane_count=1)
+    session = ws.sessions[0]
+    shown = {"thoughts": "", "text": ""}
+
+    def take():
+        shown["thoughts"] += session.take_thoughts()
+        shown["text"] += session.take_text()
+
+    session.text_received.connect(lambda: asyncio.get_running_loop().call_soon(take))  # as the window's flush, later
+
+    async def chat():
+        session.send("2+2?")
+        await settle(ws)
+        session.send("3+3?")
+        await settle(ws)
+
+    run(chat())
+    reply = session.chat.messages[1]
+    assert reply["content"] == "Four." and reply["reasoning"] == "Two and two."
+    assert reply["reasoning_tokens"] == 2 and reply["reasoning_s"] >= 0
+    assert shown["thoughts"] == "Two and two." * 2 and shown["text"].startswith("Four")  # taken apart as they streamed
+    assert source.requests[1].messages[1] == {"role": "assistant", "content": "Four.", "reasoning_content": "Two and two."}
+    assert ws.metrics.panes[session.key].thought_tokens == 2 and ws.metrics.panes[session.key].gen_tokens == 4
+    again = ChatStore(tmp_path).load(session.key)  # saved with its thoughts and figures
+    assert again.messages[1] == reply
+
+
+def test_think_off_and_a_budget_reach_the_request(tmp_path):
+    ws, source, *_ = make(tmp_path)
+    ws.restore(pane_count=1)
+    session = ws.sessions[0]
+
+    async def chat():
+        session.set_params(session.params.with_(reasoning_budget=64))
+        session.send("a")
+        await settle(ws)
+        session.set_params(session.params.with_(think=False))
+        session.send("b")
+        await settle(ws)
+        session.set_params(session.params.with_(think=True, reasoning_budget=-1))
+        session.send("c")
+        await settle(ws)
+
+    run(chat())
+    budget, off, free = source.requests
+    assert budget.reasoning_budget == 64 and budget.template_kwargs is None
+    assert off.reasoning_budget == 0 and off.template_kwargs == {"enable_thinking": False}
+    assert free.reasoning_budget is None and free.template_kwargs is None
+
+
+def test_a_chat_file_keeps_a_replys_thoughts_and_exports_them(tmp_path):
+    from app.workspace.chat_store import Thought as Thoughts
+    from app.workspace.chat_store import to_markdown
+
+    chat = Chat.new("Sums")
+    chat.add("user", "2+2?")
+    chat.add("assistant", "Four.", thoughts=Thoughts("Two and two.", 1.25, 7))
+    chat.add("assistant", "No thoughts.", thoughts=Thoughts(""))
+    store = ChatStore(tmp_path)
+    store.save(chat)
+    again = store.load(chat.chat_id)
+    assert again.messages[1] == {
+        "role": "assistant",
+        "content": "Four.",
+        "reasoning": "Two and two.",
+        "reasoning_s": 1.25,
+        "reasoning_tokens": 7,
+    }
+    assert again.messages[2] == {"role": "assistant", "content": "No thoughts."}
+    assert again.for_model("")[1] == {"role": "assistant", "content": "Four.", "reasoning_content": "Two and two."}
+    assert "<details><summary>Thinking</summary>\n\nTwo and two.\n\n</details>" in to_markdown(again)
+    # figures of the wrong type in a hand-edited file are dropped, the thoughts kept
+    data = json.loads(store.path(chat.chat_id).read_text())
+    data["messages"][1] |= {"reasoning_s": "slow", "reasoning_tokens": -3}
+    store.path(chat.chat_id).write_text(json.dumps(data))
+    kept = store.load(chat.chat_id).messages[1]
+    assert kept == {"role": "assistant", "content": "Four.", "reasoning": "Two and two.", "reasoning_tokens": 0}

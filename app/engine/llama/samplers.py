@@ -88,6 +88,10 @@ class Samplers:
     def sample(self, sampler, row: int) -> int:
         return ll.llama_sampler_sample(sampler, self.ctx, row)
 
+    def accept(self, sampler, token: int) -> None:
+        """A token put into the reply without a draw (a budget's closing marker): its penalties see it."""
+        ll.llama_sampler_accept(sampler, token)
+
     def top_tokens(self, rows: list[int]) -> list[int]:
         """The top-logit token of each batch row in `rows` (greedy, as llama.cpp's greedy sampler: the
         first of equals), from one view of the last decode's logits: no pass over the vocabulary per

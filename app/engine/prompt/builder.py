@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from ..events import Fault
 from ..kv.history import TokenHistory, kept_prefix
 from ..params import OverflowPolicy
 from ..sequence import Request
+from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
 from .chat_template import ChatTemplate, ChatTemplateError, Message
 
 
@@ -24,6 +26,11 @@ class Prompt:
     fault: Fault = Fault.REQUEST  # whose fault the error is
     stop: tuple[str, ...] = ()  # texts that end the reply besides the request's own stop strings
     grammar: object | None = None  # the request's constraint (llama/constraint.py's Constraint), compiled here
+    thinking: ThinkingFormat | None = None  # how the reply marks its thoughts (a chat whose template thinks)
+    opened: bool = False  # the prompt leaves the reply inside its thoughts
+    closed: bool = False  # the prompt closed them before they began: the answer comes
+    marker_tokens: frozenset[int] = frozenset()  # control tokens that spell a marker: the reply's split reads them
+    close_tokens: tuple[int, ...] = ()  # what a reasoning budget puts in to end the thoughts
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
@@ -57,6 +64,9 @@ class PromptBuilder:
         self._spell = spell
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
         self._interrupted = False  # the request being prepared was cancelled: render no more for it
+        self._tail = ""  # the end of the last prompt rendered: does it open the reply's thoughts?
+        self._thinking: dict[int, ThinkingFormat | None] = {}  # by template, found at its first chat
+        self._marker_tokens: dict[ThinkingFormat, tuple[frozenset[int], tuple[int, ...]]] = {}
 
     def interrupt(self) -> None:
         """The request being prepared was cancelled (from any thread): a render of the model's chat
@@ -80,7 +90,65 @@ class PromptBuilder:
             return Prompt([], error=str(e))
         except Exception as e:  # a request must never take an engine thread down with it
             return Prompt([], error=f"internal error while reading the request: {e!r}", fault=Fault.INTERNAL)
-        return Prompt(tokens, notice, stop=self.template_for(request).stop_strings if request.messages is not None else ())
+        if request.messages is None:
+            return Prompt(tokens, notice)
+        template = self.template_for(request)
+        return self._with_thinking(Prompt(tokens, notice, stop=template.stop_strings), request, template)
+
+    def thinking_of(self, template: ChatTemplate) -> ThinkingFormat | None:
+        """How replies under `template` mark their thoughts: found by its first chat (a few renders)."""
+        key = id(template)
+        if key not in self._thinking:
+            source = None if template.is_fallback else template.source
+            found = detect_thinking(source, self._probe_render(template))
+            if self._interrupted:  # a probe was cut short: ask again at the next chat
+                raise ChatTemplateError(template.interrupted_message)
+            self._thinking[key] = None if template.is_fallback else found  # a template Jinja could not read: ChatML
+        return self._thinking[key]
+
+    def _probe_render(self, template: ChatTemplate):
+        def render(messages: list[Message], add_generation_prompt: bool, kwargs: dict, tools: list | None) -> str:
+            try:
+                return template.render(messages, add_generation_prompt, max_chars=1 << 16, tools=tools, kwargs=kwargs)
+            except ChatTemplateError as e:
+                if e.refused:
+                    raise
+                raise ProbeFailed(str(e)) from e  # it looped or crashed: the chat's own render says so
+
+        return render
+
+    def _with_thinking(self, prompt: Prompt, request: Request, template: ChatTemplate) -> Prompt:
+        """The prompt with its reply's thinking format; a budget of 0, or a grammar, closes thoughts the prompt opened."""
+        fmt = self.thinking_of(template)
+        if fmt is None:
+            return prompt
+        if fmt not in self._marker_tokens:
+            self._marker_tokens[fmt] = (self._markers_of(fmt), tuple(self._tokenize(fmt.closing, add_special=False)))
+        markers, close = self._marker_tokens[fmt]
+        opened, closed = fmt.opened_by(self._tail), fmt.closed_by(self._tail)
+        tokens = prompt.tokens
+        # no thought at all: a budget of 0, or a grammar that holds the reply from its first token
+        # (it would hold the thoughts instead of the answer)
+        held = request.params.grammar is not None and not request.params.grammar_triggers
+        if opened and (request.reasoning_budget == 0 or held) and not request.reply_prefix:
+            tokens, opened, closed = tokens + list(close), False, True
+            self._check_fits(len(tokens))
+        return dataclasses.replace(
+            prompt, tokens=tokens, thinking=fmt, opened=opened, closed=closed, marker_tokens=markers, close_tokens=close
+        )
+
+    def _markers_of(self, fmt: ThinkingFormat) -> frozenset[int]:
+        """The tokens of the format's markers that may be control tokens (a marker that is one token,
+        or a special text in a marker of several): a reply's split must read them written out."""
+        special = set(self._special_texts)
+        found = set()
+        for marker in fmt.markers:
+            tokens = self._tokenize(marker, add_special=False)
+            spelt = (self._spell(t).decode("utf-8", "replace") in special for t in tokens) if self._spell else ()
+            found.update(t for t, is_special in zip(tokens, spelt, strict=False) if is_special or len(tokens) == 1)
+            if len(tokens) == 1:
+                found.add(tokens[0])
+        return frozenset(found)
 
     def template_for(self, request: Request) -> ChatTemplate:
         return self._builtin if request.builtin_template else self._template
@@ -127,8 +195,12 @@ class PromptBuilder:
         if self._interrupted:  # cancelled between two renders (dropping turns to fit)
             raise ChatTemplateError(template.interrupted_message)
         tools = json.loads(request.params.tools) if request.params.tools else None
-        budget = self._render_budget(messages) + 2 * len(request.params.tools or "")
-        text = template.render(messages, max_chars=budget, tools=tools)
+        kwargs = dict(request.template_kwargs or {})
+        budget = self._render_budget(messages) + 2 * len(request.params.tools or "") + 2 * len(json.dumps(kwargs))
+        fmt = self.thinking_of(template) if any(m.get("reasoning_content") for m in messages) else None
+        shown = [fmt.for_template(m) for m in messages] if fmt is not None else messages
+        text = template.render(shown, max_chars=budget, tools=tools, kwargs=kwargs)
+        self._tail = text[-256:]
         if history:
             return self._encode_after(history, text)
         return self._encode(text)

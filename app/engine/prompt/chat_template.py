@@ -7,7 +7,7 @@ template, while the model goes on serving. The built-in ChatML template is ours 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -32,7 +32,12 @@ Message = dict[str, object]  # role and content; an assistant turn may hold tool
 
 
 class ChatTemplateError(RequestError):
-    """The model's chat template failed on a conversation: it raised, or overran its budget."""
+    """The model's chat template failed on a conversation: it raised (`refused`: another conversation
+    may pass), or overran its budget or was stopped (any other render may do the same)."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 def _raise(message: str):
@@ -71,15 +76,25 @@ class ChatTemplate:
         return CHATML_STOPS if self.is_fallback else ()
 
     def render(
-        self, messages: Sequence[Message], add_generation_prompt: bool = True, max_chars: int = 1 << 24, tools: list | None = None
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        max_chars: int = 1 << 24,
+        tools: list | None = None,
+        kwargs: Mapping[str, object] | None = None,
     ) -> str:
         """The prompt text; ChatTemplateError if the template raises, runs over its seconds or
-        writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders them."""
+        writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders
+        them; `kwargs`: more variables for the template (`chat_template_kwargs`: `enable_thinking`,
+        `reasoning_effort`, ...), which llama.cpp lets override the others. `enable_thinking` is true
+        unless they say otherwise, as llama.cpp renders it."""
         variables = {
             "messages": list(messages),
             "add_generation_prompt": add_generation_prompt,
             "bos_token": self._bos,
             "eos_token": self._eos,
+            "enable_thinking": True,
+            **(kwargs or {}),
         }
         if tools:  # else undefined, as with Hugging Face's renderer: templates test `if tools`
             variables["tools"] = tools
@@ -92,7 +107,7 @@ class ChatTemplate:
         try:
             return self._chatml.render(**variables)
         except TemplateError as e:
-            raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}") from e
+            raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}", refused=True) from e
 
     @property
     def interrupted_message(self) -> str:
@@ -118,7 +133,7 @@ class ChatTemplate:
             return answer
         words = cut(str(answer["error"]))  # the template's own, of any length: 1 KiB reaches the client
         if answer.get("kind") == "template":  # it raised: often a conversation it does not allow
-            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {words}")
+            raise ChatTemplateError(f"the chat template of {self.model} rejected this conversation: {words}", refused=True)
         raise ChatTemplateError(f"the chat template of {self.model} was stopped: {words}; {FALLBACK_ADVICE}")
 
     def _fall_back(self) -> None:

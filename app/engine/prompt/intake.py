@@ -4,6 +4,8 @@ constraint compiled (llguidance's matcher: not on the engine thread)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 
 from ..kv.history import TokenHistory
 from ..params import OverflowPolicy
@@ -27,7 +29,7 @@ class Intake:
         except Exception as e:  # params of the wrong shape altogether
             problem = f"the sampling parameters cannot be read: {e!r}"
         if problem is None:
-            problem = self._bad_tokens(request.reply_prefix)
+            problem = self._bad_tokens(request.reply_prefix) or thinking_problem(request)
         if problem is not None:
             return Prompt([], error=problem)
         prompt = self.prompts.prepare(request)
@@ -45,3 +47,32 @@ class Intake:
         if not isinstance(tokens, tuple) or not all(type(t) is int and 0 <= t < n_vocab for t in tokens):
             return f"reply_prefix must be token ids between 0 and {n_vocab - 1}"
         return None
+
+
+# the variables a request may not set for the template: its chat, its tools, whether it ends with the reply's opening
+RESERVED_VARIABLES = ("messages", "tools", "add_generation_prompt")
+MAX_KWARGS_CHARS = 16384
+
+
+def thinking_problem(request: Request) -> str | None:
+    """What is wrong with a request's template variables or reasoning budget, or None."""
+    budget = request.reasoning_budget
+    if budget is not None and (type(budget) is not int or budget < 0):
+        return f"the reasoning budget must be a whole number of tokens, 0 or more, or unset; got {budget!r}"
+    kwargs = request.template_kwargs
+    if kwargs is None:
+        return None
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        return "the chat template's variables must be an object of named values"
+    if not isinstance(kwargs.get("enable_thinking", True), bool):
+        return f"enable_thinking must be true or false; got {kwargs['enable_thinking']!r}"
+    taken = [k for k in RESERVED_VARIABLES if k in kwargs]
+    if taken:
+        return f"the chat template's variables cannot set {', '.join(taken)}: the request gives them"
+    try:
+        size = len(json.dumps(dict(kwargs)))
+    except (TypeError, ValueError):
+        return "the chat template's variables must be JSON values"
+    if size > MAX_KWARGS_CHARS:
+        return f"the chat template's variables take {size} characters of JSON; at most {MAX_KWARGS_CHARS}"
+    return None

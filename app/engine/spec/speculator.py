@@ -24,7 +24,9 @@ class Speculator:
     def draft(self, plan: StepPlan) -> StepPlan:
         """The plan with a draft of their next tokens for the greedy sequences decoding in it, within
         the step's token budget, their room and their reply's length."""
-        decoding = [seq for seq in plan.seqs if seq.is_decoding and greedy(seq) and seq.params.speculate]
+        decoding = [
+            seq for seq in plan.seqs if seq.is_decoding and greedy(seq) and seq.params.speculate and not seq.thinks_on_budget
+        ]
         config = self.config
         if config.spec_type is SpecType.NONE or self.backend.drafts_refused or not decoding:
             return plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.engine.events import FinishEvent, FinishReason
+from app.engine.events import FinishEvent, FinishReason, TokenEvent
 
 from ..protocol import parse_chat, parse_json, requested_model
 from ..tool_calls import reply_of
@@ -18,7 +18,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER]
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
-    job = parse_chat(body, info.n_ctx_seq, await tool_syntax(body, info))
+    job = parse_chat(body, info.n_ctx_seq, await tool_syntax(body, info), server.thinking)
     return await serve_choices(request, model, job, Choice if job.tools is None else ToolChoice)
 
 
@@ -31,12 +31,13 @@ class ToolChoice(Choice):
         self.text = ""
         self.stream = ToolStream(job.tools.syntax, job.tools.new_id)
 
-    def chunks(self, text: str) -> list[dict]:
+    def chunks(self, event: TokenEvent) -> list[dict]:
         self.reply.take_probs()
-        if not text:
-            return []
-        self.text += text
-        return self._deltas(self.stream.feed(self.text))
+        thought = [{"reasoning_content": event.reasoning}] if event.reasoning else []
+        if not event.text:
+            return self._deltas(thought)
+        self.text += event.text
+        return self._deltas(thought + self.stream.feed(self.text))
 
     def last(self, final: FinishEvent) -> list[dict]:
         self.reply.take_probs()
@@ -48,7 +49,7 @@ class ToolChoice(Choice):
 
     def whole(self, choice: dict, final: FinishEvent) -> None:
         content, calls = reply_of(final.text, self.job.tools)
-        choice["message"]["content"] = content
+        choice["message"]["content"] = content  # its thoughts stay as Shape put them
         if calls:
             choice["message"]["tool_calls"] = calls
             if final.reason is FinishReason.STOP:

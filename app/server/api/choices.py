@@ -25,11 +25,13 @@ class Choice:
         self.reply = reply
         self.nulls = {"usage": None} if job.include_usage else {}  # with include_usage every chunk but the last says null
 
-    def chunks(self, text: str) -> list[dict]:
-        """The chunks a token's text makes; a token held back (a possible stop string) is told with the text it ends up in."""
-        if not text:
+    def chunks(self, event: TokenEvent) -> list[dict]:
+        """The chunks a token makes (its answer's text, its thoughts' as `reasoning_content`); a token
+        held back (a possible stop string) is told with the text it ends up in."""
+        if not event.text and not event.reasoning:
             return []
-        return [self.shape.chunk(text, index=self.reply.index, probs=self.reply.take_probs(), **self.nulls)]
+        probs = self.reply.take_probs()
+        return [self.shape.chunk(event.text, index=self.reply.index, probs=probs, reasoning=event.reasoning, **self.nulls)]
 
     def last(self, final: FinishEvent) -> list[dict]:
         """The chunks that end the choice: its finish reason, timings and any probabilities not yet sent."""
@@ -78,7 +80,7 @@ async def _chunks(shape: Shape, job: Job, choices: list[Choice]) -> AsyncIterato
     async with aclosing(merged([choice.reply for choice in choices])) as events:
         async for reply, event in events:
             if isinstance(event, TokenEvent):
-                chunks = choices[reply.index].chunks(event.text)
+                chunks = choices[reply.index].chunks(event)
             elif event.ok:
                 chunks = choices[reply.index].last(event)
                 finals[reply.index] = event

@@ -24,7 +24,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER]
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
-    asked = parse_response(body, info.n_ctx_seq, server.responses, await tool_syntax(body, info))
+    asked = parse_response(body, info.n_ctx_seq, server.responses, await tool_syntax(body, info), server.thinking)
     shape = ResponseShape(asked, model)
     with server.admit(1):
         async with aclosing(server.submit(asked.job, model)) as stream:
@@ -49,32 +49,25 @@ def _finish_response(server, shape: ResponseShape, final: FinishEvent, output: l
 
 
 async def _events(server, shape: ResponseShape, reply: Reply) -> AsyncIterator[bytes]:
-    """The stream's frames: the response begun, its text (or, with tools, its items) as it is
+    """The stream's frames: the response begun, its items (thoughts, text, calls) as they are
     written, then the response ended, or failed."""
     for event in shape.opening_events():
         yield sse.event(event)
-    items = StreamedItems(shape) if shape.asked.job.tools is not None else None
-    text = ""
+    items = StreamedItems(shape)
     while isinstance(final := await reply.event(), TokenEvent):
-        if not final.text:
-            continue
-        if items is None:
-            events = [shape.delta(final.text)]
-        else:
-            text += final.text
-            events = items.feed(text)
+        events = items.think(final.reasoning) if final.reasoning else []
+        if final.text:
+            events += items.feed(final.text)
         for event in events:
             yield sse.event(event)
     for event in _closing_events(server, shape, final, items):
         yield sse.event(event)
 
 
-def _closing_events(server, shape: ResponseShape, final: FinishEvent, items: StreamedItems | None) -> list[dict]:
+def _closing_events(server, shape: ResponseShape, final: FinishEvent, items: StreamedItems) -> list[dict]:
     if not final.ok:
         return shape.failure_events(refusal_body(final)[1]["error"])
-    if items is None:
-        return shape.closing_events(_finish_response(server, shape, final))
-    closing = items.finish(final.text, status_of(final))  # the last item closed before the response is
+    closing = items.finish(status_of(final))  # the last item closed before the response is
     return closing + shape.closing_events(_finish_response(server, shape, final, items.items))
 
 

@@ -63,6 +63,15 @@ def input_text(content, where: str) -> str:
     return content
 
 
+def reasoning_text(item: dict, where: str) -> str:
+    """A reasoning item given back: its thoughts' text (its content's reasoning_text parts; a summary,
+    where it has no content, stands for them)."""
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list) or not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts):
+        raise BadRequest(f"{where}: a reasoning item's content must be a list of reasoning_text parts", where)
+    return check_text("".join(p["text"] for p in parts), where)
+
+
 def call_turn(item: dict, where: str) -> dict:
     """A function_call item given back, as a chat turn's call."""
     fields = [item.get(k) for k in ("call_id", "name", "arguments")]

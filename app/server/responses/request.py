@@ -9,15 +9,18 @@ from app.engine.sampling.params import SAMPLING_FIELDS
 
 from ..output_format import text_format_grammar
 from ..protocol import (
+    DEFAULT_THINKING,
     MAX_MESSAGES,
     BadRequest,
     Job,
+    Thinking,
     chat_messages,
     check_size,
     check_text,
     get_field,
     honoured,
     message_of,
+    parse_thinking,
     prompt_chars,
     sampling,
     shown,
@@ -25,7 +28,7 @@ from ..protocol import (
 )
 from ..tool_calls import parse_tools
 from ..tool_syntax import GENERIC, Syntax
-from .items import call_output, call_turn, chat_tools, input_text, tool_echo
+from .items import call_output, call_turn, chat_tools, input_text, reasoning_text, tool_echo
 from .store import KeptResponses, NotFound
 
 # OpenAI's rules for `metadata`
@@ -39,6 +42,9 @@ FORMAT_FIELDS = ("type", "name", "description", "schema", "strict")
 SAMPLING_KEYS = (*(name for f in SAMPLING_FIELDS if f.name != "max_tokens" for name in f.api), "seed")
 HONOURED = {"model", "input", "instructions", "max_output_tokens", "stream", "store", "previous_response_id"}
 HONOURED |= {"metadata", "user", "text", "tools", "tool_choice", "parallel_tool_calls", *SAMPLING_KEYS}
+# a thinking model's: OpenAI's `reasoning` (its effort), and llama-server's chat fields
+HONOURED |= {"reasoning", "chat_template_kwargs", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens"}
+REASONING_FIELDS = ("effort", "summary", "generate_summary", "context")
 # fields a client may send with the value that asks for nothing this server lacks (their defaults)
 NO_OPS = {
     "include": lambda v: v == [],
@@ -63,10 +69,14 @@ class ResponseRequest:
     user: str | None = None  # echoed
     text: dict = field(default_factory=lambda: TEXT)  # the format asked, echoed
     tooling: dict = field(default_factory=lambda: NO_TOOLS)  # tools, tool_choice and parallel_tool_calls, echoed
+    reasoning: dict = field(default_factory=lambda: {"effort": None, "summary": None})  # echoed
 
 
-def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses, syntax: Syntax = GENERIC) -> ResponseRequest:
-    """`syntax`: the tool-call syntax the model's template writes (tool_syntax.py)."""
+def parse_response(
+    body: dict, n_ctx_seq: int, kept: KeptResponses, syntax: Syntax = GENERIC, thinking: Thinking = DEFAULT_THINKING
+) -> ResponseRequest:
+    """`syntax`: the tool-call syntax the model's template writes (tool_syntax.py); `thinking`: the
+    server's defaults for a thinking model."""
     _refuse_unsupported(body)
     previous_id = get_field(body, "previous_response_id", str, None)
     previous = None
@@ -88,14 +98,29 @@ def parse_response(body: dict, n_ctx_seq: int, kept: KeptResponses, syntax: Synt
     params = sampling(_sampling_body(body, limit)).with_(**held)
     conversation_id = previous.conversation_id if previous else f"resp-{uuid.uuid4().hex[:16]}"
     stream = get_field(body, "stream", bool, False)
-    job = Job(params, messages=messages, conversation_id=conversation_id, stream=stream, tools=tools)
+    reasoning = _reasoning(body)
+    thinks = parse_thinking(body, thinking, reasoning["effort"])
+    job = Job(params, messages=messages, conversation_id=conversation_id, stream=stream, tools=tools, thinking=thinks)
     metadata = _metadata(body)
     user = get_field(body, "user", str, None)
     store = get_field(body, "store", bool, True)
     tooling = tool_echo(body) if tools is not None else NO_TOOLS
     echoed = TEXT if text is None else {"format": {k: v for k, v in text["format"].items() if k in FORMAT_FIELDS}}
     user = None if user is None else check_text(user, "user")
-    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, user, echoed, tooling)
+    return ResponseRequest(job, turns, store, instructions, previous_id, limit, metadata, user, echoed, tooling, reasoning)
+
+
+def _reasoning(body: dict) -> dict:
+    """OpenAI's `reasoning`: its `effort` goes to the template (as `reasoning_effort`; "none" switches
+    thinking off); a summary is not made (the thoughts come whole)."""
+    reasoning = get_field(body, "reasoning", dict, {})
+    unknown = [k for k in reasoning if k not in REASONING_FIELDS]
+    if unknown:
+        raise BadRequest(f"'reasoning' takes {', '.join(REASONING_FIELDS)}; got {shown(unknown[0])}", "reasoning")
+    effort = reasoning.get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise BadRequest(f"'reasoning.effort' must be a string such as low, medium or high; got {shown(effort)}", "reasoning")
+    return {"effort": effort, "summary": None}
 
 
 def _metadata(body: dict) -> dict[str, str]:
@@ -161,8 +186,9 @@ def _sampling_body(body: dict, limit: int | None) -> dict:
 
 def _input(raw) -> tuple[dict, ...]:
     """A string (one user message) or a list of items: messages (role + content: a string or text
-    parts), function calls and their outputs; in the chat API's form, a call joining the assistant
-    turn before it."""
+    parts), a thinking model's reasoning, function calls and their outputs; in the chat API's form,
+    a call joining the assistant turn before it, a reasoning item's text the `reasoning_content` of
+    the assistant turn it comes with."""
     if isinstance(raw, str):
         if not raw:
             raise BadRequest("'input' must not be empty", "input")
@@ -172,8 +198,12 @@ def _input(raw) -> tuple[dict, ...]:
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} input items in one request; got {len(raw)}", "input")
     turns: list[dict] = []
+    thoughts = ""  # reasoning items' text, for the assistant turn they come with
     for i, item in enumerate(raw):
         kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "reasoning":
+            thoughts += reasoning_text(item, f"input[{i}]")
+            continue
         if kind == "function_call":
             call = call_turn(item, f"input[{i}]")
             if turns and turns[-1]["role"] == "assistant":
@@ -189,7 +219,10 @@ def _input(raw) -> tuple[dict, ...]:
         else:
             what = shown(kind) if isinstance(item, dict) else "not an object"
             raise BadRequest(
-                f"input[{i}]: only message, function_call and function_call_output items are supported; got {what}",
+                f"input[{i}]: only message, reasoning, function_call and function_call_output items are supported; got {what}",
                 f"input[{i}]",
             )
+        if thoughts and turns[-1]["role"] == "assistant" and "reasoning_content" not in turns[-1]:
+            turns[-1] = {**turns[-1], "reasoning_content": thoughts}
+        thoughts = ""
     return tuple(turns)

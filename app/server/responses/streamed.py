@@ -1,4 +1,4 @@
-"""A reply with tools on the Responses API, streamed: its text and calls as output items and their events."""
+"""A reply on the Responses API, streamed: its thoughts, text and calls as output items and their events."""
 
 from __future__ import annotations
 
@@ -12,20 +12,36 @@ if TYPE_CHECKING:
 
 
 class StreamedItems:
-    """A reply with tools, streamed: its output items opened as ToolStream's deltas say (a message
-    for text, a function_call for each call), each closed before the next opens, as OpenAI's are."""
+    """A reply, streamed: its output items opened as it shows what they are (a reasoning item for a
+    thinking model's thoughts, a message for text, a function_call for each call, as ToolStream's
+    deltas say where there are tools), each closed before the next opens, as OpenAI's are."""
 
     def __init__(self, shape: ResponseShape):
         self.shape = shape
         tools = shape.asked.job.tools
-        self.stream = ToolStream(tools.syntax, tools.new_id)
+        self.stream = ToolStream(tools.syntax, tools.new_id) if tools is not None else None
+        self.text = ""  # the answer so far
         self.items: list[dict] = []  # the output so far; the last may still be open
         self.is_open = False
 
-    def feed(self, text: str, final: bool = False) -> list[dict]:
-        """The events for the reply's whole text so far."""
+    def think(self, text: str) -> list[dict]:
+        """The events for more of the reply's thoughts."""
         events = []
-        for delta in self.stream.feed(text, final):
+        if not (self.is_open and self.items[-1]["type"] == "reasoning"):
+            events = self._open(
+                {"id": new_item_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+            )
+        last, index = self.items[-1], len(self.items) - 1
+        last["content"] = [{"type": "reasoning_text", "text": (last["content"] or [{"text": ""}])[0]["text"] + text}]
+        return events + [self.shape.thought_delta(text, last["id"], index)]
+
+    def feed(self, text: str, final: bool = False) -> list[dict]:
+        """The events for more of the reply's answer."""
+        self.text += text
+        if self.stream is None:
+            return self._text(text) if text else []
+        events = []
+        for delta in self.stream.feed(self.text, final):
             if "content" in delta:
                 events += self._text(delta["content"])
                 continue
@@ -36,11 +52,11 @@ class StreamedItems:
                 events += self._arguments(call["function"]["arguments"])
         return events
 
-    def finish(self, text: str, status: str) -> list[dict]:
-        """The events for the reply's whole text, then its last item closed with the reply's status;
-        a reply of neither text nor calls is one empty message, as when it is not streamed."""
-        events = self.feed(text, final=True)
-        if not self.items:
+    def finish(self, status: str) -> list[dict]:
+        """The events for the rest of the reply, then its last item closed with the reply's status; a
+        reply of no text nor calls has one empty message, as when it is not streamed."""
+        events = self.feed("", final=True) if self.stream is not None else []
+        if not any(item["type"] != "reasoning" for item in self.items):
             events += self._open(self.shape.item("", "in_progress", new_item_id("msg")))
         return events + self._close(status)
 
@@ -52,6 +68,8 @@ class StreamedItems:
         self.items[-1] = item
         if item["type"] == "message":
             return self.shape.message_closed(item, index)
+        if item["type"] == "reasoning":
+            return self.shape.thoughts_closed(item, index)
         where = {"item_id": item["id"], "output_index": index}
         return [
             self.shape.event("response.function_call_arguments.done", **where, arguments=item["arguments"]),
@@ -62,16 +80,20 @@ class StreamedItems:
         events = self._close("completed")
         self.items.append(item)
         self.is_open = True
+        index = len(self.items) - 1
         if item["type"] == "message":
-            return events + self.shape.message_opened(item["id"], len(self.items) - 1)
+            return events + self.shape.message_opened(item["id"], index)
+        if item["type"] == "reasoning":
+            return events + self.shape.thoughts_opened(item["id"], index)
         # a copy: the event may go out after more of the item's arguments came
-        added = self.shape.event("response.output_item.added", output_index=len(self.items) - 1, item=dict(item))
+        added = self.shape.event("response.output_item.added", output_index=index, item=dict(item))
         return events + [added]
 
     def _text(self, text: str) -> list[dict]:
         events = []
         if not (self.is_open and self.items[-1]["type"] == "message"):
-            events = self._open(self.shape.item("", "in_progress", new_item_id("msg")))
+            item_id = self.shape.item_id if not self.items else new_item_id("msg")  # as the whole response names it
+            events = self._open(self.shape.item("", "in_progress", item_id))
         last = self.items[-1]
         last["content"] = [{**last["content"][0], "text": last["content"][0]["text"] + text}]
         return events + [self.shape.delta(text, last["id"], len(self.items) - 1)]

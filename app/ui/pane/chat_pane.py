@@ -45,7 +45,9 @@ READOUT_LEGEND = (
     "KV hit: the chat's prompt found in the KV cache; after a broadcast the pane that computed the\n"
     "shared prompt reads 0%, the panes that reused its cells read high\nctx: tokens in context\n"
     "drafts: of the tokens the last reply drafted ahead (speculative decoding), the share accepted\n"
-    "tok/step: the tokens the last reply got per decode step (1 without drafts)"
+    "tok/step: the tokens the last reply got per decode step (1 without drafts)\n"
+    "think / answer: a thinking model's reply, its tokens of thoughts and of answer;\n"
+    "answer at: the time to the answer's first token, after the thoughts"
 )
 
 
@@ -287,6 +289,15 @@ class ChatPane(QFrame):
         hit = "–" if math.isnan(m.kv_hit_rate) else f"{100 * m.kv_hit_rate:.0f}%"
         rate = f"{m.tok_s:.0f} tok/s"
         whole = f"{rate} · TTFT {ttft} · KV hit {hit} · ctx {m.context_tokens}"
+        thinking = ()
+        if m.thought_tokens:  # the reply thinks: its thoughts and its answer counted apart
+            answer_at = "–" if math.isnan(m.answer_s) else f"{m.answer_s:.1f} s"
+            split = f"think {m.thought_tokens} / answer {m.gen_tokens - m.thought_tokens} tok"
+            thinking = (
+                f"{whole} · {split} · answer at {answer_at}",
+                f"{rate} · TTFT {ttft} · {split} · answer at {answer_at}",
+                f"{rate} · {split}",
+            )
         if m.drafted_tokens:  # the last reply drafted: how much of it was right (none drafted: not said)
             share = f"{100 * m.draft_acceptance:.0f}%"
             drafts = (
@@ -298,6 +309,7 @@ class ChatPane(QFrame):
         else:
             drafts = ()
         self.readout.setText(
+            *thinking,
             *drafts,
             whole,
             f"{rate} · {ttft} · hit {hit}",  # narrow panes: the figures that tell most, first
@@ -373,9 +385,16 @@ class ChatPane(QFrame):
         menu.popup(QCursor.pos())
 
     def flush(self) -> None:
-        """Show the text received since the last flush (the window calls this for every pane at once)."""
+        """Show the text received since the last flush (the window calls this for every pane at once):
+        a thinking model's thoughts first, then its answer, which folds the thoughts away."""
+        thoughts = self.session.take_thoughts()
+        if thoughts:
+            self.transcript.append_thoughts(thoughts)
         text = self.session.take_text()
         if text:
+            if self.transcript.is_thinking:
+                clock = self.session.thinking
+                self.transcript.end_thoughts(clock.seconds, clock.tokens)
             self.transcript.append_reply(text)
 
     def _set_busy(self, busy: bool) -> None:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSlider,
+    QSpinBox,
     QWidget,
 )
 
@@ -81,6 +82,11 @@ CHECKED = {  # what a format that passed the check is, for the local engine
     "regex": "regular expression compiled by llguidance",
 }
 LOADED_AS = {".gbnf": "grammar", ".lark": "lark", ".regex": "regex"}  # a file's format by its suffix; else a schema
+MAX_BUDGET = 131072  # thinking tokens at most: more than any context holds
+BUDGET_TIP = (
+    "How many tokens a thinking model may think before its family's closing marker is put in\n"
+    "and it answers (llama-server's --reasoning-budget); no limit: it thinks as long as it likes."
+)
 CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
 LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
 
@@ -115,6 +121,12 @@ SWITCHES = (
         "Where the engine speculates (Engine panel: Speculative decoding), a greedy reply guesses\n"
         "its next tokens from the chat and checks them in the same step: the same reply, sooner\n"
         "when it quotes the chat. Off: this pane never drafts.",
+    ),
+    Switch(
+        "think", "Think (a thinking model)",
+        "A model that thinks before it answers (its chat template tells: DeepSeek R1, Qwen3, gpt-oss...)\n"
+        "shows its thoughts folded above the answer. Off: its template's enable_thinking is false, and\n"
+        "thoughts the template opens are closed at once, so it answers straight away.",
     ),
 )  # fmt: skip
 
@@ -159,9 +171,17 @@ class PaneParamsEditor(QWidget):
         self.switches: dict[str, QCheckBox] = {}
         for switch in SWITCHES:
             box = self.switches[switch.name] = QCheckBox(switch.label, toolTip=switch.what)
-            box.toggled.connect(lambda on, name=switch.name: self._update(**{name: on}))
+            box.toggled.connect(lambda on, name=switch.name: self._on_switch(name, on))
             form.addRow("", box)
-        self.high_priority, self.show_probs, self.completion, self.builtin_template, self.draft_ahead = self.switches.values()
+        self.high_priority, self.show_probs, self.completion, self.builtin_template, self.draft_ahead, self.think = (
+            self.switches.values()
+        )
+        self.budget_spin = QSpinBox(toolTip=BUDGET_TIP)
+        self.budget_spin.setRange(-1, MAX_BUDGET)
+        self.budget_spin.setSpecialValueText("no limit")  # shown for -1
+        self.budget_spin.setSuffix(" tokens")
+        self.budget_spin.valueChanged.connect(lambda value: self._update(reasoning_budget=value))
+        form.addRow("Thinking budget", self.budget_spin)
         self.switch_labels = {switch.name: switch.label for switch in SWITCHES}
         self._engine_drafts = True  # whether the engine speculates: Draft ahead means something only then
         self._output_rows(form)
@@ -193,6 +213,10 @@ class PaneParamsEditor(QWidget):
             box.setChecked(getattr(params, name))
             box.blockSignals(False)
         self._show_draft_switch()
+        self.budget_spin.blockSignals(True)
+        self.budget_spin.setValue(max(params.reasoning_budget, -1))
+        self.budget_spin.blockSignals(False)
+        self.budget_spin.setEnabled(params.think)
         for name, edit in self.endpoint_edits.items():
             edit.setText(getattr(params, name))
         self.api_combo.blockSignals(True)
@@ -385,6 +409,11 @@ class PaneParamsEditor(QWidget):
     def _on_slider(self, spec: SliderSpec, position: int) -> None:
         self._update(**{spec.name: spec.to_value(position)})
         self._show_value(spec)
+
+    def _on_switch(self, name: str, on: bool) -> None:
+        self._update(**{name: on})
+        if name == "think":
+            self.budget_spin.setEnabled(on)  # a budget means something only while the model thinks
 
     def _on_seed(self) -> None:
         text = self.seed_edit.text().strip()

@@ -4,7 +4,9 @@ stream, the user's messages as typed; a Copy link on each message and each code 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import html
+import math
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
@@ -31,6 +33,38 @@ from .markdown_render import COPY, PARAGRAPH_MARGIN, code_bar_format, code_from,
 from .token_view import rivals_html, token_at, tokens_html
 
 OPENED_SCHEMES = ("http", "https", "mailto")  # links in a reply that open; any other is copied
+FOLD = "fold"  # the scheme of a reply's thoughts' fold link: fold:thoughts/<turn>
+THINKING = "Thinking…"
+
+
+def thoughts_label(seconds: float, tokens: int) -> str:
+    """What a folded thought says of itself: how long and how many tokens it took."""
+    took = f" for {seconds:.1f} s" if math.isfinite(seconds) else ""
+    return f"Thought{took} · {tokens} tokens" if tokens else f"Thought{took}"
+
+
+def _insert_thoughts(cursor: QTextCursor, index: int, text: str, label: str, is_open: bool, colours: theme.Theme) -> None:
+    """A reply's thoughts in the cursor's (empty) block: a fold link (▸ folded, ▾ open) saying `label`,
+    and when open the thoughts, muted, in a block of their own; the cursor ends in the last block."""
+    muted = theme.blend(colours.text, colours.base, 0.45)
+    arrow = "▾" if is_open else "▸"
+    link = (
+        f'<a href="{FOLD}:thoughts/{index}" style="color:{muted.name()}; text-decoration:none;">{arrow} {html.escape(label)}</a>'
+    )
+    cursor.insertHtml(link)
+    if not is_open:
+        return
+    block = QTextBlockFormat()
+    block.setLeftMargin(12)
+    cursor.insertBlock(block, _thought_format(colours))
+    cursor.insertText(text.strip("\n"), _thought_format(colours))
+
+
+def _thought_format(colours: theme.Theme) -> QTextCharFormat:
+    fmt = QTextCharFormat()
+    fmt.setForeground(theme.blend(colours.text, colours.base, 0.45))
+    fmt.setFontItalic(True)
+    return fmt
 
 
 def message_html(role: str, text: str, index: int) -> str:
@@ -80,6 +114,9 @@ class StreamingReply:
     markdown: MarkdownStream = field(default_factory=MarkdownStream)
     tail_format: QTextCharFormat = field(default_factory=QTextCharFormat)  # plain, or monospace in a code block
     width: int = 0  # the width the tail's lines were split at
+    thoughts: list[str] = field(default_factory=list)  # a thinking model's, streamed before its answer
+    thinking: bool = False  # its thoughts stream now: the answer has not begun
+    thought_label: str = ""  # its folded thoughts' label, once the answer began
 
     @classmethod
     def at_position(cls, end: QTextCursor, start: int, tail_start: int) -> StreamingReply:
@@ -95,6 +132,12 @@ class StreamingReply:
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    @property
+    def finished_markdown(self) -> str:
+        """The answer's Markdown before its tail: its blocks already rendered."""
+        text = self.text
+        return text[: len(text) - len(self.markdown.tail)]
 
 
 class Transcript(QTextBrowser):
@@ -118,6 +161,8 @@ class Transcript(QTextBrowser):
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
         self.context_menu: QMenu | None = None  # the last one shown
+        self.open_thoughts: set[int] = set()  # the turns whose thoughts are unfolded
+        self._messages: list[dict] = []  # the chat last shown, to show again when a fold opens or closes
         self._reply: StreamingReply | None = None  # from begin_reply until the chat with it is shown
         # Qt hands the scroll area its viewport's resizes, also when the scroll bar comes and goes
         # in the middle of an insert: the new layout waits for the event loop
@@ -135,6 +180,7 @@ class Transcript(QTextBrowser):
         if self._reply is not None:  # the streamed reply gives way to its rendered form
             self._remove_reply()
             self._reply = None
+        self._messages = list(messages)
         shown = [m for m in messages if m["role"] != "system"]
         turns = [(m["role"], m["content"]) for m in shown]
         if turns[: len(self._shown)] != self._shown:
@@ -143,19 +189,22 @@ class Transcript(QTextBrowser):
             # a cleared chat or a regenerated reply: drop the token views of turns it no longer has
             self.token_probs = {i: drawn for i, drawn in self.token_probs.items() if i < len(turns) and turns[i][1] == drawn[0]}
         for number, turn in enumerate(turns[len(self._shown) :], len(self._shown)):
+            cut = None
             if shown[number].get("json") and not self.completion:  # asked for as JSON, whatever the format is now
                 after = turns[number + 1] if number + 1 < len(turns) else ("", "")
                 cut = after[0] == NOTICE and after[1].startswith(LENGTH_NOTE)
-                turn = (turn[0], turn[1], cut)
             flows_on = self.completion and turn[0] != NOTICE and (not self._shown or self._shown[-1][0] != NOTICE)
             cursor = self._end() if flows_on else self._new_block()  # one text: what follows goes on in its line
             self._starts.append(cursor.position())
-            self._insert_turn(cursor, *turn)
-            self._shown.append(turn[:2])
+            self._insert_turn(cursor, *turn, cut, shown[number])
+            self._shown.append(turn)
         self._scroll_to_end()
 
-    def _insert_turn(self, cursor: QTextCursor, role: str, text: str, cut: bool | None = None) -> None:
-        """`cut`: for a JSON reply (None: not one), whether max tokens cut it."""
+    def _insert_turn(
+        self, cursor: QTextCursor, role: str, text: str, cut: bool | None = None, message: dict | None = None
+    ) -> None:
+        """`cut`: for a JSON reply (None: not one), whether max tokens cut it; `message`: the turn as
+        the chat holds it (a reply's thoughts)."""
         index, colours = len(self._shown), theme.current()
         if self.completion and role != NOTICE:
             cursor.insertText(text, _completion_format(role, colours))
@@ -163,13 +212,20 @@ class Transcript(QTextBrowser):
             cursor.insertHtml(message_html(role, text, index))
         else:
             _insert_assistant_heading(cursor, index, colours)
+            message = message or {}
+            if message.get("reasoning"):
+                cursor.insertBlock(QTextBlockFormat())
+                label = thoughts_label(message.get("reasoning_s", math.nan), message.get("reasoning_tokens", 0))
+                _insert_thoughts(cursor, index, message["reasoning"], label, index in self.open_thoughts, colours)
+                if not text:
+                    return
             drawn = self.token_probs.get(index)
             if self.show_probs and drawn is not None and drawn[0] == text:
                 cursor.insertBlock(QTextBlockFormat())
                 cursor.insertHtml(tokens_html(index, drawn[1], colours, text))
             else:
                 markdown = text if cut is None else json_reply(text, cut)
-                cursor.insertFragment(markdown_fragment(markdown, colours, under_name=True))
+                cursor.insertFragment(markdown_fragment(markdown, colours, under_name=not message.get("reasoning")))
 
     def redraw(self, messages: list[dict[str, str]]) -> None:
         """Show `messages` afresh (after the token view was turned on or off)."""
@@ -192,6 +248,81 @@ class Transcript(QTextBrowser):
         self._reply = StreamingReply.at_position(cursor, start, cursor.position())
         self._show_tail()
         self._scroll_to_end()
+
+    @property
+    def is_thinking(self) -> bool:
+        """A reply streams its thoughts, and its answer has not begun."""
+        return self._reply is not None and self._reply.thinking
+
+    def append_thoughts(self, text: str) -> None:
+        """More of the streaming reply's thoughts, shown as they come under an open fold (▾ Thinking…)."""
+        at_bottom = self._following
+        reply = self._reply
+        reply.thoughts.append(text)
+        if self.completion:
+            return  # one text: the thoughts are not shown in it
+        if not reply.thinking:
+            reply.thinking = True
+            cursor = reply.end  # the empty tail block: no answer yet
+            cursor.setBlockFormat(QTextBlockFormat())  # not the tail's paragraph margins
+            colours = theme.current()
+            _insert_thoughts(cursor, len(self._shown), "", THINKING, True, colours)
+            text = text.lstrip("\n")
+        reply.end.insertText(text, _thought_format(theme.current()))
+        _split_finished_lines(reply.end)
+        if at_bottom:
+            self._scroll_to_end()
+
+    def end_thoughts(self, seconds: float, tokens: int) -> None:
+        """The answer begins: the thoughts fold away (▸ Thought for 3.2 s · 45 tokens) unless opened."""
+        reply = self._reply
+        reply.thinking = False
+        reply.thought_label = thoughts_label(seconds, tokens)
+        self._rebuild_reply()
+
+    def _rebuild_reply(self) -> None:
+        """Lay the streaming reply out again: its heading, its thoughts (open while it thinks; then
+        folded, or open if opened), the answer's rendered blocks and its tail."""
+        reply = self._reply
+        self._remove_reply()
+        cursor = self._end()
+        colours, index = theme.current(), len(self._shown)
+        _insert_assistant_heading(cursor, index, colours)
+        if reply.thoughts:
+            cursor.insertBlock(QTextBlockFormat())
+            label = THINKING if reply.thinking else reply.thought_label
+            is_open = reply.thinking or index in self.open_thoughts
+            _insert_thoughts(cursor, index, "".join(reply.thoughts), label, is_open, colours)
+            if reply.thinking:  # more thoughts go on at their end; the answer's tail comes after them
+                reply.end, reply.tail_start = cursor, cursor.position()
+                return
+        if reply.finished_markdown.strip():
+            cursor.insertFragment(markdown_fragment(reply.finished_markdown, colours, under_name=not reply.thoughts))
+            cursor = self._end()
+        cursor.insertBlock(QTextBlockFormat())
+        reply.end, reply.tail_start = cursor, cursor.position()
+        self._show_tail()
+        if self._following:
+            self._scroll_to_end()
+
+    def toggle_thoughts(self, index: int) -> None:
+        """Open or fold the thoughts of turn `index` (the streaming reply's too)."""
+        self.open_thoughts ^= {index}
+        reply = self._reply
+        if reply is not None and index == len(self._shown):
+            if not reply.thinking:  # while it thinks they stay open; the choice holds once it answers
+                self._rebuild_reply()
+            return
+        following, value = self._following, self.verticalScrollBar().value()
+        self._reply = None  # the chat is drawn again; a reply that streams under it is laid out after it
+        self.redraw(self._messages)
+        if reply is not None:
+            cursor = self._new_block()
+            moved = StreamingReply.at_position(cursor, cursor.position(), cursor.position())
+            self._reply = dataclasses.replace(reply, at=moved.at, end=moved.end, tail_start=moved.tail_start)
+            self._rebuild_reply()
+        if not following:
+            self.verticalScrollBar().setValue(value)
 
     def append_reply(self, text: str) -> None:
         at_bottom = self._following
@@ -282,6 +413,11 @@ class Transcript(QTextBrowser):
             if self._token(where) is not None:
                 self.sigTokenClicked.emit(*where)
             return
+        if url.scheme() == FOLD:
+            _, what = _copied(url.toString())
+            if what.isdigit():
+                self.toggle_thoughts(int(what))
+            return
         if url.scheme() in OPENED_SCHEMES:
             QDesktopServices.openUrl(url)
             return
@@ -357,7 +493,11 @@ class Transcript(QTextBrowser):
     def _relayout_reply(self) -> None:
         """The tail's lines were split where the old width wrapped them: lay them out anew."""
         if self._reply is not None and not self.completion and self.viewport().width() != self._reply.width:
-            self._show_tail()
+            if self._reply.thinking:  # the thoughts' lines too
+                self._reply.width = self.viewport().width()
+                self._rebuild_reply()
+            else:
+                self._show_tail()
 
     def _remove_reply(self) -> None:
         cursor = self._end()
