@@ -107,7 +107,7 @@ class Engine:
         seq.notice = prompt.notice
         seq.grammar = prompt.grammar
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
-        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
+        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens, prompt.logit_bias)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
         self.scheduler.add(seq)
 

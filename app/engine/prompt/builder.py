@@ -24,6 +24,7 @@ class Prompt:
     fault: Fault = Fault.REQUEST  # whose fault the error is
     stop: tuple[str, ...] = ()  # texts that end the reply besides the request's own stop strings
     grammar: object | None = None  # the request's constraint (llama/constraint.py's Constraint), compiled here
+    logit_bias: tuple[tuple[int, float], ...] = ()  # the request's logit bias by token id, its texts made tokens here
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
