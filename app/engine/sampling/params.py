@@ -150,13 +150,13 @@ class SamplingParams:
         api=("mirostat_eta",), flag="--mirostat-lr", slider=Slider(0.0, 1.0, 0.01), advanced=True,
     )  # fmt: skip
     dynatemp_range: float = knob(
-        0.0, "Dynamic temperature range", 0.0, 5.0,
+        0.0, "Dynatemp range", 0.0, 5.0,
         "Dynamic temperature: each token's temperature goes from temperature - range (a sure\n"
         "next token) to temperature + range (an open one). 0 turns it off.",
         api=("dynatemp_range",), flag="--dynatemp-range", slider=Slider(0.0, 2.0, 0.05), advanced=True, neutral=0.0,
     )  # fmt: skip
     dynatemp_exponent: float = knob(
-        1.0, "Dynamic temperature exponent", 0.0, 10.0,
+        1.0, "Dynatemp exponent", 0.0, 10.0,
         "How the next token's uncertainty maps onto the dynamic temperature's range.",
         api=("dynatemp_exponent",), flag="--dynatemp-exp", slider=Slider(0.0, 5.0, 0.05), advanced=True,
     )  # fmt: skip

@@ -35,6 +35,7 @@ from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
 from app.workspace.session import Branch, PaneSession
 
+from .bias_editor import TokenReader
 from .params_editor import PaneParamsEditor
 from .readout import Readout
 from .transcript import Transcript
@@ -78,6 +79,7 @@ class ChatPane(QFrame):
         super().__init__(parent)
         self.session = session
         self.branch_menu: QMenu | None = None  # the last menu of rivals shown
+        self._reader: TokenReader | None = None  # the local model's tokenizer, for the logit bias's texts
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
         border = theme.current().border.name()
@@ -187,6 +189,15 @@ class ChatPane(QFrame):
     def show_engine_drafts(self, drafts: bool) -> None:
         self.params_editor.show_engine_drafts(drafts)
 
+    def set_token_reader(self, reader: TokenReader | None) -> None:
+        """What turns a logit bias's text into the local model's tokens (the engine client)."""
+        self._reader = reader
+        self._show_token_reader(self.params)
+
+    def _show_token_reader(self, params: PaneParams) -> None:
+        """A remote pane sends a bias's text as it is: the endpoint tokenizes it."""
+        self.params_editor.set_token_reader(None if params.endpoint() is not None else self._reader, params.model or None)
+
     def show_models(self, names: list[str]) -> None:
         """The loaded models to pick from (the first is the default); a pane whose model is gone goes
         on with the default."""
@@ -231,6 +242,7 @@ class ChatPane(QFrame):
             self._show_model(params)
             self.model_combo.blockSignals(False)
         self._show_mode(params)
+        self._show_token_reader(params)
         if not self.refusal_label.isHidden() and params.format_problem() is None:
             self.refusal_label.setVisible(False)  # the format was mended
         # the output format is not among these: it marks the replies asked for under it, not earlier ones

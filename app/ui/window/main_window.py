@@ -316,6 +316,7 @@ class MainWindow(QMainWindow):
         if self.client.models:
             pane.show_models(list(self.client.models))
         pane.show_engine_drafts(self.engine_drafts)
+        pane.set_token_reader(self.client)
         self.panes.insert(index, pane)
         self.plots.add_pane(session.key, session.colour, session.chat.name)
         self.models.name_in_plots(session)
