@@ -126,6 +126,17 @@ class AppSettings:
         """A list of paths kept a line each (a path may hold commas, which QSettings' lists split at)."""
         return [x for x in self._get(key, "", str).split("\n") if x]
 
+    # -- presets -------------------------------------------------------------------------------
+
+    @property
+    def saved_presets(self) -> str:
+        """The presets saved, as their file's JSON (app/workspace/presets.py reads it)."""
+        return self._get("presets/saved", "", str)
+
+    @saved_presets.setter
+    def saved_presets(self, text: str) -> None:
+        self._set_or_remove("presets/saved", text)
+
     # -- panes ---------------------------------------------------------------------------------
 
     def pane_params(self, chat_id: str) -> PaneParams:

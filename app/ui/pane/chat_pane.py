@@ -33,6 +33,7 @@ from app.ui import theme
 from app.ui.dialogs import export_with_dialog
 from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
+from app.workspace.presets import PresetBook
 from app.workspace.session import Branch, PaneSession
 
 from .bias_editor import TokenReader
@@ -71,6 +72,7 @@ class ChatPane(QFrame):
     sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
+    sigPresetToAll = Signal(object)  # Preset: apply it to every pane
     sigDraftChanged = Signal(object, str)  # ChatPane, the text typed and not sent
     sigExported = Signal(object)  # Path: the chat was exported there (the window says so)
     sigBranch = Signal(object, object)  # ChatPane, Branch: go on from another token in a new pane
@@ -106,6 +108,7 @@ class ChatPane(QFrame):
         self.params_editor = PaneParamsEditor(params)
         self.params_editor.sigParamsChanged.connect(self.session.set_params)
         self.params_editor.sigCopyToAll.connect(lambda: self.sigCopySettings.emit(self))
+        self.params_editor.sigPresetToAll.connect(self.sigPresetToAll)
         self._show_name(params)
         # in a pane too small for them the settings scroll, rather than push the window past the screen
         self.params_area = QScrollArea()
@@ -188,6 +191,9 @@ class ChatPane(QFrame):
 
     def show_engine_drafts(self, drafts: bool) -> None:
         self.params_editor.show_engine_drafts(drafts)
+
+    def set_presets(self, book: PresetBook) -> None:
+        self.params_editor.set_presets(book)
 
     def set_token_reader(self, reader: TokenReader | None) -> None:
         """What turns a logit bias's text into the local model's tokens (the engine client)."""

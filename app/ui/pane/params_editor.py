@@ -31,8 +31,10 @@ from app.engine.sampling.params import ADVANCED_FIELDS, BY_NAME, SLIDER_FIELDS, 
 from app.remote import Endpoint
 from app.ui import theme
 from app.workspace.pane_params import PaneParams
+from app.workspace.presets import Preset, PresetBook
 
 from .bias_editor import BiasEditor, TokenReader
+from .preset_row import PresetRow
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class PaneParamsEditor(QWidget):
 
     sigParamsChanged = Signal(object)  # PaneParams
     sigCopyToAll = Signal()
+    sigPresetToAll = Signal(object)  # a Preset for every pane
 
     def __init__(self, params: PaneParams, parent=None):
         super().__init__(parent)
@@ -146,6 +149,9 @@ class PaneParamsEditor(QWidget):
         self.seed_edit.setValidator(SeedValidator(0, 2**31 - 1))
         self.seed_edit.editingFinished.connect(self._on_seed)
         form.addRow("Seed", self.seed_edit)
+        self.preset_row = PresetRow(lambda: self._params)
+        self.preset_row.sigApply.connect(self._apply_preset)
+        form.addRow("Preset", self.preset_row)
         self._advanced_rows(form)
         self.system_edit = QPlainTextEdit()
         self.system_edit.setPlaceholderText("System prompt (optional)")
@@ -504,6 +510,15 @@ class PaneParamsEditor(QWidget):
 
     def _reset_advanced(self) -> None:
         self.set_params(self._params.with_(**{f.name: getattr(DEFAULTS, f.name) for f in ADVANCED_FIELDS}))
+
+    def _apply_preset(self, preset: Preset, to_all: bool) -> None:
+        if to_all:
+            self.sigPresetToAll.emit(preset)  # the workspace sets every pane, this one with them
+        else:
+            self.set_params(preset.applied_to(self._params))
+
+    def set_presets(self, book: PresetBook) -> None:
+        self.preset_row.set_book(book)
 
     def set_token_reader(self, reader: TokenReader | None, model: str | None = None) -> None:
         """What turns a logit bias's text into tokens: the pane's local model; None for a remote endpoint."""
