@@ -77,3 +77,23 @@ def test_a_chat_outgrowing_its_stream_moves_the_run_to_one_pool_and_the_json_say
     assert result["kv_layout"].endswith("tokens outgrew its stream of 1024 cells)")
     assert result["layout_changes"] == 1 and 0 < result["layout_change_s"] < result["wall_s"]
     assert [r["gen_tokens"] for r in result["requests"]] == [8, 8]
+
+
+@pytest.mark.unit
+def test_the_bench_takes_any_sampling_knob_by_its_api_name_and_refuses_one_out_of_range(capsys):
+    from app.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(
+        ["bench", "--sampling", "dry_multiplier=0.8", "--sampling", "samplers=edkt", "--sampling", 'logit_bias={"15": -100}']
+    )
+    assert args.sampling == [
+        ("dry_multiplier", 0.8),
+        ("samplers", ("penalties", "dry", "top_k", "temperature")),
+        ("logit_bias", ((15, -100.0),)),
+    ]
+    assert BenchSettings("m.gguf", parallel=8, sampling=(("dry_multiplier", 0.8),)).label.endswith("dry_multiplier=0.8")
+    for bad, said in (("xtc_probability=2", "'xtc_probability' must be a number between 0 and 1"), ("warp=1", "NAME one of")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["bench", "--sampling", bad])
+        assert said in capsys.readouterr().err
