@@ -118,3 +118,26 @@ def test_the_greedy_fast_path_gives_the_chain_s_reply_where_no_sampler_can_move_
     assert draw_for(keeps, in_graph=False) is Draw.ARGMAX
     fast, by_chain = replies(model_path, [(keeps, {"messages": QUESTION}), (keeps.with_(n_probs=1), {"messages": QUESTION})])
     assert fast[1] == by_chain[1]
+
+
+def test_in_the_decode_graph_a_chain_of_samplers_without_a_graph_form_is_finished_on_the_host(model_path):
+    """Backend sampling runs a chain's first samplers in the graph; DRY, XTC, typical-p and Mirostat
+    have no graph form, so llama.cpp stops there and the rest runs on the host: the replies are the
+    host chain's, token for token."""
+    asks = [
+        GREEDY.with_(max_tokens=12, xtc_probability=1.0),
+        GREEDY.with_(max_tokens=12, dry_multiplier=0.8, repeat_penalty=1.2),
+        SamplingParams(seed=5, max_tokens=12, typical_p=0.5),
+        SamplingParams(seed=5, max_tokens=12, mirostat=2),
+    ]
+
+    async def go(in_graph: bool):
+        async with Started(config(model_path).with_(backend_sampling=in_graph)) as client:
+            out = []
+            for params in asks:
+                tokens, final = await collect(client.generate(QUESTION, params))
+                assert final.error is None, final.error
+                out.append(token_ids(tokens))
+            return out
+
+    assert run(go(True)) == run(go(False))

@@ -201,11 +201,11 @@ class Samplers:
         self._attached.clear()
 
     def sampled(self, sampler, row: int) -> int:
-        """The token the graph drew at batch row `row` with `sampler` attached, which then takes it
-        into its state (penalties, the random draw) as llama_sampler_sample does."""
-        token = ll.llama_get_sampled_token_ith(self.ctx, row)
-        ll.llama_sampler_accept(sampler, token)
-        return token
+        """The token drawn at batch row `row` with `sampler` attached, which then takes it into its
+        state (penalties, the random draw). llama.cpp runs in the graph the chain's first samplers
+        that have a graph form; where one has none (DRY, XTC, top-nσ, typical-p, Mirostat), the graph
+        stops there and llama_sampler_sample runs the rest on the host, from what the graph left."""
+        return ll.llama_sampler_sample(sampler, self.ctx, row)
 
     def free(self, sampler) -> None:
         """Free a chain made by `new`, taken off the graph first."""
