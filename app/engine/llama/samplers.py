@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
 from collections import OrderedDict
 
 import llama_cpp as ll
@@ -31,9 +32,11 @@ class Samplers:
         self._logits_address, self._logits = 0, np.empty((0, 0), dtype=np.float32)
         self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
         self._token_ids = np.arange(vocab.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
-        # DRY samplers made once per setting and cloned: making one reads every token of the
-        # vocabulary for each sequence breaker (~18 ms here), a clone takes ~0.04 ms
+        # DRY samplers made once per setting, on the prompt thread (`make_dry`), and cloned for each
+        # request: making one reads every token of the vocabulary for each sequence breaker (~18 ms
+        # here for the default four), a clone takes ~0.04 ms; the lock guards the kept ones
         self._dry: OrderedDict[tuple, object] = OrderedDict()
+        self._dry_lock = threading.Lock()
 
     def new(self, params: SamplingParams, seed: int, history: list[int], logit_bias: tuple = ()):
         """A request's sampler chain as llama.cpp's common_sampler_init builds it: the logit bias
@@ -66,7 +69,7 @@ class Samplers:
                 self._n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
             )
         if name == "dry":
-            return ll.llama_sampler_clone(self._dry_made(p))
+            return self._dry_clone(p)
         if name == "top_n_sigma":
             return ll.llama_sampler_init_top_n_sigma(p.top_n_sigma)
         if name == "top_k":
@@ -82,23 +85,42 @@ class Samplers:
         assert name == "temperature", name
         return ll.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
 
-    def _dry_made(self, p: SamplingParams):
-        """The DRY sampler of `p`'s setting, made once (the last DRY_KEPT settings kept), to clone."""
-        key = (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, p.dry_sequence_breakers)
-        made = self._dry.pop(key, None)
-        if made is None:
-            breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers]
-            array = (ctypes.c_char_p * len(breakers))(*breakers)
-            made = ll.llama_sampler_init_dry(self._vocab.model_vocab, *key[:4], array, len(breakers))
-            while len(self._dry) >= DRY_KEPT:
+    def make_dry(self, p: SamplingParams) -> None:
+        """Make the DRY sampler of `p`'s setting, unless kept (any thread: the prompt thread, so that
+        the engine thread only clones it); the last DRY_KEPT settings are kept."""
+        if not p.drys:
+            return
+        key = _dry_key(p)
+        with self._dry_lock:
+            if key in self._dry:
+                return
+        breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers]
+        array = (ctypes.c_char_p * len(breakers))(*breakers)
+        made = ll.llama_sampler_init_dry(self._vocab.model_vocab, *key[:4], array, len(breakers))
+        with self._dry_lock:
+            if key in self._dry:  # made meanwhile by another
+                ll.llama_sampler_free(made)
+                return
+            self._dry[key] = made
+            while len(self._dry) > DRY_KEPT:
                 ll.llama_sampler_free(self._dry.popitem(last=False)[1])
-        self._dry[key] = made
-        return made
+
+    def _dry_clone(self, p: SamplingParams):
+        """A request's own DRY sampler: a clone of its setting's (made here if it was not kept)."""
+        key = _dry_key(p)
+        while True:
+            with self._dry_lock:
+                made = self._dry.get(key)
+                if made is not None:
+                    self._dry.move_to_end(key)
+                    return ll.llama_sampler_clone(made)
+            self.make_dry(p)
 
     def close(self) -> None:
         """Free the samplers kept to clone (the chains are freed with their sequences)."""
-        while self._dry:
-            ll.llama_sampler_free(self._dry.popitem()[1])
+        with self._dry_lock:
+            while self._dry:
+                ll.llama_sampler_free(self._dry.popitem()[1])
 
     def _draw(self, p: SamplingParams, seed: int) -> list:
         """The chain's end, which picks the token: the likeliest left, Mirostat (after the temperature,
@@ -246,6 +268,11 @@ def _runs(name: str, p: SamplingParams) -> bool:
     if name == "xtc":
         return p.xtc_probability > 0 and p.xtc_threshold <= 0.5
     return True  # the temperature: it scales, or at 0 keeps the likeliest only
+
+
+def _dry_key(p: SamplingParams) -> tuple:
+    """What a DRY sampler is made of: its multiplier, base, allowed length, window, then its breakers."""
+    return (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, p.dry_sequence_breakers)
 
 
 def _window(name: str, p: SamplingParams) -> int:

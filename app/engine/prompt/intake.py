@@ -32,6 +32,7 @@ class Intake:
         problem = problem or bias_problem
         if problem is not None:
             return Prompt([], error=problem)
+        self.backend.samplers.make_dry(request.params)  # here, not on the engine thread: it reads the whole vocabulary
         prompt = dataclasses.replace(self.prompts.prepare(request), logit_bias=logit_bias)
         if prompt.error is None and request.params.grammar is not None:
             try:  # compiled here, not on the engine thread; refused here when past llguidance's limits
