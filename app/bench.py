@@ -78,6 +78,7 @@ class BenchSettings:
     policy: Policy = Policy.DECODE_FIRST
     itl_target_ms: float | None = None  # set: the adaptive batch keeps the latency under it
     n_probs: int | None = None  # set: every token tells its probability and this many rivals'
+    sampling: tuple[tuple[str, object], ...] = ()  # more SamplingParams fields: llama.cpp's other samplers
     engine_settings: tuple[tuple[str, object], ...] = ()  # more EngineConfig fields: llama.cpp's flags
 
     @property
@@ -96,6 +97,8 @@ class BenchSettings:
             label += f", adaptive {self.itl_target_ms:.0f} ms"
         if self.n_probs is not None:
             label += f", probabilities (top {self.n_probs})"
+        if self.sampling:
+            label += ", " + " ".join(f"{name}={value}" for name, value in self.sampling)
         if self.other_models:
             label += f", {1 + len(self.other_models)} models"
         return label
@@ -205,7 +208,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
         ignore_eos=s.ignore_eos,
         repeat_penalty=1.0,
         n_probs=s.n_probs,
-    )
+    ).with_(**dict(s.sampling))
     client = EngineClient(config)
     await client.start()
     try:

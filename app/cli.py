@@ -13,6 +13,7 @@ from dataclasses import replace
 from .engine.config_fields import CONFIG_FIELDS, FIELDS
 from .engine.errors import ModelLoadError
 from .engine.params import EngineConfig, Policy, ServingMode, SpecType
+from .engine.sampling.params import SAMPLING_FIELDS
 
 EXIT_BAD_INPUT = 2
 API_KEY_ENV = "BATCH_PLAYGROUND_API_KEY"
@@ -73,6 +74,24 @@ def _host_name(text: str) -> str:
     if not name or any(c in name for c in "/:@[] \t"):
         raise argparse.ArgumentTypeError(f"expected a host name such as myserver.lan (no scheme, no port), or *; got {text!r}")
     return name
+
+
+def _sampling(text: str) -> tuple[str, object]:
+    """NAME=VALUE: a sampling knob by its request field's name (llama-server's), the value as JSON
+    (a bare word is a text), checked against the knob's range."""
+    name, sep, value = text.partition("=")
+    knob = next((f for f in SAMPLING_FIELDS if name.strip() in f.api), None)
+    if not sep or knob is None:
+        names = ", ".join(f.api[0] for f in SAMPLING_FIELDS if f.api)
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {names}; got {text!r}")
+    try:
+        raw = json.loads(value)
+    except ValueError:
+        raw = value
+    try:
+        return knob.name, knob.from_json(raw, name.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _not_negative(text: str) -> int:
@@ -182,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--itl-target-ms", type=_positive_float, default=150.0, help="inter-token latency target (with --adaptive)"
     )
     bench.add_argument("--probs", type=_not_negative, metavar="N", help="every token tells its probability and N rivals'")
+    bench.add_argument(
+        "--sampling", type=_sampling, action="append", default=[], metavar="NAME=VALUE",
+        help="a sampling knob by its API name, the value as JSON (again for more): --sampling dry_multiplier=0.8",
+    )  # fmt: skip
     bench.add_argument("--guide", action="store_true", help="the guide's table: 1; 4 static; 4 without, 4, 8, 16 with KV reuse")
     bench.add_argument("--json", metavar="PATH", help="write every run's figures here")
     bench.add_argument("--trace", metavar="FILE.json", help="write every run's steps and requests as a Chrome trace (Perfetto)")
@@ -381,6 +404,7 @@ def _bench(args) -> int:
         policy=Policy(args.policy),
         itl_target_ms=args.itl_target_ms if args.adaptive else None,
         n_probs=args.probs,
+        sampling=tuple(args.sampling),
         engine_settings=tuple((k, v) for k, v in args.engine_overrides.items() if k not in ("n_ctx", "n_threads", "kv_reuse")),
     )
     if args.guide:

@@ -301,6 +301,28 @@ class EngineClient:
         """Adapt the batch size to this inter-token latency target (ms), or None for a fixed batch."""
         await self.call(lambda engine: engine.configure(itl_target_ms=itl_target_ms), model)
 
+    async def tokenize(
+        self, text: str, model: str | None = None, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        """`text`'s token ids in `model`'s vocabulary (read on the prompt thread, beside the steps);
+        `add_special`: with its BOS; `parse_special`: control-token texts read as those tokens."""
+        self._check_running()
+        return await asyncio.wrap_future(
+            self._thread.read_vocab(lambda vocab: vocab.tokenize(text, add_special, parse_special), model)
+        )
+
+    async def spell(self, tokens: list[int], model: str | None = None) -> list[bytes]:
+        """Each token's bytes, control tokens written out; a ValueError for an id the model does not have."""
+        self._check_running()
+        return await asyncio.wrap_future(
+            self._thread.read_vocab(lambda vocab: [vocab.spell(t) for t in _known(vocab, tokens)], model)
+        )
+
+    async def detokenize(self, tokens: list[int], model: str | None = None) -> str:
+        """The text of `tokens` (llama-server's /detokenize); a ValueError for an id the model does not have."""
+        self._check_running()
+        return await asyncio.wrap_future(self._thread.read_vocab(lambda vocab: vocab.detokenize(_known(vocab, tokens)), model))
+
     async def call(self, fn, model: str | None = None):
         """Run fn(engine of `model`) on the engine thread and await its result."""
         self._check_running()
@@ -335,3 +357,11 @@ class EngineClient:
         self._dispatch([refused(request_id, reason) for request_id in self._streams])
         for listener in self._failure_listeners:
             listener(reason)
+
+
+def _known(vocab, tokens: list[int]) -> list[int]:
+    """`tokens`, if every one is in the vocabulary (llama.cpp would read past its tables otherwise)."""
+    bad = next((t for t in tokens if not 0 <= t < vocab.n_vocab), None)
+    if bad is not None:
+        raise ValueError(f"token {bad} is not in the model's vocabulary (its ids go from 0 to {vocab.n_vocab - 1})")
+    return tokens

@@ -89,3 +89,23 @@ def test_a_thinking_replys_thoughts_and_answer_time_are_counted_apart():
     stats = RequestStats("r", gen_tokens=20, reasoning_tokens=12, t_submit=1.0, t_first_token=1.5, t_first_answer=3.0)
     record = _request_record(0, 0, Priority.NORMAL, FinishEvent("r", FinishReason.STOP, "4", stats, reasoning="2+2"), None)
     assert (record["reasoning_tokens"], record["ttft_s"], record["answer_s"]) == (12, 0.5, 2.0)
+
+
+@pytest.mark.unit
+def test_the_bench_takes_any_sampling_knob_by_its_api_name_and_refuses_one_out_of_range(capsys):
+    from app.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(
+        ["bench", "--sampling", "dry_multiplier=0.8", "--sampling", "samplers=edkt", "--sampling", 'logit_bias={"15": -100}']
+    )
+    assert args.sampling == [
+        ("dry_multiplier", 0.8),
+        ("samplers", ("penalties", "dry", "top_k", "temperature")),
+        ("logit_bias", ((15, -100.0),)),
+    ]
+    assert BenchSettings("m.gguf", parallel=8, sampling=(("dry_multiplier", 0.8),)).label.endswith("dry_multiplier=0.8")
+    for bad, said in (("xtc_probability=2", "'xtc_probability' must be a number between 0 and 1"), ("warp=1", "NAME one of")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["bench", "--sampling", bad])
+        assert said in capsys.readouterr().err

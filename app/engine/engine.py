@@ -109,7 +109,7 @@ class Engine:
         seq.notice = prompt.notice
         seq.grammar = prompt.grammar
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
-        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens)
+        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens, prompt.logit_bias)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
         seq.thoughts = Thoughts(prompt.thinking, prompt.opened, request.separate_thoughts, prompt.closed)
         seq.marker_tokens, seq.close_tokens = prompt.marker_tokens, prompt.close_tokens

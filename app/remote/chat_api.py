@@ -46,8 +46,8 @@ def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: Samplin
     # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
     for f in SAMPLING_FIELDS:
         value = getattr(params, f.name)
-        if f.slider is not None or value != getattr(DEFAULTS, f.name):
-            body.update(dict.fromkeys(f.sent_as, value))
+        if (f.slider is not None and not f.advanced) or value != getattr(DEFAULTS, f.name):
+            body.update(dict.fromkeys(f.sent_as, f.to_json(value)))
     optional = {"model": endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
     body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
     output = output_of(params)

@@ -274,6 +274,12 @@ def sampling(body: dict) -> SamplingParams:
 
 def _knob(body: dict, f: SamplingField):
     name = next((name for name in f.api if body.get(name) is not None), f.api[0])
+    if f.kind is tuple:  # a list (sequence breakers, the sampler order, the logit bias): the field reads it
+        raw = body.get(name)
+        try:
+            return getattr(DEFAULTS, f.name) if raw is None else f.from_json(raw, name)
+        except ValueError as e:
+            raise BadRequest(str(e), name) from None
     value = get_field(body, name, f.kind, getattr(DEFAULTS, f.name))
     if f.name == "max_tokens" and value == -1:  # llama-server's "until the context is full"
         value = f.hi

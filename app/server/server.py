@@ -31,6 +31,7 @@ from .api.models import models
 from .api.responses import create_response, delete_response, get_response
 from .api.status import health, metrics
 from .api.submit import SERVER
+from .api.tokens import detokenize, tokenize
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
 from .protocol import DEFAULT_THINKING, BadRequest, Job, Thinking
@@ -188,6 +189,8 @@ class ApiServer:
             app.router.add_delete(f"{prefix}/responses/{{response_id}}", delete_response)
         app.router.add_get("/health", health)
         app.router.add_get("/metrics", metrics)
+        app.router.add_post("/tokenize", tokenize)
+        app.router.add_post("/detokenize", detokenize)
         return app
 
     @web.middleware

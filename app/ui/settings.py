@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import typing
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
@@ -126,6 +126,17 @@ class AppSettings:
         """A list of paths kept a line each (a path may hold commas, which QSettings' lists split at)."""
         return [x for x in self._get(key, "", str).split("\n") if x]
 
+    # -- presets -------------------------------------------------------------------------------
+
+    @property
+    def saved_presets(self) -> str:
+        """The presets saved, as their file's JSON (app/workspace/presets.py reads it)."""
+        return self._get("presets/saved", "", str)
+
+    @saved_presets.setter
+    def saved_presets(self, text: str) -> None:
+        self._set_or_remove("presets/saved", text)
+
     # -- panes ---------------------------------------------------------------------------------
 
     def pane_params(self, chat_id: str) -> PaneParams:
@@ -135,7 +146,7 @@ class AppSettings:
             values = {
                 f.name: self._get(f.name, _stored(f.name, getattr(base, f.name)), _kind(f.name)) for f in fields(PaneParams)
             }
-            values = {name: _in_range(name, value, getattr(base, name)) for name, value in values.items()}
+            values = {name: _read(name, value, getattr(base, name)) for name, value in values.items()}
         finally:
             self.q.endGroup()
         values["seed"] = None if values["seed"] < 0 else values["seed"]
@@ -143,8 +154,8 @@ class AppSettings:
 
     def set_pane_params(self, chat_id: str, params: PaneParams) -> None:
         self.q.beginGroup(f"pane-{chat_id}")
-        for key, value in asdict(params).items():
-            self.q.setValue(key, _stored(key, value))
+        for f in fields(PaneParams):
+            self.q.setValue(f.name, _stored(f.name, getattr(params, f.name)))
         self.q.endGroup()
 
     def draft(self, chat_id: str) -> str:
@@ -204,19 +215,30 @@ def _owner_only(q: QSettings) -> None:
 
 
 def _stored(name: str, value):
-    """A seed of None (random) is stored as -1."""
-    return -1 if name == "seed" and value is None else value
+    """A seed of None (random) is stored as -1; a list knob (the logit bias) as one line of JSON."""
+    if name == "seed" and value is None:
+        return -1
+    knob = SAMPLING_BY_NAME.get(name)
+    return knob.to_text(value) if knob is not None and knob.kind is tuple else value
 
 
 def _kind(name: str) -> type:
-    """The stored type of a PaneParams field, from its annotation (seed's `int | None` is stored as int)."""
+    """The stored type of a PaneParams field, from its annotation (seed's `int | None` is stored as
+    int, a list as its JSON text)."""
     hint = _PANE_HINTS[name]
-    return next(t for t in typing.get_args(hint) if t is not type(None)) if typing.get_args(hint) else hint
+    kind = next(t for t in typing.get_args(hint) if t is not type(None)) if typing.get_args(hint) else hint
+    return str if kind is tuple else kind
 
 
-def _in_range(name: str, value, default):
-    """A sampling knob out of its declared range (a hand-edited file) reads as the default."""
+def _read(name: str, value, default):
+    """A sampling knob as stored; one out of its declared range or unreadable (a hand-edited file)
+    reads as the default."""
     knob = SAMPLING_BY_NAME.get(name)
+    if knob is not None and knob.kind is tuple:
+        try:
+            return knob.from_text(value)
+        except ValueError:
+            return default
     return default if knob is not None and knob.problem(value) is not None else value
 
 

@@ -13,7 +13,7 @@ from app.engine.sampling.constraints import (
     regex_grammar,
     schema_grammar,
 )
-from app.engine.sampling.params import SLIDER_FIELDS, SamplingParams
+from app.engine.sampling.params import PANE_FIELDS, SamplingParams
 from app.remote import Endpoint, FormatError, FormattedSampling, OutputFormat, parse_schema
 
 PROBS_SHOWN = 5  # rivals a token shows on hover
@@ -25,21 +25,21 @@ TYPED_FORMATS = ("schema", "grammar", "lark", "regex")  # a format of the text t
 CHECKED_HERE = ("lark", "regex")  # llguidance's own dialects: checked here for a remote endpoint too
 
 
-def _with_sliders(cls: type) -> type:
-    """`cls` with a field first for each knob of SamplingParams that has a slider (sampling/params.py),
-    of its kind and with its default: the pane's sliders are declared there only."""
-    sliders = {f.name: f.kind.__name__ for f in SLIDER_FIELDS}
-    cls.__annotations__ = {**sliders, **cls.__annotations__}
-    for name in sliders:
+def _with_knobs(cls: type) -> type:
+    """`cls` with a field first for each knob of SamplingParams on a pane (its sliders and its
+    Advanced group: sampling/params.py), of its kind and with its default: declared there only."""
+    knobs = {f.name: f.kind.__name__ for f in PANE_FIELDS}
+    cls.__annotations__ = {**knobs, **cls.__annotations__}
+    for name in knobs:
         setattr(cls, name, getattr(SamplingParams, name))
     return cls
 
 
 @dataclass(frozen=True)
-@_with_sliders
+@_with_knobs
 class PaneParams:
-    """A pane's sliders (a field each, made by `_with_sliders`), its system prompt (engine defaults)
-    and where it chats (the local engine or a URL)."""
+    """A pane's sampling knobs (a field each, made by `_with_knobs`), its system prompt (engine
+    defaults) and where it chats (the local engine or a URL)."""
 
     seed: int | None = SamplingParams.seed
     system_prompt: str = ""
@@ -122,13 +122,13 @@ class PaneParams:
         """The request's sampling; with an output format, its grammar, or for a remote endpoint the
         format itself (ignore_eos stays off: the reply ends where its format does). Raises
         ConstraintError for a format that cannot constrain a reply."""
-        sliders = {f.name: getattr(self, f.name) for f in SLIDER_FIELDS}
+        knobs = {f.name: getattr(self, f.name) for f in PANE_FIELDS}
         common = dict(
             n_probs=PROBS_SHOWN if self.show_probs else None,
             seed=self.seed,
             ignore_eos=False,
             speculate=self.draft_ahead,
-            **sliders,
+            **knobs,
         )
         if self.endpoint() is not None:
             problem = self.format_problem()

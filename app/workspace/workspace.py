@@ -14,6 +14,7 @@ from .chat_store import NOTICE, Chat, ChatStore, PendingSaves, UnreadableChat
 from .evented import Signal
 from .metrics import MetricsStore
 from .pane_params import PaneParams
+from .presets import Preset
 from .session import Branch, PaneSession
 from .source import Sources
 
@@ -151,6 +152,11 @@ class Workspace:
         for session in self.sessions:
             if session is not source:
                 session.set_params(source.params)
+
+    def apply_preset(self, preset: Preset, to: PaneSession | None = None) -> None:
+        """A preset's knobs on one pane (`to`), or on every pane; their other settings stay."""
+        for session in self.sessions if to is None else [to]:
+            session.set_params(preset.applied_to(session.params))
 
     def suit_blank_panes(self, completion: bool) -> None:
         """A base model (no chat template) continues text: blank local panes go to completion mode,

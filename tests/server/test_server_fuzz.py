@@ -78,6 +78,17 @@ chat_body = st.fixed_dictionaries(
         "top_logprobs": st.one_of(st.integers(-1, 101), json_values),
         "n_probs": st.one_of(st.integers(-1, 101), json_values),
         "post_sampling_probs": st.one_of(st.booleans(), json_values),
+        # llama.cpp's samplers: lists and maps, ids past the vocabulary, texts made tokens
+        "logit_bias": st.one_of(
+            st.dictionaries(st.one_of(text, st.integers(-2, 60000).map(str)), numbers, max_size=4), json_values
+        ),
+        "samplers": st.one_of(
+            text, st.lists(st.sampled_from(["top_k", "dry", "xtc", "temp", "infill", "k"]), max_size=5), json_values
+        ),
+        "dry_sequence_breakers": st.one_of(st.lists(text, max_size=4), json_values),
+        "dry_multiplier": st.one_of(numbers, json_values),
+        "mirostat": st.one_of(st.integers(-1, 3), json_values),
+        "xtc_probability": st.one_of(numbers, json_values),
     },
 )
 completion_body = st.fixed_dictionaries(

@@ -26,6 +26,9 @@ BY_NAME = {s.name: s for s in SETTINGS}
         ("temperature", "0.1 .. 0.3 STEP 0.1", (0.1, 0.2, 0.3)),
         ("top_k", "1 10 40 0", (1, 10, 40, 0)),
         ("seed", "1..4", (1, 2, 3, 4)),
+        ("mirostat", "0..2", (0, 1, 2)),  # the Advanced group's knobs too
+        ("presence_penalty", "-1..1 step 1", (-1.0, 0.0, 1.0)),
+        ("dry_multiplier", "0, 0.8", (0.0, 0.8)),
         ("system_prompt", "Be terse.\n\n(none)\nAnswer as a pirate.", ("Be terse.", "", "Answer as a pirate.")),
     ],
 )
@@ -42,6 +45,7 @@ def test_lists_and_ranges_are_read(name, text, values):
         ("temperature", "0..1", "say the step"),
         ("temperature", "1..0 step 0.1", "goes up"),
         ("top_k", "2.5", "whole numbers"),
+        ("xtc_threshold", "0.2, 1.5", "goes from 0 to 1; 1.5 is outside"),
         ("seed", "1..100", f"at most {MAX_PANES} panes"),
     ],
 )

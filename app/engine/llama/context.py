@@ -368,6 +368,8 @@ class LlamaBackend:
         return None
 
     def close(self) -> None:
+        if getattr(self, "samplers", None) is not None:  # a load that failed before the context has none
+            self.samplers.close()
         if self.draft:
             self.draft.close()
             self.draft = None

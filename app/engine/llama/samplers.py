@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import ctypes
 import math
+import threading
+from collections import OrderedDict
 
 import llama_cpp as ll
 import numpy as np
 
 from ..probs import TokenProbs, token_probs
-from ..sampling.params import SamplingParams
+from ..sampling.params import MOVES_TOP, SamplingParams
 from .batch import Batch
 from .vocab import Vocab
 
+DRY_KEPT = 8  # DRY settings whose sampler is kept to clone
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 
 
@@ -29,29 +32,116 @@ class Samplers:
         self._logits_address, self._logits = 0, np.empty((0, 0), dtype=np.float32)
         self._attached: dict[int, object] = {}  # seq_id -> the sampler llama.cpp runs in the graph for it
         self._token_ids = np.arange(vocab.n_vocab, dtype=np.int32)  # a fresh candidate array's ids
+        # DRY samplers made once per setting, on the prompt thread (`make_dry`), and cloned for each
+        # request: making one reads every token of the vocabulary for each sequence breaker (~18 ms
+        # here for the default four), a clone takes ~0.04 ms; the lock guards the kept ones
+        self._dry: OrderedDict[tuple, object] = OrderedDict()
+        self._dry_lock = threading.Lock()
 
-    def new(self, params: SamplingParams, seed: int, history: list[int]):
-        """A request's sampler chain, its penalties primed with the prompt's `history`."""
+    def new(self, params: SamplingParams, seed: int, history: list[int], logit_bias: tuple = ()):
+        """A request's sampler chain as llama.cpp's common_sampler_init builds it: the logit bias
+        (`logit_bias`: token id and bias pairs, the request's texts made tokens), then the samplers in
+        the request's order (those that would do nothing left out), then the draw (greedy, Mirostat or
+        the random draw); its penalties and DRY primed with the prompt's `history`."""
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        add = ll.llama_sampler_chain_add
-        if params.ignore_eos:  # as llama.cpp does: an end-of-generation token can never be drawn
-            add(chain, self._ban(self._vocab.eog_tokens))
-        if params.penalizes:
-            penalties = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
-            add(chain, ll.llama_sampler_init_penalties(self._n_vocab, params.repeat_last_n, *penalties))
-        if params.temperature <= 0:
-            add(chain, ll.llama_sampler_init_greedy())
-        else:
-            if params.top_k > 0:
-                add(chain, ll.llama_sampler_init_top_k(params.top_k))
-            add(chain, ll.llama_sampler_init_top_p(params.top_p, 1))
-            add(chain, ll.llama_sampler_init_min_p(params.min_p, 1))
-            add(chain, ll.llama_sampler_init_temp(params.temperature))
-            add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        # the penalties look back into the prompt too, as llama-server's do
-        for token in history[-params.repeat_last_n :] if params.penalizes else ():
+        seed &= 0xFFFFFFFF
+        ordered = [] if params.mirostat else [name for name in params.samplers if _runs(name, params)]
+        if params.is_greedy:  # after the last sampler that can move the likeliest token, the rest keep it
+            moving = [i for i, name in enumerate(ordered) if name in MOVES_TOP]
+            ordered = ordered[: moving[-1] + 1] if moving else []
+        samplers = [self._ban(self._vocab.eog_tokens)] if params.ignore_eos else []  # as llama.cpp: never drawn
+        if logit_bias:
+            samplers.append(self._biased(logit_bias))
+        samplers += [self._sampler(name, params, seed) for name in ordered]
+        samplers += self._draw(params, seed)
+        for sampler in samplers:
+            ll.llama_sampler_chain_add(chain, sampler)
+        # the penalties and DRY look back into the prompt too, as llama-server's do
+        window = max((_window(name, params) for name in ordered), default=0)
+        for token in history[-window:] if window else ():
             ll.llama_sampler_accept(chain, token)
         return chain
+
+    def _sampler(self, name: str, p: SamplingParams, seed: int):
+        """One sampler of the order, as common/sampling.cpp makes it."""
+        if name == "penalties":
+            return ll.llama_sampler_init_penalties(
+                self._n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            )
+        if name == "dry":
+            return self._dry_clone(p)
+        if name == "top_n_sigma":
+            return ll.llama_sampler_init_top_n_sigma(p.top_n_sigma)
+        if name == "top_k":
+            return ll.llama_sampler_init_top_k(p.top_k)
+        if name == "typ_p":
+            return ll.llama_sampler_init_typical(p.typical_p, 1)
+        if name == "top_p":
+            return ll.llama_sampler_init_top_p(p.top_p, 1)
+        if name == "min_p":
+            return ll.llama_sampler_init_min_p(p.min_p, 1)
+        if name == "xtc":
+            return ll.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, seed)
+        assert name == "temperature", name
+        return ll.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+
+    def make_dry(self, p: SamplingParams) -> None:
+        """Make the DRY sampler of `p`'s setting, unless kept (any thread: the prompt thread, so that
+        the engine thread only clones it); the last DRY_KEPT settings are kept."""
+        if not p.drys:
+            return
+        key = _dry_key(p)
+        with self._dry_lock:
+            if key in self._dry:
+                return
+        breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers]
+        array = (ctypes.c_char_p * len(breakers))(*breakers)
+        made = ll.llama_sampler_init_dry(self._vocab.model_vocab, *key[:4], array, len(breakers))
+        with self._dry_lock:
+            if key in self._dry:  # made meanwhile by another
+                ll.llama_sampler_free(made)
+                return
+            self._dry[key] = made
+            while len(self._dry) > DRY_KEPT:
+                ll.llama_sampler_free(self._dry.popitem(last=False)[1])
+
+    def _dry_clone(self, p: SamplingParams):
+        """A request's own DRY sampler: a clone of its setting's (made here if it was not kept)."""
+        key = _dry_key(p)
+        while True:
+            with self._dry_lock:
+                made = self._dry.get(key)
+                if made is not None:
+                    self._dry.move_to_end(key)
+                    return ll.llama_sampler_clone(made)
+            self.make_dry(p)
+
+    def close(self) -> None:
+        """Free the samplers kept to clone (the chains are freed with their sequences)."""
+        with self._dry_lock:
+            while self._dry:
+                ll.llama_sampler_free(self._dry.popitem()[1])
+
+    def _draw(self, p: SamplingParams, seed: int) -> list:
+        """The chain's end, which picks the token: the likeliest left, Mirostat (after the temperature,
+        as llama.cpp runs it), or a random draw by the probabilities left."""
+        if p.is_greedy:
+            return [ll.llama_sampler_init_greedy()]
+        if p.mirostat == 1:
+            return [
+                ll.llama_sampler_init_temp(p.temperature),
+                ll.llama_sampler_init_mirostat(self._n_vocab, seed, p.mirostat_tau, p.mirostat_eta, 100),
+            ]
+        if p.mirostat == 2:
+            return [
+                ll.llama_sampler_init_temp(p.temperature),
+                ll.llama_sampler_init_mirostat_v2(seed, p.mirostat_tau, p.mirostat_eta),
+            ]
+        return [ll.llama_sampler_init_dist(seed)]
+
+    def _biased(self, logit_bias: tuple):
+        biases = (ll.llama_logit_bias * len(logit_bias))(*logit_bias)
+        return ll.llama_sampler_init_logit_bias(self._n_vocab, len(logit_bias), biases)
 
     def _candidates(self, row: int):
         """Every token with its logit at batch row `row`, as the array llama.cpp's samplers take."""
@@ -73,8 +163,7 @@ class Samplers:
         return kept.view(_TOKEN_DATA)
 
     def _ban(self, tokens: tuple[int, ...]):
-        biases = (ll.llama_logit_bias * len(tokens))(*((t, -math.inf) for t in tokens))
-        return ll.llama_sampler_init_logit_bias(self._n_vocab, len(tokens), biases)
+        return self._biased(tuple((t, -math.inf) for t in tokens))
 
     def logits(self, row: int) -> np.ndarray:
         """A copy of the logits the last decode produced at batch row `row`."""
@@ -138,11 +227,11 @@ class Samplers:
         self._attached.clear()
 
     def sampled(self, sampler, row: int) -> int:
-        """The token the graph drew at batch row `row` with `sampler` attached, which then takes it
-        into its state (penalties, the random draw) as llama_sampler_sample does."""
-        token = ll.llama_get_sampled_token_ith(self.ctx, row)
-        ll.llama_sampler_accept(sampler, token)
-        return token
+        """The token drawn at batch row `row` with `sampler` attached, which then takes it into its
+        state (penalties, the random draw). llama.cpp runs in the graph the chain's first samplers
+        that have a graph form; where one has none (DRY, XTC, top-nσ, typical-p, Mirostat), the graph
+        stops there and llama_sampler_sample runs the rest on the host, from what the graph left."""
+        return ll.llama_sampler_sample(sampler, self.ctx, row)
 
     def free(self, sampler) -> None:
         """Free a chain made by `new`, taken off the graph first."""
@@ -162,3 +251,34 @@ class Samplers:
         ll.llama_sampler_accept(sampler, token)
         kept_logits = None if greedy else kept["logit"].copy()
         return token, token_probs(logits.copy(), kept["id"].copy(), kept_logits, token, n_top, self._vocab.spell)
+
+
+def _runs(name: str, p: SamplingParams) -> bool:
+    """Whether sampler `name` of the order would change anything (llama.cpp's own no-ops are left out)."""
+    if name == "penalties":
+        return p.penalizes and p.repeat_last_n > 0
+    if name == "dry":
+        return p.drys
+    if name == "top_n_sigma":
+        return p.top_n_sigma > 0
+    if name == "top_k":
+        return p.top_k > 0
+    if name == "typ_p":
+        return p.typical_p < 1
+    if name == "top_p":
+        return p.top_p < 1
+    if name == "min_p":
+        return p.min_p > 0
+    if name == "xtc":
+        return p.xtc_probability > 0 and p.xtc_threshold <= 0.5
+    return True  # the temperature: it scales, or at 0 keeps the likeliest only
+
+
+def _dry_key(p: SamplingParams) -> tuple:
+    """What a DRY sampler is made of: its multiplier, base, allowed length, window, then its breakers."""
+    return (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, p.dry_sequence_breakers)
+
+
+def _window(name: str, p: SamplingParams) -> int:
+    """How many of the last tokens sampler `name` looks back at."""
+    return {"penalties": p.repeat_last_n, "dry": p.dry_penalty_last_n}.get(name, 0)

@@ -28,15 +28,22 @@ class Vocab:
         """llama.cpp's vocabulary handle (a grammar sampler reads it)."""
         return self._vocab
 
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """`text`'s tokens; `add_special`: with the model's BOS (if it adds one); `parse_special`:
+        control-token texts (<|im_start|>) read as those tokens, else as plain text."""
         data = text.encode("utf-8")
         n_max = len(data) + 8
         buf = (ll.llama_token * n_max)()
-        n = ll.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, True)
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
         if n < 0:
             buf = (ll.llama_token * -n)()
-            n = ll.llama_tokenize(self._vocab, data, len(data), buf, -n, add_special, True)
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, -n, add_special, parse_special)
         return buf[:n]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """The text of `tokens`, control tokens written out (as llama-server's /detokenize); bytes
+        that are not whole UTF-8 characters shown as U+FFFD."""
+        return b"".join(self.spell(t) for t in tokens).decode("utf-8", errors="replace")
 
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for (special tokens render as nothing), cached per token."""

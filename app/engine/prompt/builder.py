@@ -31,6 +31,7 @@ class Prompt:
     closed: bool = False  # the prompt closed them before they began: the answer comes
     marker_tokens: frozenset[int] = frozenset()  # control tokens that spell a marker: the reply's split reads them
     close_tokens: tuple[int, ...] = ()  # what a reasoning budget puts in to end the thoughts
+    logit_bias: tuple[tuple[int, float], ...] = ()  # the request's logit bias by token id, its texts made tokens here
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their

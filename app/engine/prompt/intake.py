@@ -30,9 +30,12 @@ class Intake:
             problem = f"the sampling parameters cannot be read: {e!r}"
         if problem is None:
             problem = self._bad_tokens(request.reply_prefix) or thinking_problem(request)
+        logit_bias, bias_problem = self._logit_bias(request.params.logit_bias) if problem is None else ((), None)
+        problem = problem or bias_problem
         if problem is not None:
             return Prompt([], error=problem)
-        prompt = self.prompts.prepare(request)
+        self.backend.samplers.make_dry(request.params)  # here, not on the engine thread: it reads the whole vocabulary
+        prompt = dataclasses.replace(self.prompts.prepare(request), logit_bias=logit_bias)
         if prompt.error is None and request.params.grammar is not None:
             try:  # compiled here, not on the engine thread; refused here when past llguidance's limits
                 grammar = self.backend.constraints.new(request.params.grammar, request.params.grammar_triggers)
@@ -40,6 +43,23 @@ class Intake:
             except ValueError as e:
                 return Prompt([], error=str(e))
         return prompt
+
+    def _logit_bias(self, entries: tuple) -> tuple[tuple, str | None]:
+        """The logit bias by token id: a text's tokens each get its bias (as llama-server does:
+        tokenized without BOS, control-token texts as plain text); an id the model does not have
+        is refused (llama.cpp's sampler would write past its logits)."""
+        vocab, biases = self.backend.vocab, []
+        for key, bias in entries:
+            if isinstance(key, str):
+                biases += [(token, bias) for token in vocab.tokenize(key, add_special=False, parse_special=False)]
+            elif key >= vocab.n_vocab:
+                return (
+                    (),
+                    f"logit_bias names token {key}, which the model does not have (its ids go from 0 to {vocab.n_vocab - 1})",
+                )
+            else:
+                biases.append((key, bias))
+        return tuple(biases), None
 
     def _bad_tokens(self, tokens) -> str | None:
         """A token llama.cpp does not know would abort the decode: refuse it here."""

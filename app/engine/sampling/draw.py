@@ -24,4 +24,4 @@ def draw_for(params: SamplingParams, in_graph: bool) -> Draw:
         return Draw.CHAIN
     if in_graph:
         return Draw.IN_GRAPH
-    return Draw.ARGMAX if params.temperature <= 0 and not params.greedy_needs_chain else Draw.CHAIN
+    return Draw.ARGMAX if params.is_greedy and not params.greedy_needs_chain else Draw.CHAIN

@@ -19,14 +19,14 @@ def greedy(seq: Sequence) -> bool:
     among the guesses would leave the rows after it unmasked."""
     if seq.grammar is not None:
         return greedy_in_grammar(seq) and seq.grammar.holds
-    return seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.temperature <= 0)
+    return seq.draw is Draw.ARGMAX or (seq.draw is Draw.CHAIN and seq.params.is_greedy)
 
 
 def greedy_in_grammar(seq: Sequence) -> bool:
     """A greedy reply under a grammar, with nothing else to move the likeliest token: its token is the
     top one of its masked logits, read with the others' in one pass."""
     params = seq.params
-    return seq.grammar is not None and seq.draw is Draw.CHAIN and params.temperature <= 0 and not params.greedy_needs_chain
+    return seq.grammar is not None and seq.draw is Draw.CHAIN and params.is_greedy and not params.greedy_needs_chain
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Drawer:
             return samplers.sampled(seq.sampler, row), None
         if seq.draw is Draw.PROBS:
             params = seq.params
-            return samplers.sample_with_probs(seq.sampler, row, params.n_probs, params.temperature <= 0)
+            return samplers.sample_with_probs(seq.sampler, row, params.n_probs, params.is_greedy)
         return samplers.sample(seq.sampler, row), None
 
 

@@ -113,6 +113,23 @@ class EngineThread:
         self._post(Call(fn, future, model))
         return future
 
+    def read_vocab(self, fn: Callable[[Any], Any], model: str | None = None) -> Future:
+        """Run fn(the tokenizer of `model`, None: the default) on the prompt thread, where a model
+        replaced or unloaded is freed only after the task before it: tokens read beside the steps."""
+        future: Future = Future()
+
+        def read() -> None:
+            try:
+                future.set_result(fn(self.named(model).backend.vocab))
+            except Exception as e:  # an unknown model, a bad token: the caller hears why
+                future.set_exception(e)
+
+        try:
+            self._prompts.submit(read)
+        except RuntimeError:  # the threads have ended
+            future.set_exception(EngineError(self._gone or CLOSE_NOTICE))
+        return future
+
     def load(self, config: EngineConfig, name: str | None = None) -> Future:
         """Load another model beside those loaded, as `name` (None: its file name); the future gives its ModelInfo."""
         return self._build(config, name or model_name(config.model_path), replaces=None)

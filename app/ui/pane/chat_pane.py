@@ -33,8 +33,10 @@ from app.ui import theme
 from app.ui.dialogs import export_with_dialog
 from app.workspace.chat_store import Chat
 from app.workspace.pane_params import PaneParams
+from app.workspace.presets import PresetBook
 from app.workspace.session import Branch, PaneSession
 
+from .bias_editor import TokenReader
 from .params_editor import PaneParamsEditor
 from .readout import Readout
 from .transcript import Transcript
@@ -72,6 +74,7 @@ class ChatPane(QFrame):
     sigReplyFinished = Signal(object)  # FinishEvent or None (the task was cancelled)
     sigCloseRequested = Signal(object)  # ChatPane
     sigCopySettings = Signal(object)  # ChatPane: give its settings to every pane
+    sigPresetToAll = Signal(object)  # Preset: apply it to every pane
     sigDraftChanged = Signal(object, str)  # ChatPane, the text typed and not sent
     sigExported = Signal(object)  # Path: the chat was exported there (the window says so)
     sigBranch = Signal(object, object)  # ChatPane, Branch: go on from another token in a new pane
@@ -80,6 +83,7 @@ class ChatPane(QFrame):
         super().__init__(parent)
         self.session = session
         self.branch_menu: QMenu | None = None  # the last menu of rivals shown
+        self._reader: TokenReader | None = None  # the local model's tokenizer, for the logit bias's texts
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
         border = theme.current().border.name()
@@ -106,6 +110,7 @@ class ChatPane(QFrame):
         self.params_editor = PaneParamsEditor(params)
         self.params_editor.sigParamsChanged.connect(self.session.set_params)
         self.params_editor.sigCopyToAll.connect(lambda: self.sigCopySettings.emit(self))
+        self.params_editor.sigPresetToAll.connect(self.sigPresetToAll)
         self._show_name(params)
         # in a pane too small for them the settings scroll, rather than push the window past the screen
         self.params_area = QScrollArea()
@@ -189,6 +194,18 @@ class ChatPane(QFrame):
     def show_engine_drafts(self, drafts: bool) -> None:
         self.params_editor.show_engine_drafts(drafts)
 
+    def set_presets(self, book: PresetBook) -> None:
+        self.params_editor.set_presets(book)
+
+    def set_token_reader(self, reader: TokenReader | None) -> None:
+        """What turns a logit bias's text into the local model's tokens (the engine client)."""
+        self._reader = reader
+        self._show_token_reader(self.params)
+
+    def _show_token_reader(self, params: PaneParams) -> None:
+        """A remote pane sends a bias's text as it is: the endpoint tokenizes it."""
+        self.params_editor.set_token_reader(None if params.endpoint() is not None else self._reader, params.model or None)
+
     def show_models(self, names: list[str]) -> None:
         """The loaded models to pick from (the first is the default); a pane whose model is gone goes
         on with the default."""
@@ -233,6 +250,7 @@ class ChatPane(QFrame):
             self._show_model(params)
             self.model_combo.blockSignals(False)
         self._show_mode(params)
+        self._show_token_reader(params)
         if not self.refusal_label.isHidden() and params.format_problem() is None:
             self.refusal_label.setVisible(False)  # the format was mended
         # the output format is not among these: it marks the replies asked for under it, not earlier ones

@@ -1,7 +1,10 @@
-"""A pane's sampling sliders, each showing its value; edits apply to the pane's next request."""
+"""A pane's sampling sliders, each showing its value (typed, it may go past the slider's span within
+the knob's range), the Advanced group of llama.cpp's other samplers (folded), its switches and where
+it chats; edits apply to the pane's next request."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +22,20 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSlider,
     QSpinBox,
+    QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
 from app.engine.sampling.fields import SamplingField
-from app.engine.sampling.params import SLIDER_FIELDS
+from app.engine.sampling.params import ADVANCED_FIELDS, BY_NAME, SLIDER_FIELDS, SamplingParams
 from app.remote import Endpoint
 from app.ui import theme
 from app.workspace.pane_params import CHECKED_HERE, TYPED_FORMATS, PaneParams
+from app.workspace.presets import Preset, PresetBook
+
+from .bias_editor import BiasEditor, TokenReader
+from .preset_row import PresetRow
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,10 @@ class SliderSpec:
         return int(round(value)) if self.whole else round(value, 4)
 
 
-SLIDERS = tuple(SliderSpec.of(f) for f in SLIDER_FIELDS)
+SLIDERS = tuple(SliderSpec.of(f) for f in SLIDER_FIELDS)  # the main ones
+ADVANCED_SLIDERS = tuple(SliderSpec.of(f) for f in ADVANCED_FIELDS if f.slider is not None)
+LIST_FIELDS = tuple(f for f in ADVANCED_FIELDS if f.kind is tuple and f.items != "bias")  # typed in a line
+DEFAULTS = SamplingParams()
 OUTPUTS = (  # (label, PaneParams.output_format)
     ("Free text", "free"),
     ("JSON", "json"),
@@ -87,6 +99,7 @@ BUDGET_TIP = (
     "How many tokens a thinking model may think before its family's closing marker is put in\n"
     "and it answers (llama-server's --reasoning-budget); no limit: it thinks as long as it likes."
 )
+VALUE_WIDTH = 52  # a slider's typed value: "65536", "-1.00"
 CHECK_DELAY_MS = 300  # the schema or grammar is checked this long after the last keystroke
 LOADED_BYTES = 1 << 20  # a file loaded as a schema or grammar is read up to this (the check says when too long)
 
@@ -146,12 +159,14 @@ class PaneParamsEditor(QWidget):
 
     sigParamsChanged = Signal(object)  # PaneParams
     sigCopyToAll = Signal()
+    sigPresetToAll = Signal(object)  # a Preset for every pane
 
     def __init__(self, params: PaneParams, parent=None):
         super().__init__(parent)
         self._params = params
         self.sliders: dict[str, QSlider] = {}
-        self._value_labels: dict[str, QLabel] = {}
+        self.values: dict[str, QLineEdit] = {}  # each slider's value, which may be typed
+        self._refusals: dict[str, QLabel] = {}  # under a slider: why a typed value was refused
         form = QFormLayout(self)
         form.setContentsMargins(4, 2, 4, 2)
         form.setVerticalSpacing(2)
@@ -163,6 +178,10 @@ class PaneParamsEditor(QWidget):
         self.seed_edit.setValidator(SeedValidator(0, 2**31 - 1))
         self.seed_edit.editingFinished.connect(self._on_seed)
         form.addRow("Seed", self.seed_edit)
+        self.preset_row = PresetRow(lambda: self._params)
+        self.preset_row.sigApply.connect(self._apply_preset)
+        form.addRow("Preset", self.preset_row)
+        self._advanced_rows(form)
         self.system_edit = QPlainTextEdit()
         self.system_edit.setPlaceholderText("System prompt (optional)")
         self.system_edit.setFixedHeight(48)
@@ -198,12 +217,18 @@ class PaneParamsEditor(QWidget):
     def set_params(self, params: PaneParams) -> None:
         """Show `params` (e.g. copied from another pane) and announce them once."""
         self._params = params
-        for spec in SLIDERS:
+        for spec in SLIDERS + ADVANCED_SLIDERS:
             slider = self.sliders[spec.name]
             slider.blockSignals(True)
             slider.setValue(spec.to_int(getattr(params, spec.name)))
             slider.blockSignals(False)
             self._show_value(spec)
+            self._refusals[spec.name].hide()
+        for f in LIST_FIELDS:
+            self._show_list(f, getattr(params, f.name))
+            self._refusals[f.name].hide()
+        self.bias_editor.set_entries(params.logit_bias)
+        self._show_advanced_count()
         self.seed_edit.setText("" if params.seed is None else str(params.seed))
         self.system_edit.blockSignals(True)
         self.system_edit.setPlainText(params.system_prompt)
@@ -383,24 +408,167 @@ class PaneParamsEditor(QWidget):
         self.key_warning.setVisible(host is not None)
 
     def _slider_row(self, spec: SliderSpec) -> QWidget:
+        """The slider, its value (typed: any value of the knob's range, past the slider's span too),
+        and under them why a typed value was refused."""
         slider = QSlider(Qt.Orientation.Horizontal)
         slider.setRange(0, spec.to_int(spec.hi))
         slider.valueChanged.connect(lambda pos, spec=spec: self._on_slider(spec, pos))
         slider.setToolTip(spec.tooltip)
-        value = QLabel()
-        value.setMinimumWidth(40)
+        value = QLineEdit()
+        value.setFixedWidth(VALUE_WIDTH)
         value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.sliders[spec.name], self._value_labels[spec.name] = slider, value
+        value.setToolTip(f"{spec.label}: type a value from {BY_NAME[spec.name].lo:g} to {BY_NAME[spec.name].hi:g}")
+        value.editingFinished.connect(lambda spec=spec: self._on_value_typed(spec))
+        self.sliders[spec.name], self.values[spec.name] = slider, value
         row = QWidget()
-        layout = QHBoxLayout(row)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(slider, 1)
-        layout.addWidget(value)
+        column = QVBoxLayout(row)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        line = QHBoxLayout()
+        line.addWidget(slider, 1)
+        line.addWidget(value)
+        column.addLayout(line)
+        column.addWidget(self._refusal_label(spec.name))
         return row
+
+    def _refusal_label(self, name: str) -> QLabel:
+        label = self._refusals[name] = QLabel()
+        label.setWordWrap(True)
+        label.setStyleSheet(f"color: {theme.current().error.name()};")
+        label.hide()
+        return label
 
     def _show_value(self, spec: SliderSpec) -> None:
         value = getattr(self._params, spec.name)
-        self._value_labels[spec.name].setText(str(value) if spec.whole else f"{value:.2f}")
+        self.values[spec.name].setText(str(value) if spec.whole else f"{value:.2f}")
+
+    def _on_value_typed(self, spec: SliderSpec) -> None:
+        """A typed value within the knob's range is taken (the slider shows it as near as it can);
+        another is refused, saying why, and the value stays as it was."""
+        if not self.values[spec.name].isModified():  # focus left it untouched: the value shown stays as it is
+            return
+        text = self.values[spec.name].text().strip()
+        f = BY_NAME[spec.name]
+        try:
+            value = int(text) if spec.whole else float(text)
+        except ValueError:
+            value = text
+        problem = f.problem(value)
+        refusal = self._refusals[spec.name]
+        if problem is not None:
+            refusal.setText(f"✗ {problem}")
+            refusal.show()
+            self._show_value(spec)
+            return
+        refusal.hide()
+        if value != getattr(self._params, spec.name):
+            slider = self.sliders[spec.name]
+            slider.blockSignals(True)
+            slider.setValue(spec.to_int(value))
+            slider.blockSignals(False)
+            self._update(**{spec.name: value})
+        self._show_value(spec)
+
+    # -- the Advanced group ------------------------------------------------------------------
+
+    def _advanced_rows(self, form: QFormLayout) -> None:
+        """llama.cpp's other samplers, folded under a button that says how many are set."""
+        self.advanced_button = QToolButton()
+        self.advanced_button.setCheckable(True)
+        self.advanced_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.advanced_button.setArrowType(Qt.ArrowType.RightArrow)
+        self.advanced_button.setAutoRaise(True)
+        self.advanced_button.setToolTip(
+            "llama.cpp's other samplers: the penalties' window, DRY, XTC, top-nσ, typical-p, Mirostat,\n"
+            "dynamic temperature, the logit bias and the order the samplers run in"
+        )
+        self.advanced_button.toggled.connect(self._show_advanced)
+        form.addRow(self.advanced_button)
+        self.advanced_group = QWidget()
+        group = QFormLayout(self.advanced_group)
+        group.setContentsMargins(8, 0, 0, 0)
+        group.setVerticalSpacing(2)
+        group.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # a narrow pane: labels above their sliders
+        self.list_edits: dict[str, QLineEdit] = {}
+        for f in ADVANCED_FIELDS:
+            if f.slider is not None:
+                spec = next(s for s in ADVANCED_SLIDERS if s.name == f.name)
+                group.addRow(spec.label, self._slider_row(spec))
+            elif f.items == "bias":
+                self.bias_editor = BiasEditor()
+                self.bias_editor.sigChanged.connect(lambda entries: self._update_advanced(logit_bias=entries))
+                group.addRow(f.label, self.bias_editor)
+            else:
+                group.addRow(f.label, self._list_row(f))
+            group.labelForField(group.itemAt(group.rowCount() - 1, QFormLayout.ItemRole.FieldRole).widget()).setToolTip(f.tooltip)
+        self.reset_advanced_button = QPushButton(
+            "Reset the advanced samplers", toolTip="Each of them back to llama.cpp's default"
+        )
+        self.reset_advanced_button.clicked.connect(self._reset_advanced)
+        group.addRow("", self.reset_advanced_button)
+        self.advanced_group.hide()
+        form.addRow(self.advanced_group)
+
+    def _list_row(self, f: SamplingField) -> QWidget:
+        """A list knob typed in a line (the sampler order as names or llama.cpp's letters; DRY's
+        breakers as a JSON list), and under it why a line was refused."""
+        edit = self.list_edits[f.name] = QLineEdit(toolTip=f.tooltip)
+        edit.editingFinished.connect(lambda f=f: self._on_list_typed(f))
+        row = QWidget()
+        column = QVBoxLayout(row)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(edit)
+        column.addWidget(self._refusal_label(f.name))
+        return row
+
+    def _on_list_typed(self, f: SamplingField) -> None:
+        edit, refusal = self.list_edits[f.name], self._refusals[f.name]
+        if not edit.isModified():
+            return
+        try:
+            value = _read_list(f, edit.text())
+        except ValueError as e:
+            refusal.setText(f"✗ {e}")
+            refusal.show()
+            return  # the text stays, to mend; the pane keeps the value it had
+        refusal.hide()
+        self._show_list(f, value)
+        if value != getattr(self._params, f.name):
+            self._update_advanced(**{f.name: value})
+
+    def _show_list(self, f: SamplingField, value: tuple) -> None:
+        edit = self.list_edits[f.name]
+        edit.setText(_list_text(f, value))
+        edit.setCursorPosition(0)  # its start in view: the first sampler, the first breaker
+
+    def _show_advanced(self, shown: bool) -> None:
+        self.advanced_button.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.advanced_group.setVisible(shown)
+
+    def _show_advanced_count(self) -> None:
+        changed = sum(getattr(self._params, f.name) != getattr(DEFAULTS, f.name) for f in ADVANCED_FIELDS)
+        self.advanced_button.setText(f"Advanced samplers ({changed} set)" if changed else "Advanced samplers")
+
+    def _update_advanced(self, **changes) -> None:
+        self._update(**changes)
+        self._show_advanced_count()
+
+    def _reset_advanced(self) -> None:
+        self.set_params(self._params.with_(**{f.name: getattr(DEFAULTS, f.name) for f in ADVANCED_FIELDS}))
+
+    def _apply_preset(self, preset: Preset, to_all: bool) -> None:
+        if to_all:
+            self.sigPresetToAll.emit(preset)  # the workspace sets every pane, this one with them
+        else:
+            self.set_params(preset.applied_to(self._params))
+
+    def set_presets(self, book: PresetBook) -> None:
+        self.preset_row.set_book(book)
+
+    def set_token_reader(self, reader: TokenReader | None, model: str | None = None) -> None:
+        """What turns a logit bias's text into tokens: the pane's local model; None for a remote endpoint."""
+        self.bias_editor.set_reader(reader, model)
 
     def _update(self, **changes) -> None:
         self._params = self._params.with_(**changes)
@@ -409,6 +577,9 @@ class PaneParamsEditor(QWidget):
     def _on_slider(self, spec: SliderSpec, position: int) -> None:
         self._update(**{spec.name: spec.to_value(position)})
         self._show_value(spec)
+        self._refusals[spec.name].hide()
+        if BY_NAME[spec.name].advanced:
+            self._show_advanced_count()
 
     def _on_switch(self, name: str, on: bool) -> None:
         self._update(**{name: on})
@@ -421,3 +592,17 @@ class PaneParamsEditor(QWidget):
 
     def _on_system(self) -> None:
         self._update(system_prompt=self.system_edit.toPlainText())
+
+
+def _list_text(f: SamplingField, value: tuple) -> str:
+    """A list knob as its line shows it: names with commas, texts as a JSON list."""
+    return ", ".join(value) if f.items == "name" else f.to_text(value)
+
+
+def _read_list(f: SamplingField, text: str) -> tuple:
+    """A list knob's line: names (with commas or spaces, or llama.cpp's letters); texts as a JSON list."""
+    if f.items != "name":
+        return f.from_text(text)
+    words = [w for w in re.split(r"[,\s]+", text.strip()) if w]
+    names = {*f.choices, *dict(f.aliases)}
+    return f.from_json(words[0] if len(words) == 1 and words[0] not in names else words)

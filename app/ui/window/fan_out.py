@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.sampling.fields import SamplingField
-from app.engine.sampling.params import SLIDER_FIELDS
+from app.engine.sampling.params import NUMERIC_FIELDS
 from app.ui import theme
 from app.workspace.pane_params import PaneParams
 from app.workspace.workspace import MAX_PANES
@@ -50,7 +50,8 @@ def _numeric(f: SamplingField) -> Setting:
 
 
 SETTINGS = (
-    *(_numeric(f) for f in SLIDER_FIELDS if f.name != "max_tokens"),  # replies of one length compare best
+    # every number of a pane's ⚙, its Advanced group's too; replies of one length compare best
+    *(_numeric(f) for f in NUMERIC_FIELDS if f.name != "max_tokens"),
     Setting("seed", "Seed", int, 0, MAX_SEED, "1, 2, 3, 4  or  1..8"),
     Setting("system_prompt", "System prompt", str, example="one a line; (none) for no system prompt"),
     Setting("model", "Model", str, example="a loaded model's name a line"),

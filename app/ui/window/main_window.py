@@ -53,6 +53,7 @@ from app.ui.pane.chat_pane import ChatPane
 from app.ui.settings import WINDOW_STATE_VERSION, AppSettings
 from app.workspace.chat_store import ChatStore
 from app.workspace.metrics import RATE_WINDOW_S, MetricsStore
+from app.workspace.presets import PresetBook
 from app.workspace.session import Branch, PaneSession
 from app.workspace.source import Sources
 from app.workspace.workspace import Workspace
@@ -92,6 +93,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.client, self.store, self.settings = client, store, settings
         self.metrics = MetricsStore()
+        self.presets = PresetBook(settings)  # every pane's ⚙ picks from them; kept in the settings file
         self.workspace = Workspace(Sources(client, self.metrics.on_events), store, settings, self.metrics, client.config.capacity)
         self.api_server = ApiServer(client, on_request=lambda request_id, t: self.metrics.track(request_id, API_KEY, t))
         self.panes: list[ChatPane] = []  # the workspace's sessions' views, in its order
@@ -310,12 +312,15 @@ class MainWindow(QMainWindow):
         session.reply_ended.connect(lambda final: self.compare_view.finish(session.key, final, session.reply_logprobs))
         pane.sigCloseRequested.connect(self.ask_to_close_pane)
         pane.sigCopySettings.connect(lambda p: self.workspace.copy_settings(p.session))
+        pane.sigPresetToAll.connect(self.workspace.apply_preset)
         pane.sigDraftChanged.connect(lambda p, text: self.workspace.set_draft(p.session, text))
         pane.sigExported.connect(self._show_exported)
         pane.sigBranch.connect(self.branch)
         if self.client.models:
             pane.show_models(list(self.client.models))
         pane.show_engine_drafts(self.engine_drafts)
+        pane.set_token_reader(self.client)
+        pane.set_presets(self.presets)
         self.panes.insert(index, pane)
         self.plots.add_pane(session.key, session.colour, session.chat.name)
         self.models.name_in_plots(session)
