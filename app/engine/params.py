@@ -117,9 +117,9 @@ class EngineConfig:
     # token budget of one decode step while replies stream: on a CPU a 512-token step holds every
     # stream for seconds; 128 lets streams and first tokens through sooner
     n_batch: int = 128
-    # prompt tokens a step may read when no reply is waiting for its next token (llama.cpp's -ub,
-    # its default): nobody waits on such a step, so it takes as many as the context's batch holds
-    n_ubatch: int = 512
+    # prompt tokens a step may read when no reply is waiting for its next token (llama.cpp's -ub):
+    # nobody waits on such a step; 512 (llama.cpp's default) read no faster than 128 on this CPU
+    n_ubatch: int = 128
     capacity: int = 8  # sequences that can hold cells at once (llama.cpp's n_seq_max)
     n_threads: int = field(default_factory=default_threads)
     mode: ServingMode = ServingMode.BATCHED

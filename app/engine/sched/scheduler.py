@@ -4,7 +4,7 @@ Each step walks the sequences in the order its policy gives (by default: the nex
 generating sequence, then chunks of prompts still being read, then admissions) while slots, cells
 and the token budget allow. A long prompt is read a chunk per step, so the streams already running
 keep producing tokens meanwhile. The step's token budget follows who waits on it: with no reply
-generating, it reads prompts in chunks of n_ubatch (llama.cpp's ubatch, 512): fewer steps;
+generating, it reads prompts in chunks of n_ubatch (llama.cpp's ubatch, `-ub`);
 with replies generating, n_batch (128), so that their tokens come often. An adaptive batch, when
 set, narrows the budget and the number of sequences running to keep the steps under a latency target.
 
