@@ -44,16 +44,24 @@ def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: Samplin
     turns = [{"role": m["role"], "content": m["content"]} for m in messages]
     body = {"messages": turns, "stream": True, "stream_options": {"include_usage": True}}
     # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
-    for f in SAMPLING_FIELDS:
-        value = getattr(params, f.name)
-        if (f.slider is not None and not f.advanced) or value != getattr(DEFAULTS, f.name):
-            body.update(dict.fromkeys(f.sent_as, f.to_json(value)))
+    body.update(knob_fields(params, {f.name for f in SAMPLING_FIELDS if f.slider is not None and not f.advanced}))
     optional = {"model": endpoint.model, "seed": params.seed, "stop": list(params.stop), "ignore_eos": params.ignore_eos}
     body.update({k: v for k, v in optional.items() if v not in (None, "", [], False)})
     output = output_of(params)
     if output is not None:
         body.update(output.chat_fields())
     return body
+
+
+def knob_fields(params: SamplingParams, always: set[str], skip: tuple[str, ...] = ()) -> dict:
+    """The sampling knobs as a body's fields: those named in `always`, and the others but `skip` where
+    `params` moved them from our defaults."""
+    fields = {}
+    for f in SAMPLING_FIELDS:
+        value = getattr(params, f.name)
+        if f.name not in skip and (f.name in always or value != getattr(DEFAULTS, f.name)):
+            fields.update(dict.fromkeys(f.sent_as, f.to_json(value)))
+    return fields
 
 
 def _read_line(line: str, reply: _Reply) -> list[str]:

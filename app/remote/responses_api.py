@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from app.engine.events import FinishReason
 from app.engine.sampling.params import SamplingParams
 
+from .chat_api import knob_fields
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of
 from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
@@ -95,17 +96,17 @@ def _split(messages: Sequence[dict[str, str]]) -> tuple[str | None, tuple[dict[s
 
 
 def _body(endpoint: Endpoint, params: SamplingParams, instructions: str | None, turns, previous_id: str | None = None) -> dict:
-    # only what the Responses API defines: its sampling knobs are temperature and top_p
     body = {
         "input": [{"type": "message", **turn} for turn in turns],
         "stream": True,
         "store": True,
         "max_output_tokens": params.max_tokens,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
     }
-    optional = {"model": endpoint.model, "instructions": instructions, "previous_response_id": previous_id}
-    body.update({k: v for k, v in optional.items() if v})
+    # the Responses API's own knobs always; the others (llama-server's and serve's extensions) only where
+    # the pane moved them: a pane at its defaults suits OpenAI, and a moved knob is never dropped unsaid
+    body.update(knob_fields(params, {"temperature", "top_p"}, skip=("max_tokens",)))
+    optional = {"model": endpoint.model, "instructions": instructions, "previous_response_id": previous_id, "seed": params.seed}
+    body.update({k: v for k, v in optional.items() if v is not None and v != ""})
     output = output_of(params)
     if output is not None:
         body.update(output.responses_fields())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import aiohttp
 import pytest
@@ -63,7 +64,9 @@ def test_a_chain_of_three_sends_only_each_new_turn_and_reuses_the_cells(tiny_con
     first, second, third = bodies
     assert "previous_response_id" not in first and len(first["input"]) == 1 and first["instructions"] == "Be brief."
     assert first["store"] is True and first["stream"] is True and first["max_output_tokens"] == 8
-    assert "top_k" not in first and "min_p" not in first and "repeat_penalty" not in first
+    # the Responses API's own knobs, and of the others only those the pane moved (GREEDY's penalty)
+    assert first["temperature"] == 0.0 and first["top_p"] == 0.95 and first["repeat_penalty"] == 1.0
+    assert "top_k" not in first and "min_p" not in first and "logit_bias" not in first
     for body, question in ((second, "And of Italy?"), (third, "And of Spain?")):
         assert body["previous_response_id"].startswith("resp_") and body["instructions"] == "Be brief."
         assert body["input"] == [{"type": "message", "role": "user", "content": question}]
@@ -73,6 +76,33 @@ def test_a_chain_of_three_sends_only_each_new_turn_and_reuses_the_cells(tiny_con
         st_ = final.stats
         assert st_.prompt_tokens > finals[0].stats.prompt_tokens and st_.cached_tokens > 0.5 * st_.prompt_tokens
         assert 0 < st_.gen_tokens <= 8
+
+
+@pytest.mark.tiny
+def test_a_panes_moved_knobs_reach_a_responses_endpoint_and_act_as_over_the_chat_api(tiny_config):
+    asked = user("Write a short story about a cat.")
+
+    async def reply(api: str, params) -> tuple[str, dict]:
+        remote = RemoteClient(Endpoint(url, api=api))
+        bodies = spied(remote)
+        events = [e async for e in remote.generate(list(asked), params, conversation_id=api)]
+        await remote.close()
+        assert events[-1].ok, events[-1]
+        return events[-1].text, bodies[0]
+
+    async def main():
+        nonlocal url
+        async with Serving(tiny_config) as (_client, _server, url):
+            plain, _ = await reply("responses", QUICK)
+            banned = plain[:1]  # the reply's first character: the tiny model's is a line break
+            moved = QUICK.with_(logit_bias=((banned, -math.inf),), top_k=5, seed=7)
+            return plain, banned, await reply("responses", moved), await reply("chat", moved)
+
+    url = ""
+    plain, banned, (over_responses, body), (over_chat, _) = run(main())
+    assert body["logit_bias"] == {banned: False} and body["top_k"] == 5 and body["seed"] == 7
+    assert over_responses != plain  # the ban acted on the endpoint
+    assert over_responses == over_chat  # the same knobs, the same greedy reply, whichever API carried them
 
 
 @pytest.mark.tiny
