@@ -160,16 +160,19 @@ class Engine:
             return False
         plan = self._fill_batch(self.speculator.draft(plan))
         parts = self.figures.parts(plan)
+        ubatches = self.kv.layout.ubatches(plan.by_slot())  # before the step ends a sequence and frees its slot
         t1 = time.perf_counter()
         rc = self.backend.decode()
         t2 = time.perf_counter()
         events: list[Event] = []
-        if rc == 0:
-            self._finish_step(plan, events)
-        else:
-            self._on_decode_failure(rc, plan, events)
-        self.figures.record_step(parts, plan.budget, t0, t1, t2)
-        self._emit(events)
+        try:
+            if rc == 0:
+                self._finish_step(plan, events)
+            else:
+                self._on_decode_failure(rc, plan, events)
+            self.figures.record_step(parts, plan.budget, ubatches, t0, t1, t2)
+        finally:  # a fault after a request's final event was made must not lose it: its client would wait for ever
+            self._emit(events)
         if not self.scheduler.has_work():  # going idle: a change of layout the chats now allow keeps no one waiting
             self._fit_layout()
             self.figures.snapshot = self.figures.take_snapshot()

@@ -58,7 +58,7 @@ class Figures:
             for seq, n in plan.n_tokens.items()
         )
 
-    def record_step(self, parts: tuple[StepPart, ...], budget: int, t0: float, t1: float, t2: float) -> None:
+    def record_step(self, parts: tuple[StepPart, ...], budget: int, ubatches: int, t0: float, t1: float, t2: float) -> None:
         n_tokens = sum(p.n_tokens for p in parts)
         n_decode = sum(p.is_decode for p in parts)
         scheduler = self.scheduler
@@ -73,6 +73,7 @@ class Figures:
             batch_limit=scheduler.batch_limit,
             parts=parts,
             token_budget=budget,
+            n_ubatches=ubatches,
         )
         self.steps.append(step)
         self.last_step = step
@@ -148,5 +149,7 @@ def step_size_line(step: StepStats | None, adaptive: bool) -> str:
     if not step.n_decode:
         return f"prompt chunks of {step.token_budget}: no reply generating"
     replies = f"{step.n_decode} repl{'y' if step.n_decode == 1 else 'ies'} generating"
+    if adaptive and step.token_budget <= step.n_decode:
+        return f"replies only: {step.n_decode} generating, and a prompt chunk beside them would pass the latency target"
     who = "the adaptive batch's, " if adaptive else ""
     return f"{step.token_budget} tokens a step: {who}{replies}"

@@ -131,7 +131,9 @@ def step_summary(st: StepStats, names: dict[str | None, str]) -> str:
     idle = max(0, st.batch_limit - st.n_seqs)
     drafted = sum(part.drafted for part in st.parts)
     lines = [
-        f"{st.step_s * 1e3:.1f} ms step ({st.decode_s * 1e3:.1f} ms in llama_decode)",
+        f"{st.step_s * 1e3:.1f} ms step ({st.decode_s * 1e3:.1f} ms in llama_decode"
+        + (f", cut into {st.n_ubatches} ubatches" if st.n_ubatches > 1 else "")
+        + ")",
         f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt" + (f", {drafted} drafted" if drafted else ""),
         f"{st.n_seqs} sequences of a limit of {st.batch_limit}: {idle} idle",
     ]

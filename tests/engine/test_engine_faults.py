@@ -59,6 +59,35 @@ def test_text_utf8_cannot_encode_fails_only_its_own_request(tiny_config, where):
 
 
 @pytest.mark.tiny
+def test_a_fault_after_a_request_ended_in_a_step_keeps_its_final_event(tiny_config, monkeypatch):
+    """A bug in the step's bookkeeping after a reply's last token was drawn: that reply ends as it
+    should (its final event was made), the others in flight end with the error, and the engine goes on."""
+    record = figures.Figures.record_step
+
+    def failing(self, parts, *args):
+        if any(not p.is_decode for p in parts) and any(p.request_id == "short" for p in parts):
+            raise RuntimeError("a fault in the figures")
+        return record(self, parts, *args)
+
+    async def main():
+        async with Started(tiny_config) as client:
+            long = asyncio.ensure_future(client.complete(user("Count to twenty."), GREEDY.with_(max_tokens=48, ignore_eos=True)))
+            await client.call(lambda e: None)
+            monkeypatch.setattr(figures.Figures, "record_step", failing)
+            # its prompt and its one token in one step, beside the long reply's decode
+            short = await asyncio.wait_for(client.complete(user("Hi"), GREEDY.with_(max_tokens=1), request_id="short"), 60)
+            other = await asyncio.wait_for(long, 60)
+            monkeypatch.setattr(figures.Figures, "record_step", record)
+            after = await client.complete(user("Hi"), QUICK)
+            return short, other, after
+
+    short, other, after = run(main())
+    assert short.reason is FinishReason.LENGTH and short.stats.gen_tokens == 1
+    assert other.reason is FinishReason.ERROR and "a fault in the figures" in other.error
+    assert after.ok
+
+
+@pytest.mark.tiny
 def test_a_failing_call_or_reload_settles_its_future_and_the_engine_goes_on(tiny_config):
     async def main():
         async with Started(tiny_config) as client:

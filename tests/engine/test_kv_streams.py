@@ -5,6 +5,8 @@ computed elsewhere is the bundled model's; the rest runs on the tiny one."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from helpers import Started, collect, divergence_is_a_near_tie, run, token_ids, user
 from test_host_cache import OTHER, chat
@@ -105,3 +107,25 @@ def test_an_automatic_engine_reports_the_layout_it_chose(tiny_config):
     )
     pool_text, _ = run(main(1024))
     assert pool_text == "one pool (automatic: a stream of 512 cells would cut chats short)"
+
+
+@pytest.mark.tiny
+@pytest.mark.parametrize("unified", [True, False])
+def test_a_step_counts_the_ubatches_its_layout_cuts_it_into(tiny_streams, unified):
+    """One pool runs a step as one ubatch; with a stream per sequence, a prompt read beside a reply
+    that decodes is a ubatch of its own (llama.cpp's equal split)."""
+
+    async def main():
+        async with Started(tiny_streams.with_(kv_unified=unified)) as client:
+            long = GREEDY.with_(max_tokens=24, ignore_eos=True)
+            first = asyncio.ensure_future(client.complete(user("Count to twenty."), long, conversation_id="a"))
+            await client.call(lambda e: None)  # the first is in before the second arrives
+            second = client.complete(user("Name a colour. " * 40), GREEDY.with_(max_tokens=2), conversation_id="b")
+            await asyncio.gather(first, second)
+            return await client.call(lambda e: list(e.figures.steps.since()))
+
+    steps = run(main())
+    mixed = [s for s in steps if s.n_decode and s.n_prefill_tokens]
+    assert mixed, "no step read a prompt beside a decode"
+    assert all(s.n_ubatches == (1 if unified else 2) for s in mixed)
+    assert all(s.n_ubatches == 1 for s in steps if not (s.n_decode and s.n_prefill_tokens) and s.n_seqs == 1)

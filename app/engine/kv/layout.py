@@ -55,10 +55,19 @@ class Layout(Protocol):
     def copy_pays(self, n: int) -> bool:
         """Whether copying `n` more tokens from another slot beats computing them."""
 
+    # the ubatches a prompt chunk adds beside decodes (its tokens after the first, where the
+    # decodes' run holds it, or all of them)
+    prompt_passes: int
+
+    def ubatches(self, parts: list[tuple[int, int]]) -> int:
+        """How many ubatches llama.cpp cuts a step into: `parts` are (sequence id, tokens), by id."""
+
 
 class OnePool:
     """One pool of cells for every slot (llama.cpp's kv_unified): slots compete for its room, idle ones
     are evicted for it, least recently used first; seq_cp shares a prefix's cells, so copying is free."""
+
+    prompt_passes = 0
 
     def has_room(self, kv: Manager, needed: int, reserved: int, freeable: int = 0) -> bool:
         return kv.free_cells + freeable >= reserved + needed
@@ -80,11 +89,16 @@ class OnePool:
     def copy_pays(self, n: int) -> bool:
         return True
 
+    def ubatches(self, parts: list[tuple[int, int]]) -> int:
+        return 1 if parts else 0  # the context's ubatch is a whole step
+
 
 class StreamPerSlot:
     """A stream of n_cells / n_slots cells for each slot: a sequence writes into its own stream only,
     so there is always room (the prompt builder keeps a chat within it) and none to make; a prefix
     crosses streams as a copy of every cell of its slot."""
+
+    prompt_passes = 1
 
     def has_room(self, kv: Manager, needed: int, reserved: int, freeable: int = 0) -> bool:
         return True
@@ -107,6 +121,30 @@ class StreamPerSlot:
 
     def copy_pays(self, n: int) -> bool:
         return n >= MIN_SHARED_PREFIX  # a copy moves every cell of its slot: for a few tokens, computing is cheaper
+
+    def ubatches(self, parts: list[tuple[int, int]]) -> int:
+        return equal_splits(parts)
+
+
+def equal_splits(parts: list[tuple[int, int]]) -> int:
+    """The ubatches of llama.cpp's sequential equal split (`split_equal`, how a batch is cut when each
+    sequence has a stream of its own), for a batch whose sequences' tokens follow each other by id: a
+    ubatch takes a run of consecutive sequence ids, starting at the lowest with tokens left, and as
+    many tokens of each as the one with the fewest has left. So a step of decodes costs one ubatch
+    per run of consecutive ids, and a prompt chunk beside them one more for its remaining tokens."""
+    left = {seq_id: n for seq_id, n in parts if n > 0}
+    count = 0
+    while left:
+        run = [min(left)]
+        while run[-1] + 1 in left:
+            run.append(run[-1] + 1)
+        take = min(left[s] for s in run)
+        for s in run:
+            left[s] -= take
+            if not left[s]:
+                del left[s]
+        count += 1
+    return count
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,15 @@ A generating stream gets one token a step, so its inter-token latency is the ste
 controller watches the steps it measures and turns two knobs. How many sequences run (and so
 decode) together is judged by the steps that only decode: when they get slow, it is cut in
 proportion; when one more stream would still fit, it grows by one. How many prompt tokens a step
-may read beside the streams is judged by the token gaps of the recent steps: the target is a p95,
-so a few slow steps that read a big chunk are fine, but when more than SLOW_SHARE of the gaps are
-over it, the chunk shrinks, and it grows back while nearly none are. A step with nobody
-generating has no latency to protect: the scheduler gives it its idle chunk (Scheduler.token_budget).
+may read beside the streams comes from what a step costs (StepModel: a pass over the weights per
+ubatch, and each token's share): the most that keeps the step under the target, where the layout
+decides the passes (a stream per sequence gives a prompt chunk a pass of its own, one pool does
+not). Where no chunk fits beside the streams, any step that reads one is slow: the target is a
+p95, so a small share of the gaps may be, and those steps read large chunks (up to SLOW_CAP times
+the target) while the share allows, and the others only decode. The feedback corrects the model:
+when more than SLOW_SHARE of the recent gaps are over the target anyway, the chunk shrinks, and it
+grows back while nearly none are. A step with nobody generating has no latency to protect: the
+scheduler gives it its idle chunk (Scheduler.token_budget).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ..stats import StepStats, percentile
+from .step_model import StepModel
 
 AIM = 0.9  # of the target: the latency a stream sees also holds the gaps between steps
 SLOW_SHARE = 0.03  # of the recent token gaps may be over the aim (the target is a p95, with margin)
@@ -24,6 +30,11 @@ WINDOW_GAPS = 400  # the recent token gaps the chunk is judged by
 JUDGE_AFTER_S = 5.0  # or, with few streams, the gaps of this long since the chunk last changed
 MIN_PREFILL = 4  # prompt tokens a mixed step may always read, so a prompt is never stuck
 UPDATE_EVERY_S = 0.5
+# the slow gaps that steps reading a prompt chunk no step under the target could hold may take, of
+# the last SPACED_WINDOW gaps: half the feedback's share, so spending them never shrinks the chunk
+SPACED_SHARE = SLOW_SHARE / 2
+SPACED_WINDOW = 1000
+SLOW_CAP = 4.0  # such a step costs at most this many times the target
 
 
 class AdaptiveBatch:
@@ -44,19 +55,51 @@ class AdaptiveBatch:
         self._recent: deque[StepStats] = deque()  # steps that generated, since the chunk last changed
         self._recent_gaps = 0
         self._last_update = self._last_change = clock()
+        self.model = StepModel()
+        self._window: deque[tuple[int, bool]] = deque()  # (gaps, over the target) of the last SPACED_WINDOW gaps
+        self._gaps = self._slow_gaps = 0
+        self._spending = False  # the step planned last was given a chunk that makes it slow, on purpose
 
-    def token_budget(self, decoding: int) -> int:
-        """Tokens the next step may take when `decoding` sequences (one or more) generate."""
-        return min(self.n_batch, decoding + self.prefill_budget)
+    def token_budget(self, decoding: int, ubatches: int = 1, prompt_ubatches: int = 0) -> int:
+        """Tokens the next step may take when `decoding` sequences (one or more) generate, their tokens
+        cut into `ubatches` passes, and a prompt chunk beside them adds `prompt_ubatches`."""
+        self._spending = False
+        budget = min(self.n_batch, decoding + self.prefill_budget)
+        passes = ubatches + prompt_ubatches
+        fit = self.model.tokens_within(AIM * self.itl_target_s, passes)
+        if fit is None:  # nothing measured yet: the feedback alone
+            return budget
+        if fit - decoding >= MIN_PREFILL:
+            return max(decoding, min(budget, fit))
+        if self._may_be_slow(decoding):
+            self._spending = True
+            large = self.model.tokens_within(SLOW_CAP * self.itl_target_s, passes) or 0
+            return min(self.n_batch, max(decoding + MIN_PREFILL, large))
+        return decoding
+
+    def _may_be_slow(self, decoding: int) -> bool:
+        """Whether a step over the target may come now, its `decoding` gaps within the spaced share."""
+        return self._slow_gaps + decoding <= SPACED_SHARE * max(self._gaps + decoding, SPACED_WINDOW)
 
     def observe(self, step: StepStats) -> None:
+        self.model.observe(step)
         if step.n_decode:
+            slow = step.step_s > self.itl_target_s
+            self._window.append((step.n_decode, slow))
+            self._gaps += step.n_decode
+            self._slow_gaps += step.n_decode * slow
+            while self._gaps - self._window[0][0] >= SPACED_WINDOW:
+                n, was_slow = self._window.popleft()
+                self._gaps -= n
+                self._slow_gaps -= n * was_slow
             if not step.n_prefill_tokens:
                 self._decode_only.append(step)
-            self._recent.append(step)
-            self._recent_gaps += step.n_decode
-            while self._recent_gaps - self._recent[0].n_decode >= WINDOW_GAPS:
-                self._recent_gaps -= self._recent.popleft().n_decode
+            if not self._spending:  # the feedback judges the steps meant to be under the target
+                self._recent.append(step)
+                self._recent_gaps += step.n_decode
+                while self._recent_gaps - self._recent[0].n_decode >= WINDOW_GAPS:
+                    self._recent_gaps -= self._recent.popleft().n_decode
+        self._spending = False
         now = self._clock()
         if now - self._last_update >= UPDATE_EVERY_S:
             self._update(now)

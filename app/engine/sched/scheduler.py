@@ -163,8 +163,9 @@ class Scheduler:
             self._end_a_turn()
         plan: dict[Sequence, int] = {}
         stepping = self.stepping()
-        decoding = self._room_for_decodes(stepping)
-        budget = self.token_budget(decoding)
+        decoders = self._room_for_decodes(stepping)
+        decoding = len(decoders)
+        budget = self.token_budget(decoding, [s.slot_id for s in decoders])
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
         blocked: Sequence | None = None  # the first waiting request that did not go in
@@ -202,23 +203,27 @@ class Scheduler:
             return self.schedule(_depth + 1)
         return StepPlan(plan, budget)
 
-    def token_budget(self, decoding: int) -> int:
-        """The tokens a step may take when `decoding` replies wait for their next token: with none,
-        prompt chunks as large as read fastest (nobody's latency is at stake); with some, the batch
-        size, or what the adaptive batch allows beside them."""
+    def token_budget(self, decoding: int, decode_slots: list[int] | None = None) -> int:
+        """The tokens a step may take when `decoding` replies (in `decode_slots`) wait for their next
+        token: with none, prompt chunks as large as read fastest (nobody's latency is at stake); with
+        some, the batch size, or what the adaptive batch allows beside them in this layout."""
         if not decoding:
             return self.n_ubatch
-        return self.n_batch if self.limits is None else max(decoding, self.limits.token_budget(decoding))
+        if self.limits is None:
+            return self.n_batch
+        layout = self.kv.layout
+        ubatches = layout.ubatches([(slot, 1) for slot in sorted(decode_slots)]) if decode_slots else 1
+        return max(decoding, self.limits.token_budget(decoding, ubatches, layout.prompt_passes))
 
-    def _room_for_decodes(self, stepping: list[Sequence]) -> int:
-        """Make sure every generating sequence of this step has a cell for its next token; return how many."""
+    def _room_for_decodes(self, stepping: list[Sequence]) -> list[Sequence]:
+        """Make sure every generating sequence of this step has a cell for its next token; return them."""
         decoding = [s for s in stepping if s.is_decoding]
         while decoding and not self.kv.make_room(len(decoding)):
             victim = preemption_victim(self.policy, self.running)
             self._preempt(victim)
             if victim in decoding:
                 decoding.remove(victim)
-        return len(decoding)
+        return decoding
 
     def _admit(self, seq: Sequence, budget: int, reserved: int) -> tuple[int, bool]:
         """Admit a waiting sequence and plan its first chunk: (tokens planned, whether to go on admitting)."""
