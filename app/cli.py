@@ -472,7 +472,10 @@ def _serve(args) -> int:
     config = EngineConfig(model_path="", n_batch=max(args.batch, args.parallel), capacity=args.parallel)
     config = config.with_(**args.engine_overrides)
     aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
-    models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
+    models = [
+        (config.with_(model_path=path) if i == 0 else config.for_other_model(path), alias)
+        for i, (path, alias) in enumerate(zip(paths, aliases))
+    ]
     budget = None if args.reasoning_budget == -1 else args.reasoning_budget
     thinking = Thinking(args.reasoning_format != "none", budget, args.chat_template_kwargs)
     options = {
