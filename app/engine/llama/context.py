@@ -447,6 +447,21 @@ class LlamaBackend:
         self.batch.struct.n_tokens = self.batch.n_tokens
         return ll.llama_decode(self.ctx, self.batch.struct)
 
+    def decode_images(self) -> int:
+        """Decode the image batch (pictures' embeddings): as decode(). Image tokens that attend both
+        ways (Gemma 3) are decoded with the causal mask off: the batch then holds one whole picture."""
+        if not self.ctx:
+            return -1
+        self.image_batch.struct.n_tokens = self.image_batch.n_tokens
+        both_ways = self.vision.non_causal
+        if both_ways:
+            ll.llama_set_causal_attn(self.ctx, False)
+        try:
+            return ll.llama_decode(self.ctx, self.image_batch.struct)
+        finally:
+            if both_ways:
+                ll.llama_set_causal_attn(self.ctx, True)
+
     # -- KV memory (without a context, after a failed change of layout: nothing held, nothing done) --
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
