@@ -30,6 +30,18 @@ class ImageFacts:
     def __str__(self) -> str:
         return f"{self.format} {self.width}×{self.height}"
 
+    @property
+    def mime(self) -> str:
+        return f"image/{self.format.lower()}"
+
+
+def mime_of(data: bytes) -> str:
+    """A picture's media type (for a data: URI), or a generic one where it is none the engine reads."""
+    try:
+        return check_image(data).mime
+    except ImageError:
+        return "application/octet-stream"
+
 
 def check_image(data: bytes) -> ImageFacts:
     """The picture's format and size; ImageError when it cannot be read as one."""
