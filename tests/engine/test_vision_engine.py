@@ -6,6 +6,7 @@ how many of its rows were a picture's."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from conftest import write_projector
@@ -42,6 +43,7 @@ def test_a_pictures_tokens_are_in_the_prompt_and_reused_on_the_next_turn(tiny_mo
 
     first, second, steps = run(go())
     assert first.reason is FinishReason.LENGTH and first.error is None
+    assert not [t for t in threading.enumerate() if t.name == "llama-encode"]  # the encode's thread (and team) ended
     st = first.stats
     assert (st.images, st.image_tokens) == (1, N_IMAGE) and st.prompt_tokens > N_IMAGE
     assert st.encode_s > 0 and st.cached_tokens == 0

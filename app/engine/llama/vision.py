@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -38,6 +39,23 @@ class ImageRead:
     after: tuple[int, ...]
     n_pos: int
     chunk: object = field(default=None, repr=False)  # mtmd's image chunk (owned), until encoded
+
+
+def _on_a_thread_of_its_own(call, *args):
+    """`call(*args)` on a thread that ends with it. An encode's CPU work runs in an OpenMP team of
+    the thread that asks for it; a team outlives its encode while its thread lives, and once the
+    process holds more OpenMP workers than cores, libgomp makes every team sleep at its barriers,
+    the engine thread's decodes too: after one picture encoded on the prompt thread, 8 panes'
+    decode steps took 0.44 s where they took 1.0 s before (a 2-core machine under a load of 6, where
+    sleeping beats spinning; docs/architecture.md: a second model's idle team cost a busy one 29%).
+    A thread of its own takes its team with it when it ends: the steps stay as they were."""
+    result = []
+    worker = threading.Thread(target=lambda: result.append(call(*args)), name="llama-encode")
+    worker.start()
+    worker.join()
+    if not result:
+        raise RequestError("the projector's encode failed (see the log)")
+    return result[0]
 
 
 class Vision:
@@ -147,7 +165,7 @@ class Vision:
         try:
             t0 = time.perf_counter()
             forget_tail()
-            if mtmd.mtmd_encode_chunk(self.ctx, read.chunk) != 0:
+            if _on_a_thread_of_its_own(mtmd.mtmd_encode_chunk, self.ctx, read.chunk) != 0:
                 raise RequestError(f"the projector could not encode the picture: {last_error() or 'mtmd failed'}")
             out = mtmd.mtmd_get_output_embd(self.ctx)
             embd = np.ctypeslib.as_array(out, shape=(read.n_tokens, self.n_embd)).copy()
