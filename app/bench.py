@@ -212,7 +212,7 @@ async def run_bench(s: BenchSettings, progress: Callable[[str], None] | None = N
     client = EngineClient(config)
     await client.start()
     try:
-        models = [client.default_model] + [await client.load_model(config.with_(model_path=p)) for p in s.other_models]
+        models = [client.default_model] + [await client.load_model(config.for_other_model(p)) for p in s.other_models]
         for model in models:
             await warm_up(client, model)
         lanes = [(model, k, conversations[k :: s.parallel]) for model in models for k in range(s.parallel)]

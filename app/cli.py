@@ -282,6 +282,11 @@ def _add_serve_parser(sub) -> None:
         "chat_template_kwargs go over them",
     )  # fmt: skip
     serve.add_argument(
+        "--allow-image-urls", action="store_true",
+        help="fetch pictures a request sends by http(s) URL (up to 20 MiB, 10 s each); without it only data: URIs "
+        "are read (a URL would let a client make the server fetch from its network)",
+    )  # fmt: skip
+    serve.add_argument(
         "--responses-store-mb", type=_positive, metavar="MIB",
         help="memory for the Responses API's stored responses and their conversations; beyond it the least "
         "recently used is dropped (default: 256)",
@@ -472,7 +477,10 @@ def _serve(args) -> int:
     config = EngineConfig(model_path="", n_batch=max(args.batch, args.parallel), capacity=args.parallel)
     config = config.with_(**args.engine_overrides)
     aliases = args.aliases + [None] * (len(paths) - len(args.aliases))
-    models = [(config.with_(model_path=path), alias) for path, alias in zip(paths, aliases)]
+    models = [
+        (config.with_(model_path=path) if i == 0 else config.for_other_model(path), alias)
+        for i, (path, alias) in enumerate(zip(paths, aliases))
+    ]
     budget = None if args.reasoning_budget == -1 else args.reasoning_budget
     thinking = Thinking(args.reasoning_format != "none", budget, args.chat_template_kwargs)
     options = {
@@ -480,6 +488,7 @@ def _serve(args) -> int:
         "allow_hosts": args.allow_hosts,
         "store_mb": args.responses_store_mb,
         "thinking": thinking,
+        "allow_image_urls": args.allow_image_urls,
     }
     return asyncio.run(serve(models, args.host, args.port, args.api_key, args.max_queue, **options))
 

@@ -82,6 +82,26 @@ def write_tiny_model(like: str, path: Path, *flags: str) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def mmproj_path(model_path, tmp_path_factory) -> str:
+    """A vision projector for the bundled model: LLaVA's kind, random weights (scripts/synthetic-mmproj),
+    16 tokens a picture, decoded causally beside the step's tokens."""
+    return write_projector(model_path, tmp_path_factory.mktemp("mmproj") / "mmproj-SmolLM2-F16.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_mmproj_path(tiny_model_path, tmp_path_factory) -> str:
+    """The same for the tiny model (its embedding size)."""
+    return write_projector(tiny_model_path, tmp_path_factory.mktemp("mmproj") / "mmproj-tiny-F16.gguf")
+
+
+def write_projector(model: str, path: Path, *flags: str) -> str:
+    """A projector with random weights whose output fits `model` (scripts/synthetic-mmproj's `flags`)."""
+    script = Path(__file__).parent.parent / "scripts" / "synthetic-mmproj"
+    subprocess.run([sys.executable, str(script), model, str(path), *flags], check=True, capture_output=True)
+    return str(path)
+
+
 @pytest.fixture
 def config(model_path) -> EngineConfig:
     return EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=8, n_threads=2)
@@ -106,6 +126,8 @@ MODEL_FIXTURES = {
     "served",
     "family_models",
     "thinking_models",
+    "mmproj_path",
+    "tiny_mmproj_path",
 }
 
 

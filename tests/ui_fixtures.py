@@ -51,10 +51,12 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-async def open_window(model_path: str, home, panes: int | None = 2, capacity: int = 8) -> MainWindow:
+async def open_window(model_path: str, home, panes: int | None = 2, capacity: int = 8, **settings) -> MainWindow:
+    """`settings`: more of the engine's (EngineConfig's fields: a projector, say)."""
     # one thread: two spin at llama.cpp's barriers, and on 2 cores busy with anything else a step then
     # takes up to fifty times as long (a 4-pane broadcast of 24 tokens: 1.7 s on one thread, 1.2 to 62 s on two)
-    client = EngineClient(EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=capacity, n_threads=1))
+    config = EngineConfig(model_path=model_path, n_ctx=4096, n_batch=512, capacity=capacity, n_threads=1, **settings)
+    client = EngineClient(config)
     await client.start()
     window = MainWindow(client, ChatStore(home), AppSettings(open_qsettings()), pane_count=panes)
     window.show()
@@ -80,9 +82,9 @@ async def until(condition, timeout: float = 60.0, what: str = "condition") -> No
 
 
 def window_runner(loop, home, model_path: str):
-    def run(scenario, panes: int | None = 2, capacity: int = 8):
+    def run(scenario, panes: int | None = 2, capacity: int = 8, **settings):
         async def main():
-            window = await open_window(model_path, home, panes, capacity)
+            window = await open_window(model_path, home, panes, capacity, **settings)
             try:
                 return await scenario(window)
             finally:

@@ -13,6 +13,7 @@ from enum import Enum
 from .params import (
     GPU_LAYERS_ALL,
     KV_UNIFIED,
+    MMPROJ_NONE,
     CacheType,
     EngineConfig,
     FlashAttn,
@@ -163,6 +164,14 @@ def _draft_model(text: str) -> str | None:
     return None if text.lower() in ("", "none") else text
 
 
+def _mmproj(text: str) -> str | None:
+    """A projector's GGUF file, auto (one found beside the model) or none."""
+    text = text.strip()
+    if text.lower() in ("", "auto"):
+        return None
+    return MMPROJ_NONE if text.lower() == MMPROJ_NONE else text
+
+
 def _probability(text: str) -> float:
     try:
         value = float(text.strip())
@@ -305,6 +314,14 @@ CONFIG_FIELDS = (
         text=Text(_probability, repr),
         flags=("--spec-draft-p-min", "--draft-p-min"),
         metavar="P",
+    ),
+    ConfigField(
+        "mmproj",
+        "Vision projector",
+        help="the model's projector for images (an mmproj GGUF); auto: an mmproj-*.gguf beside the model; none: no images",
+        text=Text(_mmproj, lambda path: "auto" if path is None else path),
+        flags=("-mm", "--mmproj"),
+        metavar="FILE",
     ),
     ConfigField("use_mlock", "mlock", help="keep the model in RAM (no swapping)", text=ON_OFF, flags=("--mlock",), switch=True),
     ConfigField(

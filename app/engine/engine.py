@@ -15,10 +15,12 @@ from collections.abc import Callable
 
 from .events import Event, Fault, FinishEvent, FinishReason, TokenEvent, failed
 from .figures import Figures
+from .images import image_key
 from .kv.history import TokenHistory
 from .kv.host_cache import HostBudget, HostCache
 from .kv.layout_move import LayoutMove
 from .kv.manager import KVCacheManager
+from .llama.batch import seq_runs
 from .llama.context import LlamaBackend
 from .params import EngineConfig
 from .probs import TokenProbs
@@ -108,8 +110,16 @@ class Engine:
         seq = Sequence(request, prompt.tokens, stats, self._arrivals, prompt.stop)
         seq.notice = prompt.notice
         seq.grammar = prompt.grammar
+        text = prompt.tokens
+        if prompt.images:
+            seq.images = prompt.images
+            seq.images_whole = self.backend.vision.non_causal
+            text = [t for t in prompt.tokens if t >= 0]  # what the penalties look back at: the texts
+            stats.image_tokens = len(prompt.tokens) - len(text)
+            stats.images = len(prompt.images)
+            stats.encode_s = prompt.encode_s
         seed = request.params.seed if request.params.seed is not None else random.getrandbits(32)
-        seq.sampler = self.backend.samplers.new(request.params, seed, prompt.tokens, prompt.logit_bias)
+        seq.sampler = self.backend.samplers.new(request.params, seed, text, prompt.logit_bias)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
         seq.thoughts = Thoughts(prompt.thinking, prompt.opened, request.separate_thoughts, prompt.closed)
         seq.marker_tokens, seq.close_tokens = prompt.marker_tokens, prompt.close_tokens
@@ -160,9 +170,9 @@ class Engine:
             return False
         plan = self._fill_batch(self.speculator.draft(plan))
         parts = self.figures.parts(plan)
-        ubatches = self.kv.layout.ubatches(plan.by_slot())  # before the step ends a sequence and frees its slot
+        ubatches = self._ubatches()
         t1 = time.perf_counter()
-        rc = self.backend.decode()
+        rc, image_s = self._decode()
         t2 = time.perf_counter()
         events: list[Event] = []
         try:
@@ -170,7 +180,7 @@ class Engine:
                 self._finish_step(plan, events)
             else:
                 self._on_decode_failure(rc, plan, events)
-            self.figures.record_step(parts, plan.budget, ubatches, t0, t1, t2)
+            self.figures.record_step(parts, plan.budget, ubatches, t0, t1, t2, image_s)
         finally:  # a fault after a request's final event was made must not lose it: its client would wait for ever
             self._emit(events)
         if not self.scheduler.has_work():  # going idle: a change of layout the chats now allow keeps no one waiting
@@ -178,10 +188,31 @@ class Engine:
             self.figures.snapshot = self.figures.take_snapshot()
         return True
 
+    def _ubatches(self) -> int:
+        """The passes llama.cpp will cut this step's decodes into, in this layout (pictures' rows are a decode of their own)."""
+        batches = (self.backend.image_batch, self.backend.batch)
+        return sum(self.kv.layout.ubatches(seq_runs(b.seq_id, b.n_tokens)) for b in batches if b is not None and b.n_tokens)
+
+    def _decode(self) -> tuple[int, float]:
+        """The step's pictures, then its tokens (whose logits the draw reads: a decode keeps only its
+        own); llama.cpp's return code, and the seconds the pictures took."""
+        images = self.backend.image_batch
+        image_s = 0.0
+        if images is not None and images.n_tokens:
+            t = time.perf_counter()
+            rc = self.backend.decode_images()
+            image_s = time.perf_counter() - t
+            if rc != 0 or not self.backend.batch.n_tokens:
+                return rc, image_s
+        return self.backend.decode(), image_s
+
     def _fill_batch(self, plan: StepPlan) -> StepPlan:
-        """The plan's tokens into the batch; the plan with the rows whose logits each sequence reads."""
+        """The plan's tokens into the batch, its pictures' rows into the image batch; the plan with
+        the rows whose logits each sequence reads."""
         batch = self.backend.batch
         batch.clear()
+        if self.backend.image_batch is not None:
+            self.backend.image_batch.clear()
         rows: dict[Sequence, int] = {}
         # by slot: with a stream per sequence llama.cpp cuts the batch into a ubatch per run of
         # consecutive sequence ids, in batch order (split_equal); one pool does not mind the order
@@ -192,12 +223,26 @@ class Engine:
                 rows[seq] = batch.add_all(seq.slot_id, [seq.tokens[start], *draft], start)
                 continue
             wants_logits = start + n == len(seq.tokens)
-            row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits)
+            if seq.images:
+                start, n = self._add_pictures(seq, start, n)
+            row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits) if n else -1
             if row >= 0:
                 rows[seq] = row
             if wants_logits and self.config.backend_sampling:  # else nothing is ever attached
                 self.drawer.place(seq)
         return plan.with_rows({seq: rows[seq] for seq in plan.seqs if seq in rows})
+
+    def _add_pictures(self, seq: Sequence, start: int, n: int) -> tuple[int, int]:
+        """The picture the chunk begins with (sched: a chunk is a picture then text, or text) into
+        the image batch; the text's start and length that are left."""
+        end, tokens = start + n, seq.tokens
+        if tokens[start] >= 0:
+            return start, n
+        key, offset = image_key(tokens[start])
+        embd = seq.images[key]
+        stop = min(end, start - offset + len(embd))
+        self.backend.image_batch.add(seq.slot_id, embd[offset : offset + stop - start], start)
+        return stop, end - stop
 
     def _finish_step(self, plan: StepPlan, events: list[Event]) -> None:
         """After a decode: count the cells written, draw every next token, verify the drafts."""
@@ -316,7 +361,11 @@ class Engine:
         return True
 
     def _on_decode_failure(self, rc: int, plan: StepPlan, events: list[Event]) -> None:
-        # llama.cpp rolled the batch back; with more room the next step tries again
+        # llama.cpp rolled the batch back; with more room the next step tries again. The pictures'
+        # decode before it may have gone through: their cells go, to be written again
+        for seq in plan.seqs:
+            if seq.images and seq.slot_id is not None:
+                self.backend.seq_rm(seq.slot_id, seq.num_computed, -1)
         if rc == 1 and self.scheduler.relieve_pressure():
             return
         reason = "the KV cache is full" if rc == 1 else f"llama_decode failed with code {rc}"

@@ -54,13 +54,17 @@ class Figures:
                 n + len(plan.drafts.get(seq, ())),
                 seq.is_decoding,
                 len(plan.drafts.get(seq, ())),
+                sum(1 for t in seq.tokens[seq.num_computed : seq.num_computed + n] if t < 0) if seq.images else 0,
             )
             for seq, n in plan.n_tokens.items()
         )
 
-    def record_step(self, parts: tuple[StepPart, ...], budget: int, ubatches: int, t0: float, t1: float, t2: float) -> None:
+    def record_step(
+        self, parts: tuple[StepPart, ...], budget: int, ubatches: int, t0: float, t1: float, t2: float, image_s: float = 0.0
+    ) -> None:
         n_tokens = sum(p.n_tokens for p in parts)
         n_decode = sum(p.is_decode for p in parts)
+        n_image = sum(p.image_tokens for p in parts)
         scheduler = self.scheduler
         step = StepStats(
             t_end=time.monotonic(),
@@ -74,10 +78,13 @@ class Figures:
             parts=parts,
             token_budget=budget,
             n_ubatches=ubatches,
+            n_image_tokens=n_image,
+            image_s=image_s,
         )
         self.steps.append(step)
         self.last_step = step
-        self.step_cost.observe(n_tokens, step.decode_s)
+        if n_tokens > n_image:  # what a decode of tokens costs (a picture's rows are a decode of their own)
+            self.step_cost.observe(n_tokens - n_image, step.decode_s - image_s)
         self.step_s += step.step_s
         self.decode_s += step.decode_s
         if step.n_prefill_tokens >= step.n_tokens // 2 > 0:  # mostly prompt: what a token of it costs now

@@ -79,6 +79,12 @@ class ModelInfo:
     notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
     drafts_refused: str = ""  # why this model never drafts (speculative decoding), "" where it may
     build: BuildInfo | None = None
+    projector: str = ""  # the vision projector's file (mmproj): the model sees images; "" where it does not
+    image_decode: str = ""  # how its pictures' tokens are decoded beside the others', in words
+
+    @property
+    def sees_images(self) -> bool:
+        return bool(self.projector)
 
     def placement(self) -> str:
         """Where the model went, in one line."""
@@ -105,4 +111,6 @@ class ModelInfo:
             "pool": self.pool_reason,
             "kv_layout": self.kv_layout,
             "notices": list(self.notices),
+            "projector": self.projector or None,
+            "image_decode": self.image_decode or None,
         }

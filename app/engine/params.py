@@ -94,6 +94,7 @@ class CacheType(str, Enum):
 _CACHE_TYPE_BYTES = {CacheType.F16: 2.0, CacheType.Q8_0: 34 / 32, CacheType.Q4_0: 18 / 32}
 
 GPU_LAYERS_ALL = -1  # llama.cpp's n_gpu_layers < 0: every layer
+MMPROJ_NONE = "none"  # EngineConfig.mmproj: no projector, not even one found beside the model
 
 
 class Priority(IntEnum):
@@ -157,9 +158,17 @@ class EngineConfig:
     spec_draft_n_min: int = 0
     spec_draft_model: str | None = None
     spec_draft_p_min: float = 0.0  # a draft model's guess less likely than this (to it) ends the draft
+    # the vision projector (llama.cpp's --mmproj, an mmproj GGUF for llama.cpp's mtmd): None, one
+    # found beside the model (model_file.find_projector); MMPROJ_NONE, none at all
+    mmproj: str | None = None
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
+
+    def for_other_model(self, path: str) -> EngineConfig:
+        """These settings for another model loaded beside this one: a projector named for this model
+        is not that one's (it finds its own beside it); none stays none."""
+        return replace(self, model_path=path, mmproj=self.mmproj if self.mmproj == MMPROJ_NONE else None)
 
     @property
     def step_tokens_max(self) -> int:

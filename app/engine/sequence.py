@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from .images import image_key
 from .params import Priority
 from .sampling.draw import Draw
 from .sampling.params import SamplingParams
@@ -78,6 +79,38 @@ class Sequence:
         self.marker_tokens: frozenset[int] = frozenset()  # control tokens its split must read written out
         self.close_tokens: tuple[int, ...] = ()  # put in when its reasoning budget runs out
         self.thoughts_closed = False  # its budget's closing marker was put in (once a reply)
+        self.images: dict[int, object] = {}  # its pictures' embeddings by key (numpy), where its tokens hold them
+        self.images_whole = False  # its pictures' tokens attend both ways: each is decoded whole
+
+    def chunk(self, limit: int, stretch: bool = False) -> int:
+        """How many of its pending tokens the next step may read, at most `limit`: a chunk is a
+        picture (or the rest of one) then text, or text alone, never text then a picture (a step
+        decodes its pictures before its texts). A picture decoded whole is taken whole: beyond the
+        limit with `stretch` (past a step's budget: it is a decode of its own), else not at all (the free cells)."""
+        if not self.images:
+            return limit
+        tokens, start = self.tokens, self.num_computed
+        j = start
+        if j < len(tokens) and tokens[j] < 0:
+            key, offset = image_key(tokens[j])
+            picture_end = j - offset + len(self.images[key])
+            if self.images_whole:
+                if picture_end - j > limit:
+                    return picture_end - j if stretch else 0
+                j = picture_end
+            elif picture_end - start >= limit:
+                return limit
+            else:
+                j = picture_end
+        end = min(start + limit, len(tokens))
+        while j < end and tokens[j] >= 0:
+            j += 1
+        return j - start
+
+    @property
+    def at_whole_picture(self) -> bool:
+        """Its next pending token begins a picture decoded whole (a decode of its own)."""
+        return self.images_whole and self.num_computed < len(self.tokens) and self.tokens[self.num_computed] < 0
 
     @property
     def budget_spent(self) -> bool:

@@ -38,6 +38,9 @@ class RequestStats:
     drafted_tokens: int = 0  # speculative decoding: tokens guessed and verified
     accepted_tokens: int = 0  # of those, the right ones (each a token that took no step of its own)
     preemptions: int = 0
+    images: int = 0  # pictures in the prompt
+    image_tokens: int = 0  # of prompt_tokens, their image tokens
+    encode_s: float = 0.0  # what encoding its pictures took on the prompt thread (none: each was encoded before)
     t_submit: float = 0.0
     t_admit: float = math.nan
     t_first_token: float = math.nan
@@ -107,6 +110,7 @@ class StepPart:
     n_tokens: int
     is_decode: bool  # its next token; else a chunk of its prompt
     drafted: int = 0  # of n_tokens, guesses after its next token, verified in this step
+    image_tokens: int = 0  # of n_tokens, a picture's embedding rows (decoded before the step's tokens)
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ class StepStats:
     # the decodes llama.cpp cut it into: one in one pool; with a stream per sequence, one per run of
     # consecutive sequences, and one more for a prompt chunk's rest (kv/layout.py's equal_splits)
     n_ubatches: int = 1
+    n_image_tokens: int = 0  # of n_prefill_tokens, pictures' embedding rows
+    image_s: float = 0.0  # of decode_s, the pictures' decode (a decode of their own, before the tokens')
 
     @property
     def t_start(self) -> float:

@@ -89,10 +89,14 @@ def _step_events(steps: Sequence[StepStats], pid: int, tid: int, origin: float, 
             "decode_ms": round(st.decode_s * 1e3, 3),
             "parts": [
                 {"request": p.request_id, "conversation": p.conversation_id, "tokens": p.n_tokens, "decode": p.is_decode}
+                | ({"image_tokens": p.image_tokens} if p.image_tokens else {})
                 for p in st.parts
             ],
         }
         name = f"step: {st.n_seqs} seqs, {st.n_tokens} tok"
+        if st.n_image_tokens:  # a picture's rows: a decode of their own before the tokens'
+            args |= {"image_tokens": st.n_image_tokens, "image_decode_ms": round(st.image_s * 1e3, 3)}
+            name += f" ({st.n_image_tokens} image)"
         events.append(
             {
                 "ph": "X",
@@ -125,6 +129,8 @@ def _request_events(st: RequestStats, pid: int, tid: int, origin: float) -> list
         "gen_tokens": st.gen_tokens,
         "preemptions": st.preemptions,
     }
+    if st.images:
+        args |= {"images": st.images, "image_tokens": st.image_tokens, "encode_ms": round(st.encode_s * 1e3, 3)}
     events = []
     for name, start, end in spans:
         if math.isnan(start) or math.isnan(end) or end < start:

@@ -10,6 +10,7 @@ from app.engine.sampling.params import SAMPLING_FIELDS, SamplingParams
 
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of
+from .pictures import chat_turn
 from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/chat/completions"
@@ -41,7 +42,7 @@ class ChatApi:
 
 def body(endpoint: Endpoint, messages: Sequence[dict[str, str]], params: SamplingParams) -> dict:
     # role and content only: an earlier reply's thoughts are a local model's, which OpenAI's API would refuse
-    turns = [{"role": m["role"], "content": m["content"]} for m in messages]
+    turns = [chat_turn(m) for m in messages]  # a message's pictures as image_url parts
     body = {"messages": turns, "stream": True, "stream_options": {"include_usage": True}}
     # a pane's sliders always (the endpoint's defaults may differ); the other knobs where they are not ours
     body.update(knob_fields(params, {f.name for f in SAMPLING_FIELDS if f.slider is not None and not f.advanced}))

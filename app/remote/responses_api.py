@@ -14,6 +14,7 @@ from app.engine.sampling.params import SamplingParams
 from .chat_api import knob_fields
 from .endpoint import Endpoint, RemoteError
 from .output_format import output_of
+from .pictures import responses_turn
 from .wire import _as, _clip, _get, _Reply, _valid_text, sse_data
 
 PATH = "/responses"
@@ -89,7 +90,7 @@ class ResponsesApi:
 
 def _split(messages: Sequence[dict[str, str]]) -> tuple[str | None, tuple[dict[str, str], ...]]:
     """A leading system message as `instructions`, and the turns after it (role and content only)."""
-    turns = tuple({"role": m["role"], "content": m["content"]} for m in messages)
+    turns = tuple(responses_turn(m) for m in messages)  # a message's pictures as input_image parts
     if turns and turns[0]["role"] == "system":
         return turns[0]["content"], turns[1:]
     return None, turns

@@ -11,10 +11,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from app.engine.images import Image
 from app.engine.probs import MAX_TOP
 from app.engine.sampling.fields import SamplingField
 from app.engine.sampling.params import SAMPLING_FIELDS, SamplingParams
 
+from .image_input import ImageInputError, ImageUrl, content_with_pictures, picture_of
 from .output_format import FieldError, grammar_of
 from .tool_calls import Tools, calls_in, generic_message, parse_tools, with_instructions
 from .tool_syntax import GENERIC, Syntax
@@ -332,7 +334,15 @@ def message_of(item, index: int) -> dict[str, str]:
     role = ROLES.get(given) if isinstance(given, str) else None
     if role is None:
         raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {shown(given)}", f"{where}.role")
-    message = {"role": role, "content": check_text(_content(item.get("content"), where), f"{where}.content")}
+    text, pictures = _content(item.get("content"), where)
+    kept = item.get("images")
+    if isinstance(item.get("content"), str) and kept and all(isinstance(p, (Image, ImageUrl)) for p in kept):
+        pictures = tuple(kept)  # a message read before (a stored conversation's): its pictures as read
+    message = {"role": role, "content": check_text(text, f"{where}.content")}
+    if pictures:
+        if role != "user":
+            raise BadRequest(f"{where}: only a user message may show pictures", f"{where}.content")
+        message["images"] = pictures
     if role == "assistant":  # its thoughts, which a thinking model's template may show again
         reasoning = item.get("reasoning_content", item.get("reasoning"))
         if reasoning is not None and not isinstance(reasoning, str):
@@ -360,15 +370,37 @@ def native_message(item, index: int, arguments_as_text: bool = False) -> dict:
     return message
 
 
-def _content(content, where: str) -> str:
-    """A string, null (an assistant turn with no text) or a list of text parts."""
+def _content(content, where: str) -> tuple[str, tuple]:
+    """A string, null (an assistant turn with no text) or a list of parts: text, and pictures
+    (`image_url`, or the Responses API's `input_image`), each a marker in the text where it was."""
     if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        if any(p.get("type") != "text" or not isinstance(p.get("text"), str) for p in content):
-            raise BadRequest(f"{where}.content: only text parts are supported", where)
-        return "".join(p["text"] for p in content)
-    raise BadRequest(f"{where}.content must be a string or a list of text parts", where)
+        return content or "", ()
+    if not (isinstance(content, list) and all(isinstance(p, dict) for p in content)):
+        raise BadRequest(f"{where}.content must be a string or a list of text and image_url parts", where)
+    parts = []
+    try:
+        for i, part in enumerate(content):
+            parts.append(_part(part, f"{where}.content[{i}]"))
+        return content_with_pictures(parts)
+    except ImageInputError as e:
+        raise BadRequest(str(e), e.param) from None
+
+
+TEXT_PARTS = ("text", "input_text", "output_text")
+
+
+def _part(part: dict, where: str) -> tuple[str, object]:
+    kind = part.get("type")
+    if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+        return part["text"], None
+    if kind == "image_url":  # the chat API's: {"image_url": {"url": ..., "detail": ...}} (or the URL alone)
+        url = part.get("image_url")
+        return "", picture_of(url.get("url") if isinstance(url, dict) else url, f"{where}.image_url")
+    if kind == "input_image":  # the Responses API's: {"image_url": ..., "detail": ...}
+        if part.get("file_id") is not None and part.get("image_url") is None:
+            raise BadRequest(f"{where}: pictures by file_id are not kept here: send image_url (a data: URI)", where)
+        return "", picture_of(part.get("image_url"), f"{where}.image_url")
+    raise BadRequest(f"{where}: only text and image_url (input_text and input_image) parts are supported", where)
 
 
 def _conversation_of(messages) -> str:
@@ -378,8 +410,13 @@ def _conversation_of(messages) -> str:
         opening.append(m)
         if m["role"] == "user":
             break
-    digest = hashlib.sha1(json.dumps(opening, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha1(json.dumps(opening, sort_keys=True, default=_named).encode()).hexdigest()
     return f"api-{digest[:16]}"
+
+
+def _named(value) -> str:
+    """A picture in a chat's opening, by its hash (or its URL, before it is fetched)."""
+    return getattr(value, "digest", None) or getattr(value, "url", None) or repr(value)
 
 
 def check_text(text: str, where: str) -> str:

@@ -25,13 +25,15 @@ async def serve(
     allow_hosts: Sequence[str] = (),
     store_mb: int | None = None,
     thinking: Thinking = DEFAULT_THINKING,
+    allow_image_urls: bool = False,
 ) -> int:
     """Serve `models` ((settings, alias or None) each; the first is the default) until a signal.
 
     `allow_origins`: web pages' origins that may call it beside this machine's ("*": any);
     `allow_hosts`: names it answers to beside this machine's ("*": any); `store_mb`: MiB for the
     Responses API's stored responses (None: the server's default); `thinking`: a thinking model's
-    defaults (the thoughts apart or not, a budget, template variables)."""
+    defaults (the thoughts apart or not, a budget, template variables); `allow_image_urls`: pictures
+    sent by http(s) URL are fetched."""
     if not api_key and not is_loopback(host):
         print(f"warning: serving on {host} without --api-key: anyone who reaches this port can use the model", file=sys.stderr)
     (config, alias), *more = models
@@ -45,11 +47,20 @@ async def serve(
         raise
     store = {} if store_mb is None else {"store_bytes": store_mb * 2**20}
     server = ApiServer(
-        client, api_key, max_queue=max_queue, allow_origins=allow_origins, allow_hosts=allow_hosts, thinking=thinking, **store
+        client,
+        api_key,
+        max_queue=max_queue,
+        allow_origins=allow_origins,
+        allow_hosts=allow_hosts,
+        thinking=thinking,
+        allow_image_urls=allow_image_urls,
+        **store,
     )
     print(client.model_info.build.summary(), file=sys.stderr)
     for name, info in client.models.items():
         print(f"{name}: {info.placement()}; pool {info.pool_reason}; layout {info.kv_layout}", file=sys.stderr)
+        if info.sees_images:
+            print(f"{name}: sees images (projector {info.projector})", file=sys.stderr)
         for notice in info.notices:
             print(f"notice: {name}: {notice}", file=sys.stderr)
     try:

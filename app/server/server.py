@@ -66,13 +66,16 @@ class ApiServer:
         max_connections: int = MAX_CONNECTIONS,
         store_bytes: int = STORE_BYTES,
         thinking: Thinking = DEFAULT_THINKING,
+        allow_image_urls: bool = False,
     ):
         """`allow_origins`: browser origins that may call the server beside loopback pages ("*": any);
         `allow_hosts`: names it answers to (its Host header) beside this machine's ("*": any);
         `store_bytes`: memory for the Responses API's stored responses; `thinking`: what a chat with a
         thinking model gets unless it says otherwise (--reasoning-format, --reasoning-budget,
-        --chat-template-kwargs)."""
+        --chat-template-kwargs); `allow_image_urls`: pictures sent by http(s) URL are fetched (else only
+        data: URIs are read)."""
         self.client = client
+        self.allow_image_urls = allow_image_urls
         self.thinking = thinking
         self._max_queue = max_queue
         self.allow_origins = {_normal_origin(o) for o in allow_origins}

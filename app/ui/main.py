@@ -150,7 +150,7 @@ async def load_more_models(client: EngineClient, config, paths: list[str]) -> li
     failed = []
     for path in paths:
         try:
-            await client.load_model(config.with_(model_path=path))
+            await client.load_model(config.for_other_model(path))
         except (EngineError, ValueError) as e:  # a file gone or broken, a name taken
             failed.append(f"{Path(path).name}: {e}")
     return failed

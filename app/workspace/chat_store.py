@@ -3,6 +3,8 @@ the old file or the new one, never half of one); export to Markdown or JSON."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 import math
@@ -10,7 +12,11 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+
+from app.engine.image_file import mime_of
+from app.engine.images import Image, with_images
 
 NOTICE = "notice"  # a line for the user (an error, a cut-short reply); never sent to the model
 CUT_BY_EXIT = "cut short: the app stopped while this reply was streaming"
@@ -24,7 +30,8 @@ class Chat:
     # {"role": ..., "content": ...}; a reply cut short (stopped by an error or a kill) also has "cut": True,
     # a reply asked for as JSON (an output format) "json": True: it is shown formatted, not later prose;
     # a thinking model's reply its thoughts, "reasoning", and how long and how many tokens they took,
-    # "reasoning_s" and "reasoning_tokens"
+    # "reasoning_s" and "reasoning_tokens"; a user's turn its pictures, "images" (engine `Image`s,
+    # shown before its text; saved in the file as base64 with their SHA-256)
     messages: list[dict] = field(default_factory=list)
     model: str = ""  # the model (file name) of the last reply
     updated: float = 0.0  # when the chat last changed, seconds since the epoch
@@ -50,8 +57,10 @@ class Chat:
         what was written and what the model wrote, joined as they are (no notices)."""
         return system_prompt + "".join(m["content"] for m in self.messages if m["role"] != NOTICE)
 
-    def add(self, role: str, content: str, json: bool = False, thoughts: Thought | None = None) -> None:
+    def add(self, role: str, content: str, json: bool = False, thoughts: Thought | None = None, images=()) -> None:
         message = {"role": role, "content": content, "json": True} if json else {"role": role, "content": content}
+        if images:
+            message["images"] = tuple(images)
         self.messages.append(message | (thoughts.fields() if thoughts else {}))
         self.touch()
 
@@ -59,6 +68,11 @@ class Chat:
         """A reply that ended before its end (an error, a kill): its text, marked cut, then why."""
         self.messages.append({"role": "assistant", "content": text, "cut": True} | (thoughts.fields() if thoughts else {}))
         self.add(NOTICE, why)
+
+    def last_user_images(self) -> tuple[Image, ...]:
+        """The pictures of the last user turn (given back with its text when it was refused)."""
+        users = [m for m in self.messages if m["role"] == "user"]
+        return tuple(users[-1].get("images", ())) if users else ()
 
     def drop_last_reply(self) -> str | None:
         """Remove everything after the last user message; return that message (Regenerate)."""
@@ -81,7 +95,7 @@ class Chat:
         self.updated = time.time()
 
     def to_json(self) -> dict:
-        messages = list(self.messages)
+        messages = [_saved(m) for m in self.messages]
         if self.streaming is not None:
             messages.append({"role": "assistant", "content": self.streaming, "streaming": True})
             if self.streaming_thoughts:
@@ -100,7 +114,7 @@ class Chat:
             elif m.get("cut"):
                 chat.messages.append({"role": role, "content": content, "cut": True} | (thoughts.fields() if thoughts else {}))
             else:
-                chat.add(role, content, json=m.get("json") is True, thoughts=thoughts)
+                chat.add(role, content, json=m.get("json") is True, thoughts=thoughts, images=_pictures(m.get("images")))
         chat.updated = float(data.get("updated", 0.0))
         return chat
 
@@ -132,10 +146,36 @@ class Thought:
 
 
 def _for_model(message: dict) -> dict:
-    turn = {"role": message["role"], "content": message["content"]}
+    turn = with_images(message["content"], message.get("images", ()), message["role"])
     if message.get("reasoning"):
         turn["reasoning_content"] = message["reasoning"]
     return turn
+
+
+@lru_cache(maxsize=256)  # a chat is saved every few seconds while it streams: each picture encoded once
+def picture_text(image: Image) -> str:
+    return base64.b64encode(image.data).decode("ascii")
+
+
+def _saved(message: dict) -> dict:
+    """A message as its file holds it: its pictures as base64 with their SHA-256."""
+    if not message.get("images"):
+        return message
+    return {**message, "images": [{"sha256": image.digest, "data": picture_text(image)} for image in message["images"]]}
+
+
+def _pictures(saved) -> tuple[Image, ...]:
+    """A saved message's pictures; an entry that is not one (an edited file) is left out, the chat stays."""
+    if not isinstance(saved, list):
+        return ()
+    pictures = []
+    for entry in saved:
+        if isinstance(entry, dict) and isinstance(entry.get("data"), str):
+            try:
+                pictures.append(Image.of(base64.b64decode(entry["data"], validate=True)))
+            except (binascii.Error, ValueError):
+                continue
+    return tuple(pictures)
 
 
 class UnreadableChat(Exception):
@@ -292,7 +332,10 @@ def to_markdown(chat: Chat) -> str:
     parts = [f"# {chat.name}\n"]
     for m in chat.messages:
         thought = f"<details><summary>Thinking</summary>\n\n{m['reasoning']}\n\n</details>\n\n" if m.get("reasoning") else ""
-        parts.append(f"**{titles.get(m['role'], m['role'])}:**\n\n{thought}{m['content']}\n")
+        shown = "".join(
+            f"![picture](data:{mime_of(image.data)};base64,{picture_text(image)})\n\n" for image in m.get("images", ())
+        )
+        parts.append(f"**{titles.get(m['role'], m['role'])}:**\n\n{thought}{shown}{m['content']}\n")
     return "\n".join(parts)
 
 

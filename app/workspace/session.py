@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from app.client import new_request_id
 from app.engine.errors import EngineError
 from app.engine.events import FinishEvent, FinishReason, TokenEvent, refused
+from app.engine.images import Image
 from app.engine.probs import TokenChoice, TokenProbs
 from app.engine.sampling.constraints import ConstraintError
 from app.engine.sampling.params import SamplingParams
@@ -90,6 +91,7 @@ class PaneSession:
         self.chat, self.colour, self.sources, self.metrics = chat, colour, sources, metrics
         self._params = params
         self.draft = ""  # typed in the pane and not sent
+        self.attached: list[Image] = []  # pictures attached and not sent: they go with the next message
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
         self.measure_logprobs = False  # the replies' log-probabilities are wanted (a fan-out compares them)
         self.reply_probs: list[TokenProbs] = []  # the running or last reply's tokens, how likely each was
@@ -113,6 +115,7 @@ class PaneSession:
         self.reply_ended = Signal()  # FinishEvent, or None when the task was cancelled; the chat holds the outcome
         self.draft_restored = Signal()  # str: a refused turn's text, back in the message field
         self.send_refused = Signal()  # str: why nothing was sent (an output format that cannot constrain a reply)
+        self.attachments_changed = Signal()  # list[Image]: the pictures the next message will show
         metrics.add_pane(chat.chat_id)
 
     # -- state ---------------------------------------------------------------------------------
@@ -138,7 +141,7 @@ class PaneSession:
     @property
     def is_blank(self) -> bool:
         """No messages and nothing typed: closing the pane or giving it another chat loses nothing."""
-        return not self.chat.messages and not self.draft.strip()
+        return not self.chat.messages and not self.draft.strip() and not self.attached
 
     @property
     def is_busy(self) -> bool:
@@ -161,17 +164,34 @@ class PaneSession:
 
     # -- actions -------------------------------------------------------------------------------
 
+    def attach(self, image: Image) -> None:
+        """A picture for the next message (one already attached is not added twice)."""
+        if image not in self.attached:
+            self.attached.append(image)
+            self.attachments_changed.emit(list(self.attached))
+
+    def detach(self, index: int) -> None:
+        if 0 <= index < len(self.attached):
+            del self.attached[index]
+            self.attachments_changed.emit(list(self.attached))
+
     def send(self, text: str) -> bool:
-        """Add a user turn and start the reply; False while a reply is still running or when there is
-        nothing to send. In completion mode the text is added as typed, and nothing typed lets the
+        """Add a user turn (its text and the pictures attached) and start the reply; False while a
+        reply is still running or when there is nothing to send. In completion mode the text is
+        added as typed (pictures are not: the model continues a text), and nothing typed lets the
         model go on with the text."""
         if self.is_busy or self._format_refused():
             return False
         if self._params.completion and (text or self.chat.messages):
+            if self.attached:
+                self.send_refused.emit("Not sent: completion mode continues a text; pictures need a chat (turn ✎ off)")
+                return False
             if text:
                 self.chat.add("user", text)
-        elif text.strip():
-            self.chat.add("user", text.strip())
+        elif text.strip() or self.attached:
+            self.chat.add("user", text.strip(), images=self.attached)
+            self.attached = []
+            self.attachments_changed.emit([])
         else:
             return False
         self._start_reply()
@@ -354,10 +374,14 @@ class PaneSession:
     def _drop_failed_turn(self, error: str) -> None:
         """Take back the user turn that was refused, so the next message is not refused too; its
         text goes back to the message field unless something else was typed there."""
+        images = self.chat.last_user_images()
         text = self.chat.drop_last_reply()
         if text is not None:
             self.chat.messages.pop()
             if not self.draft:
                 self.draft = text
                 self.draft_restored.emit(text)
+            if images and not self.attached:  # its pictures wait with it
+                self.attached = list(images)
+                self.attachments_changed.emit(list(self.attached))
         self.chat.add(NOTICE, f"not answered: {error}")

@@ -4,7 +4,8 @@ batch's tokens stacked in batch order, a rectangle per sequence's share (`StepPa
 The timeline dock (app/ui/docks/step_timeline.py) draws a pane's rectangles of one kind (decode tokens,
 drafted tokens, or prompt-chunk tokens: `PartKind`) as one item; here they are kept in numpy columns
 so that a pane's are picked out at once. A part with drafted tokens (speculative decoding: guesses
-after its next token, verified in the step) is two rectangles: its next token, and the guesses above it.
+after its next token, verified in the step) is two rectangles: its next token, and the guesses above it;
+a prompt chunk that begins with a picture is two too: the picture's rows, and the text above them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class PartKind(IntEnum):
     PROMPT = 0  # a chunk of a prompt
     DECODE = 1  # a sequence's next token
     DRAFTED = 2  # guesses after it (speculative decoding), verified in the same step
+    IMAGE = 3  # a picture's embedding rows (a decode of their own, before the step's tokens)
 
 
 class StepColumns:
@@ -61,16 +63,21 @@ class StepColumns:
     def _add_step(self, st: StepStats) -> None:
         self.steps.append(st)
         self._ends.append(st.t_end)
-        if self._n + 2 * len(st.parts) > ROWS:  # a part is one rectangle, or two with a draft
+        if self._n + 2 * len(st.parts) > ROWS:  # a part is one rectangle, or two with a draft or a picture
             self._compact(keep=ROWS // 2)
         y = 0
         for part in st.parts:
             key = self._keys.setdefault(part.conversation_id, len(self._keys))
-            own = part.n_tokens - part.drafted  # its next token (or its prompt chunk), then the guesses
+            if part.image_tokens:  # the picture's rows first, as decoded
+                self._add_rect(st, key, PartKind.IMAGE, y, part.image_tokens)
+                y += part.image_tokens
+                if part.n_tokens == part.image_tokens:
+                    continue
+            own = part.n_tokens - part.drafted - part.image_tokens  # its next token (or its prompt chunk), then the guesses
             self._add_rect(st, key, PartKind.DECODE if part.is_decode else PartKind.PROMPT, y, own)
             if part.drafted:
                 self._add_rect(st, key, PartKind.DRAFTED, y + own, part.drafted)
-            y += part.n_tokens
+            y += part.n_tokens - part.image_tokens
 
     def _add_rect(self, st: StepStats, key: int, kind: PartKind, y0: int, height: int) -> None:
         i = self._n
@@ -130,11 +137,15 @@ def step_summary(st: StepStats, names: dict[str | None, str]) -> str:
     """A step's figures in a few lines (the timeline's tooltip); `names` names the conversations."""
     idle = max(0, st.batch_limit - st.n_seqs)
     drafted = sum(part.drafted for part in st.parts)
+    image = (
+        f", of which {st.n_image_tokens} image ({st.image_s * 1e3:.1f} ms, a decode of their own)" if st.n_image_tokens else ""
+    )
     lines = [
         f"{st.step_s * 1e3:.1f} ms step ({st.decode_s * 1e3:.1f} ms in llama_decode"
         + (f", cut into {st.n_ubatches} ubatches" if st.n_ubatches > 1 else "")
         + ")",
-        f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt" + (f", {drafted} drafted" if drafted else ""),
+        f"{st.n_tokens} tokens: {st.n_decode} decode, {st.n_prefill_tokens} prompt{image}"
+        + (f", {drafted} drafted" if drafted else ""),
         f"{st.n_seqs} sequences of a limit of {st.batch_limit}: {idle} idle",
     ]
     for part in st.parts:
@@ -142,6 +153,8 @@ def step_summary(st: StepStats, names: dict[str | None, str]) -> str:
         name = names.get(part.conversation_id, part.conversation_id or "no conversation")
         if part.drafted:
             lines.append(f"  {name}: {part.n_tokens - part.drafted} {kind} + {part.drafted} drafted")
+        elif part.image_tokens:
+            lines.append(f"  {name}: {part.n_tokens} {kind}, {part.image_tokens} of them a picture's")
         else:
             lines.append(f"  {name}: {part.n_tokens} {kind}")
     return "\n".join(lines)

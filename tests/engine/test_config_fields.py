@@ -57,6 +57,7 @@ CHANGED = EngineConfig(
     spec_draft_n_min=2,
     spec_draft_model="/models/small, draft.gguf",
     spec_draft_p_min=0.25,
+    mmproj="/models/mmproj, vision.gguf",
 )
 # what a flag given alone sets beside its own field (-md alone drafts with that model)
 IMPLIED = {"spec_draft_model": {"spec_type": SpecType.DRAFT}}
@@ -209,8 +210,9 @@ def test_help_says_each_default_from_its_value_never_by_hand(capsys, monkeypatch
 
 @pytest.mark.unit
 def test_unset_words_on_the_command_line():
-    args = build_parser().parse_args(["-tb", "auto", "-ngl", "auto"])
-    assert engine_overrides(args) == {"n_threads_batch": None, "gpu_layers": None}
+    args = build_parser().parse_args(["-tb", "auto", "-ngl", "auto", "--mmproj", "auto"])
+    assert engine_overrides(args) == {"n_threads_batch": None, "gpu_layers": None, "mmproj": None}
+    assert engine_overrides(build_parser().parse_args(["serve", "-mm", "none"])) == {"mmproj": "none"}
 
 
 @pytest.mark.unit

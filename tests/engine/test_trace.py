@@ -14,7 +14,7 @@ from app.cli import main as cli_main
 from app.engine.sampling.params import SamplingParams
 from app.engine.stats import RequestStats, StepPart, StepStats
 from app.engine.trace import NO_CONVERSATION, STEP_TRACK, trace_document, trace_events, write_trace
-from app.workspace.step_columns import StepColumns, step_summary
+from app.workspace.step_columns import PartKind, StepColumns, step_summary
 
 
 def _step(t_end: float, parts: tuple[StepPart, ...], step_s: float = 0.01, limit: int = 4) -> StepStats:
@@ -102,6 +102,21 @@ def test_a_step_column_stacks_its_parts_in_batch_order_and_forgets_the_old():
     assert "first pane: 1 decode" in text and "b: 7 prompt chunk" in text
     columns.add([_step(100.0, (StepPart("r9", "c", 1, True),))])
     assert list(columns.steps) == [columns.step_at(99.995)] and columns.keys == ["c"]
+
+
+@pytest.mark.unit
+def test_a_pictures_rows_are_a_rectangle_of_their_own_below_the_text_after_them():
+    parts = (StepPart("r1", "a", 1, True), StepPart("r2", "b", 20, False, image_tokens=16))
+    step = _step(10.05, parts)
+    step = StepStats(**{**step.__dict__, "n_image_tokens": 16, "image_s": 0.002})
+    columns = StepColumns(keep_s=60)
+    columns.add([step])
+    _, _, y0, h = columns.kind_rects("b", PartKind.IMAGE)
+    assert (y0.tolist(), h.tolist()) == ([1.0], [16.0])  # above a's token, as decoded: first
+    _, _, y0, h = columns.rects("b", is_decode=False)
+    assert (y0.tolist(), h.tolist()) == ([17.0], [4.0])  # the text after it
+    text = step_summary(step, {})
+    assert "of which 16 image (2.0 ms, a decode of their own)" in text and "b: 20 prompt chunk, 16 of them a picture's" in text
 
 
 @pytest.mark.tiny

@@ -21,9 +21,13 @@ BAD_BODIES = {
     "no messages": (b'{"model": "x"}', "'messages'"),
     "messages not a list": (json.dumps({"messages": "hi"}), "'messages' must be a list"),
     "bad role": (json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}), "role"),
-    "image part": (
+    "image part without a URL": (
         json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
-        "text parts",
+        "image_url must be a URL",
+    ),
+    "audio part": (
+        json.dumps({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}),
+        "only text and image_url",
     ),
     "temperature a string": (json.dumps(chat("hi", temperature="hot")), "'temperature' must be a number"),
     "temperature 1e9": (json.dumps(chat("hi", temperature=1e9)), "'temperature' must be between"),

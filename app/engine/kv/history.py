@@ -26,7 +26,7 @@ class TokenHistory:
         self._tokens: OrderedDict[str, array] = OrderedDict()
 
     def remember(self, conversation_id: str, tokens: Sequence[int]) -> None:
-        self._tokens[conversation_id] = array("i", tokens)  # 4 bytes a token
+        self._tokens[conversation_id] = array("q", tokens)  # 8 bytes a token: a picture's placeholder ids are wide
         self._tokens.move_to_end(conversation_id)
         while len(self._tokens) > self._kept:
             self._tokens.popitem(last=False)
@@ -52,6 +52,8 @@ def kept_prefix(history: Sequence[int], text: bytes, lead: Sequence[int], spell:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     kept, pos = (n, 0), 0
     for i, token in enumerate(history[start:], start + 1):
+        if token < 0:  # a picture's placeholder: no text spells it (the prompt builder puts it back itself)
+            break
         piece = spell(token)
         held = decoder.getstate()[0]
         shown = decoder.decode(piece).encode("utf-8")

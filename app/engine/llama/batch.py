@@ -8,6 +8,16 @@ import llama_cpp as ll
 import numpy as np
 
 
+def seq_runs(seq_id: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """(sequence id, rows) of each run of one sequence's rows, in batch order (a sequence's rows follow each other)."""
+    ids = seq_id[:n]
+    if not n:
+        return []
+    starts = np.flatnonzero(np.diff(ids)) + 1
+    bounds = np.concatenate(([0], starts, [n]))
+    return [(int(ids[a]), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 class Batch:
     """A llama_batch whose arrays are numpy-owned, so a prompt chunk is one slice assignment.
 
@@ -69,3 +79,43 @@ class Batch:
             self.output_rows.append(end - 1)
             return end - 1
         return -1
+
+
+class ImageBatch:
+    """A llama_batch of embeddings: pictures' rows, each with its sequence and position. llama.cpp's
+    batch holds token ids or embeddings, never both: a step's pictures are a decode of their own."""
+
+    def __init__(self, capacity: int, n_embd: int):
+        self.capacity = capacity
+        self.embd = np.zeros((capacity, n_embd), dtype=np.float32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq_id = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)  # a picture's rows never need logits
+        int_p = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq_id.ctypes.data
+        self._seq_id_rows = (int_p * capacity)(*(ctypes.cast(base + 4 * i, int_p) for i in range(capacity)))
+        self.struct = ll.llama_batch(
+            n_tokens=0,
+            token=None,
+            embd=self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+            pos=self.pos.ctypes.data_as(int_p),
+            n_seq_id=self.n_seq_id.ctypes.data_as(int_p),
+            seq_id=self._seq_id_rows,
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+        self.n_tokens = 0
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+
+    def add(self, seq_id: int, rows: np.ndarray, start_pos: int) -> None:
+        """Append a picture's embedding rows (n, n_embd) for one sequence from `start_pos` on."""
+        n = len(rows)
+        i, end = self.n_tokens, self.n_tokens + n
+        if end > self.capacity:
+            raise ValueError(f"image batch overflow: {end} > {self.capacity}")
+        self.embd[i:end] = rows
+        self.pos[i:end] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+        self.seq_id[i:end] = seq_id
+        self.n_tokens = end

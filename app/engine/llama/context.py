@@ -22,10 +22,10 @@ import llama_cpp as ll
 from ..errors import ModelLoadError
 from ..kv.layout import LayoutChoice, choose_layout
 from ..kv.pool import POOL_STEP, default_pool, format_bytes, free_memory_bytes, halvings
-from ..model_file import check_gguf_file
+from ..model_file import check_gguf_file, find_projector
 from ..model_info import ModelInfo
-from ..params import GPU_LAYERS_ALL, CacheType, EngineConfig, FlashAttn, SpecType
-from .batch import Batch
+from ..params import GPU_LAYERS_ALL, MMPROJ_NONE, CacheType, EngineConfig, FlashAttn, SpecType
+from .batch import Batch, ImageBatch
 from .constraint import Constraints
 from .devices import build_has_amx, build_info
 from .draft import DraftModel
@@ -60,18 +60,22 @@ class LlamaBackend:
         self.draft: DraftModel | None = None
         self._layout_kept = False  # a change of layout failed: no more are tried
         self.lost: str | None = None  # why the context is gone (a change of layout failed both ways)
+        self.vision = None  # the projector, when the model sees images (vision.py)
+        self.ctx = None
         with recording_load() as load_log:
             self.model = self._load_model(config)
             # a KV cache's sequence states (seq_state.py moves them), not a recurrent model's (asked once:
             # `movable` is read every step)
             self._kv_states = not ll.llama_model_is_recurrent(self.model) and not ll.llama_model_is_hybrid(self.model)
             self.kv_shape = kv_shape(self.model)
+            self.vision = self._load_vision(config)
             self.ctx = self._open_context(config)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_ctx = ll.llama_n_ctx(self.ctx)  # the pool's cells, as allocated
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)  # what one sequence may hold: all, or its stream
         self._placement = placement_from_log(load_log)
         self.batch = Batch(config.step_tokens_max)
+        self.image_batch = ImageBatch(self.decode_max, self.vision.n_embd) if self.vision else None
         self.chat_template = meta_value(self.model, "tokenizer.chat_template")
         # llama.cpp's recurrent and hybrid memories refuse to remove part of a sequence: rejected
         # guesses would stay in the state, so such a model never drafts
@@ -115,6 +119,43 @@ class LlamaBackend:
             reason = last_error() or "llama.cpp could not read it"
             raise ModelLoadError(f"cannot load model {os.path.basename(path)}: {reason}")
         return model
+
+    def _load_vision(self, config: EngineConfig):
+        """The projector that lets the model see images: the one asked for (a failure fails the load),
+        or one found beside the model (a failure is a notice: the model loads without images)."""
+        path, found = config.mmproj, False
+        if path == MMPROJ_NONE:
+            return None
+        if path is None:
+            path, found = find_projector(config.model_path), True
+            if path is None:
+                return None
+        name = os.path.basename(path)
+        try:
+            from .vision import Vision  # libmtmd is loaded only for a model with a projector
+
+            gpu = self.build.gpu_offload and self.n_gpu_layers != 0
+            vision = Vision(path, self.model, config.threads_batch, gpu, _FLASH_ATTN_TYPES[config.flash_attn])
+            if vision.mrope:
+                vision.close()
+                raise ModelLoadError(
+                    f"the projector {name} places image tokens in 2D (M-RoPE, Qwen-VL's), which this engine does not decode yet"
+                )
+        except (ModelLoadError, ImportError, OSError) as e:
+            if not found:
+                ll.llama_model_free(self.model)
+                self.model = None
+                raise ModelLoadError(str(e) if isinstance(e, ModelLoadError) else f"cannot load the projector {name}: {e}") from e
+            self.notices.append(f"images are off: the projector beside the model ({name}) could not be used: {e}")
+            return None
+        return vision
+
+    @property
+    def decode_max(self) -> int:
+        """The most rows one decode takes: a step's tokens, or a whole picture of a model whose image
+        tokens attend both ways (decoded at once, in a decode of its own)."""
+        step = self.config.step_tokens_max
+        return max(step, self.vision.max_tokens) if self.vision is not None and self.vision.non_causal else step
 
     def _gpu_layers(self, config: EngineConfig) -> int:
         """llama.cpp's n_gpu_layers: by default all when a GPU backend is built in; on a CPU-only build 0."""
@@ -195,6 +236,9 @@ class LlamaBackend:
                 self._context_config, self._context_cells = config, n  # a change of layout builds the same
                 return ctx
             first_reason = first_reason or last_error() or "out of memory"
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         ll.llama_model_free(self.model)
         self.model = None
         reason = first_reason or f"{format_bytes(n_ctx * bytes_per_cell)} needed, {format_bytes(free or 0)} free"
@@ -210,7 +254,7 @@ class LlamaBackend:
     def _context_params(self, config: EngineConfig, n_ctx: int):
         params = ll.llama_context_default_params()
         params.n_ctx = n_ctx
-        params.n_batch = params.n_ubatch = config.step_tokens_max  # a step is one ubatch
+        params.n_batch = params.n_ubatch = self.decode_max  # a step is one ubatch (a picture may be larger)
         params.n_seq_max = config.capacity
         params.n_threads = config.n_threads
         params.n_threads_batch = config.threads_batch
@@ -253,10 +297,21 @@ class LlamaBackend:
             pool_reason=self.pool_reason,
             kv_layout=self.layout_text(),
             has_chat_template=self.chat_template is not None,
+            projector=self.vision.path if self.vision else "",
+            image_decode=self._image_decode_text(),
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             drafts_refused=self.drafts_refused or "",
             build=self.build,
         )
+
+    def _image_decode_text(self) -> str:
+        if self.vision is None:
+            return ""
+        if self.vision.non_causal:
+            return (
+                f"each picture whole, in a decode of its own (its tokens attend both ways), up to {self.vision.max_tokens} tokens"
+            )
+        return "beside the step's tokens, in a decode of the step's pictures (a batch holds token ids or embeddings)"
 
     def layout_text(self) -> str:
         """The layout now, and why."""
@@ -373,6 +428,9 @@ class LlamaBackend:
         if self.draft:
             self.draft.close()
             self.draft = None
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         if self.ctx:
             ll.llama_free(self.ctx)
             self.ctx = None
@@ -388,6 +446,21 @@ class LlamaBackend:
             return -1
         self.batch.struct.n_tokens = self.batch.n_tokens
         return ll.llama_decode(self.ctx, self.batch.struct)
+
+    def decode_images(self) -> int:
+        """Decode the image batch (pictures' embeddings): as decode(). Image tokens that attend both
+        ways (Gemma 3) are decoded with the causal mask off: the batch then holds one whole picture."""
+        if not self.ctx:
+            return -1
+        self.image_batch.struct.n_tokens = self.image_batch.n_tokens
+        both_ways = self.vision.non_causal
+        if both_ways:
+            ll.llama_set_causal_attn(self.ctx, False)
+        try:
+            return ll.llama_decode(self.ctx, self.image_batch.struct)
+        finally:
+            if both_ways:
+                ll.llama_set_causal_attn(self.ctx, True)
 
     # -- KV memory (without a context, after a failed change of layout: nothing held, nothing done) --
 

@@ -7,13 +7,17 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import RequestError
 from ..events import Fault
+from ..images import IMAGE_MARKER, image_key, images_of
 from ..kv.history import TokenHistory, kept_prefix
 from ..params import OverflowPolicy
 from ..sequence import Request
 from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
 from .chat_template import ChatTemplate, ChatTemplateError, Message
+from .encoded_images import EncodedImage, EncodedImages
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,9 @@ class Prompt:
     marker_tokens: frozenset[int] = frozenset()  # control tokens that spell a marker: the reply's split reads them
     close_tokens: tuple[int, ...] = ()  # what a reasoning budget puts in to end the thoughts
     logit_bias: tuple[tuple[int, float], ...] = ()  # the request's logit bias by token id, its texts made tokens here
+    # the pictures whose placeholder ids the tokens hold: their embeddings by key (images.py)
+    images: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    encode_s: float = 0.0  # what encoding its pictures took now (none: each was encoded before)
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
@@ -51,10 +58,12 @@ class PromptBuilder:
         special_texts: tuple[str, ...] = (),
         history: TokenHistory | None = None,
         spell: Callable[[int], bytes] | None = None,
+        images: EncodedImages | None = None,
     ):
         """`tokenize(text, add_special=True)`; `n_ctx_seq`: the tokens one sequence may hold, prompt and
         reply (its stream, with a stream per sequence; not the whole pool); `history` and `spell` (a
-        token's bytes, control tokens written out) let a later turn keep its conversation's exact tokens."""
+        token's bytes, control tokens written out) let a later turn keep its conversation's exact tokens;
+        `images`: the model's pictures, encoded (None: the model sees none)."""
         self._template = template
         self._builtin = ChatTemplate(None)  # ChatML, for requests that ask
         self._tokenize = tokenize
@@ -63,6 +72,9 @@ class PromptBuilder:
         self._special_texts = special_texts
         self._history = history
         self._spell = spell
+        self._images = images
+        self._encoded: dict[int, EncodedImage] = {}  # the pictures of the request being built
+        self._encode_s = 0.0
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
         self._interrupted = False  # the request being prepared was cancelled: render no more for it
         self._tail = ""  # the end of the last prompt rendered: does it open the reply's thoughts?
@@ -83,6 +95,7 @@ class PromptBuilder:
     def prepare(self, request: Request) -> Prompt:
         """build() that never raises: a request it cannot read gets a Prompt with the reason."""
         self._interrupted = False  # a cancel of the request before this one, come late
+        self._encoded, self._encode_s = {}, 0.0
         try:
             tokens, notice = self.build(request)
         except ChatTemplateError as e:
@@ -94,7 +107,9 @@ class PromptBuilder:
         if request.messages is None:
             return Prompt(tokens, notice)
         template = self.template_for(request)
-        return self._with_thinking(Prompt(tokens, notice, stop=template.stop_strings), request, template)
+        images = {key: self._encoded[key].embd for key in {image_key(t)[0] for t in tokens if t < 0}}
+        prompt = Prompt(tokens, notice, stop=template.stop_strings, images=images, encode_s=self._encode_s)
+        return self._with_thinking(prompt, request, template)
 
     def thinking_of(self, template: ChatTemplate) -> ThinkingFormat | None:
         """How replies under `template` mark their thoughts: found by its first chat (a few renders)."""
@@ -162,10 +177,17 @@ class PromptBuilder:
             self._check_fits(len(tokens))
         if not tokens:  # an empty text with a model that adds no BOS: nothing to reply to
             raise RequestError("the prompt is empty: there is nothing to reply to")
+        if tokens[-1] < 0:  # a reply is drawn from a text token's logits
+            raise RequestError("the prompt ends with a picture: a text must follow it (the chat template's reply opening)")
         return tokens, notice
 
     def _build(self, request: Request) -> tuple[list[int], str | None]:
         self._check_markers(request)
+        if request.messages is not None and any(images_of(m) for m in request.messages) and self._images is None:
+            raise RequestError(
+                "this model does not see images: load it with its vision projector (--mmproj FILE, "
+                "or an mmproj-*.gguf beside the model)"
+            )
         if request.messages is None:
             tokens = self._encode(request.prompt or "")
             self._check_fits(len(tokens))
@@ -199,25 +221,62 @@ class PromptBuilder:
         kwargs = dict(request.template_kwargs or {})
         budget = self._render_budget(messages) + 2 * len(request.params.tools or "") + 2 * len(json.dumps(kwargs))
         fmt = self.thinking_of(template) if any(m.get("reasoning_content") for m in messages) else None
-        shown = [fmt.for_template(m) for m in messages] if fmt is not None else messages
+        images = [image for m in messages for image in images_of(m)]
+        shown = [_without_images(m) for m in messages]
+        shown = [fmt.for_template(m) for m in shown] if fmt is not None else shown
         text = template.render(shown, max_chars=budget, tools=tools, kwargs=kwargs)
         self._tail = text[-256:]
+        if images:
+            return self._encode_with_images(text, images, history)
         if history:
             return self._encode_after(history, text)
         return self._encode(text)
 
+    def _encode_with_images(self, text: str, images: list, history) -> list[int]:
+        """The rendered chat's texts tokenized and each picture's tokens in its marker's place; a text
+        the conversation's last request held where it holds it keeps that request's own tokens, as a
+        chat without pictures does."""
+        parts = text.split(IMAGE_MARKER)
+        if len(parts) - 1 != len(images):
+            why = (
+                "a message's text holds the marker itself" if len(parts) - 1 > len(images) else "the chat template left some out"
+            )
+            raise RequestError(
+                f"the chat shows {len(images)} pictures but its prompt has {len(parts) - 1} places for them: {why}"
+            )
+        tokens = self._encode_after(history, parts[0]) if history else self._encode(parts[0])
+        for image, part in zip(images, parts[1:], strict=True):
+            tokens += self._picture(image).tokens
+            if not part:
+                continue
+            if history is not None and len(history) > len(tokens) and history[: len(tokens)].tolist() == tokens:
+                tokens += self._encode_after(history[len(tokens) :], part, add_special=False)
+            else:
+                tokens += self._tokenize(part, add_special=False)
+        return tokens
+
+    def _picture(self, image) -> EncodedImage:
+        if self._interrupted:
+            raise ChatTemplateError("the request was cancelled while its pictures were read")
+        encoded, now = self._images.get(image)
+        self._encoded[encoded.key] = encoded
+        if now:
+            self._encode_s += encoded.encode_s
+        return encoded
+
     def _render_budget(self, messages: list[Message]) -> int:
         """The characters a render may write: the messages twice over and more than the context could
         hold, so a real template never meets it and one that writes gigabytes stops early."""
-        given = sum(len(str(value)) for m in messages for value in m.values())
+        given = sum(len(str(value)) for m in messages for key, value in m.items() if key != "images")
         return 2 * given + CHARS_PER_CELL * self.n_ctx_seq + 65536
 
-    def _encode_after(self, history, text: str) -> list[int]:
-        """The conversation's own tokens for as much of `text` as they spell, then the rest tokenized."""
+    def _encode_after(self, history, text: str, add_special: bool = True) -> list[int]:
+        """The conversation's own tokens for as much of `text` as they spell, then the rest tokenized;
+        without `add_special`, `text` goes on a prompt begun before it (after a picture)."""
         data = self._utf8(text)
-        n, pos = kept_prefix(history, data, self._lead, self._spell)
+        n, pos = kept_prefix(history, data, self._lead if add_special else (), self._spell)
         if n == 0:
-            return self._encode(text)
+            return self._encode(text) if add_special else self._tokenize(text, add_special=False)
         rest = data[pos:].decode("utf-8")
         return history[:n].tolist() + (self._tokenize(rest, add_special=False) if rest else [])
 
@@ -286,9 +345,15 @@ class PromptBuilder:
 
 def _texts_of(message: Message) -> str:
     """A message's texts: its content, or all of it where it holds more (an assistant turn's tool calls)."""
+    message = _without_images(message)
     if len(message) <= 2:
         return message.get("content", "")
     return json.dumps(message, ensure_ascii=False)
+
+
+def _without_images(message: Message) -> Message:
+    """The message as its chat template reads it: its pictures are markers in its text."""
+    return {k: v for k, v in message.items() if k != "images"} if "images" in message else message
 
 
 def _unencodable(e: UnicodeEncodeError) -> RequestError:

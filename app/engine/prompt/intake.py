@@ -12,6 +12,7 @@ from ..params import OverflowPolicy
 from ..sequence import Request
 from .builder import Prompt, PromptBuilder
 from .chat_template import ChatTemplate
+from .encoded_images import EncodedImages
 
 
 class Intake:
@@ -19,7 +20,10 @@ class Intake:
         self.backend = backend
         vocab = backend.vocab
         template = ChatTemplate(backend.chat_template, vocab.bos_text, vocab.eos_text, name or "the model")
-        self.prompts = PromptBuilder(template, vocab.tokenize, n_ctx_seq, overflow, vocab.special_texts, history, vocab.spell)
+        self.images = EncodedImages(backend.vision) if backend.vision is not None else None
+        self.prompts = PromptBuilder(
+            template, vocab.tokenize, n_ctx_seq, overflow, vocab.special_texts, history, vocab.spell, self.images
+        )
 
     def prepare(self, request: Request) -> Prompt:
         """The request's prompt tokens; on the prompt thread: it reads the template, the tokenizer and

@@ -28,10 +28,6 @@ class StepPlan:
     def __bool__(self) -> bool:
         return bool(self.n_tokens)
 
-    def by_slot(self) -> list[tuple[int, int]]:
-        """(slot, tokens in the batch) of each sequence, by slot: the batch's order."""
-        return sorted((seq.slot_id, n + len(self.drafts.get(seq, ()))) for seq, n in self.n_tokens.items())
-
     def with_drafts(self, drafts: Mapping[Sequence, tuple[int, ...]]) -> StepPlan:
         return replace(self, drafts={seq: d for seq, d in drafts.items() if d})
 

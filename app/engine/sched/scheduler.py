@@ -66,6 +66,7 @@ class Scheduler:
         self.static_batch: list[Sequence] = []  # the batch that runs now, its finished members included
         self.static_batches = 0  # batches formed
         self._step = 0
+        self._whole_picture_planned = False
 
     def follow(self, config: EngineConfig, adapt_afresh: bool = False) -> None:
         """Take `config`'s serving settings at once: streams beyond a lower limit pause, keeping their
@@ -161,6 +162,7 @@ class Scheduler:
         if not _depth:
             self._step += 1
             self._end_a_turn()
+        self._whole_picture_planned = False  # a picture decoded whole is a decode of its own: one a step
         plan: dict[Sequence, int] = {}
         stepping = self.stepping()
         decoders = self._room_for_decodes(stepping)
@@ -309,10 +311,19 @@ class Scheduler:
         return True
 
     def _chunk(self, seq: Sequence, budget: int, reserved: int) -> int:
-        """As much of the pending prompt as the budget and the cells not `reserved` by this step allow."""
+        """As much of the pending prompt as the budget and the cells not `reserved` by this step allow;
+        its pictures cut it where they begin (sequence.py's `chunk`), and a picture decoded whole
+        takes the step's one decode of its own, past the budget if it must."""
         want = min(seq.num_pending, budget)
+        if seq.images:
+            if seq.at_whole_picture and self._whole_picture_planned:
+                return 0
+            want = seq.chunk(want, stretch=True)
         if not self.kv.make_room(reserved + want):
             want = min(want, self.kv.free_cells - reserved)
+            want = seq.chunk(want) if seq.images and want > 0 else want
+        if want > 0 and seq.at_whole_picture:
+            self._whole_picture_planned = True
         return max(want, 0)
 
     def relieve_pressure(self) -> bool:

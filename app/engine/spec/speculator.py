@@ -25,8 +25,10 @@ class Speculator:
         """The plan with a draft of their next tokens for the greedy sequences decoding in it, within
         the step's token budget, their room and their reply's length."""
         decoding = [
-            seq for seq in plan.seqs if seq.is_decoding and greedy(seq) and seq.params.speculate and not seq.thinks_on_budget
-        ]
+            seq
+            for seq in plan.seqs
+            if seq.is_decoding and greedy(seq) and seq.params.speculate and not seq.thinks_on_budget and not seq.images
+        ]  # a chat with pictures: no guess from its placeholders, and a draft model cannot read them
         config = self.config
         if config.spec_type is SpecType.NONE or self.backend.drafts_refused or not decoding:
             return plan

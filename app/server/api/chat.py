@@ -3,15 +3,18 @@ reply that may call tools sends its content and its calls as OpenAI's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from aiohttp import web
 
 from app.engine.events import FinishEvent, FinishReason, TokenEvent
 
+from ..image_input import with_fetched
 from ..protocol import parse_chat, parse_json, requested_model
 from ..tool_calls import reply_of
 from ..tool_parse import ToolStream
 from .choices import Choice, serve_choices
-from .submit import SERVER, tool_syntax
+from .submit import SERVER, pictures_of, tool_syntax
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -19,6 +22,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
     job = parse_chat(body, info.n_ctx_seq, await tool_syntax(body, info), server.thinking)
+    fetched = await pictures_of(job.messages, info, model, server.allow_image_urls)
+    if fetched:
+        job = replace(job, messages=with_fetched(job.messages, fetched))
     return await serve_choices(request, model, job, Choice if job.tools is None else ToolChoice)
 
 

@@ -19,4 +19,13 @@ def _model(server, name: str, info) -> dict:
     meta |= {"n_params": info.n_params, "size": info.size_bytes}
     # where the model went (layers offloaded, the KV pool's memory) and what the build can run on
     meta |= {**info.as_json(), "placement": info.placement(), "build": info.build.as_json() if info.build else None}
-    return {"id": name, "object": "model", "created": server.created, "owned_by": "batch-playground", "meta": meta}
+    # llama-server's word for a model that reads pictures beside text
+    capabilities = ["completion", "multimodal"] if info.sees_images else ["completion"]
+    return {
+        "id": name,
+        "object": "model",
+        "created": server.created,
+        "owned_by": "batch-playground",
+        "capabilities": capabilities,
+        "meta": meta,
+    }

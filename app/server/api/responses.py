@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 
 from aiohttp import web
 
 from app.engine.events import FinishEvent, TokenEvent
 
 from .. import sse
+from ..image_input import with_fetched
 from ..protocol import parse_json, requested_model
 from ..responses.request import parse_response
 from ..responses.shape import ResponseShape, kept_of, status_of
 from ..responses.store import Kept, NotFound
 from ..responses.streamed import StreamedItems
 from ..shaping import dumps
-from .submit import SERVER, Reply, first_events, refusal, refusal_body, tool_syntax
+from .submit import SERVER, Reply, first_events, pictures_of, refusal, refusal_body, tool_syntax
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
@@ -25,6 +27,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     body = parse_json(await request.read())
     model, info = server.pick_model(requested_model(body))
     asked = parse_response(body, info.n_ctx_seq, server.responses, await tool_syntax(body, info), server.thinking)
+    fetched = await pictures_of(asked.job.messages, info, model, server.allow_image_urls)
+    if fetched:  # kept with the conversation as fetched: a continuation does not fetch them again
+        job = replace(asked.job, messages=with_fetched(asked.job.messages, fetched))
+        asked = replace(asked, job=job, turns=with_fetched(asked.turns, fetched))
     shape = ResponseShape(asked, model)
     with server.admit(1):
         async with aclosing(server.submit(asked.job, model)) as stream:

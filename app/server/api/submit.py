@@ -11,6 +11,8 @@ from app.engine.events import Event, Fault, FinishEvent, FinishReason, TokenEven
 from app.engine.model_info import ModelInfo
 from app.engine.probs import TokenProbs
 
+from ..image_input import ImageInputError, fetch_pictures
+from ..protocol import BadRequest
 from ..shaping import dumps, error_body
 from ..tool_calls import asks_for_tools
 from ..tool_syntax import GENERIC, Syntax, model_syntax
@@ -21,6 +23,23 @@ SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, requ
 async def tool_syntax(body: dict, info: ModelInfo) -> Syntax:
     """The tool-call syntax of the model's template: its file's header is read once (off the loop), then kept."""
     return await asyncio.to_thread(model_syntax, info.path) if asks_for_tools(body) and info.has_chat_template else GENERIC
+
+
+async def pictures_of(messages, info: ModelInfo, model: str, allow_urls: bool) -> dict:
+    """The pictures a chat shows by URL, fetched; a 400 when the model sees none, or one cannot be had."""
+    if not messages or not any(m.get("images") for m in messages):
+        return {}
+    if not info.sees_images:
+        raise BadRequest(
+            f"the model {model} does not see images: it was loaded without a vision projector "
+            "(serve it with --mmproj FILE, or with its mmproj-*.gguf beside it)",
+            "messages",
+            "model_not_multimodal",
+        )
+    try:
+        return await fetch_pictures(messages, allow_urls)
+    except ImageInputError as e:
+        raise BadRequest(str(e), e.param) from None
 
 
 async def first_events(streams) -> list[Event]:

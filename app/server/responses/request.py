@@ -28,7 +28,7 @@ from ..protocol import (
 )
 from ..tool_calls import parse_tools
 from ..tool_syntax import GENERIC, Syntax
-from .items import call_output, call_turn, chat_tools, input_text, reasoning_text, tool_echo
+from .items import call_output, call_turn, chat_tools, reasoning_text, tool_echo
 from .store import KeptResponses, NotFound
 
 # OpenAI's rules for `metadata`
@@ -213,9 +213,10 @@ def _input(raw) -> tuple[dict, ...]:
         elif kind == "function_call_output":
             turns.append(call_output(item, f"input[{i}]"))
         elif kind == "message":
-            turns.append(
-                message_of({"role": item.get("role"), "content": input_text(item.get("content"), f"input[{i}].content")}, i)
-            )
+            content = item.get("content")
+            if not isinstance(content, (str, list)):
+                raise BadRequest(f"input[{i}].content must be a string or a list of input_text parts", f"input[{i}].content")
+            turns.append(message_of({"role": item.get("role"), "content": content}, i))
         else:
             what = shown(kind) if isinstance(item, dict) else "not an object"
             raise BadRequest(

@@ -7,6 +7,8 @@ import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from app.engine.images import Image
+
 # memory for the stored responses, whose conversations are kept for `previous_response_id` (and GET):
 # beyond it the least recently used is dropped; a chain's responses share their common turns, counted once
 STORE_BYTES = 256 * 2**20
@@ -92,6 +94,8 @@ def footprint(value) -> int:
             pending += item.values()
         elif isinstance(item, (list, tuple)):
             pending += item
+        elif isinstance(item, Image):  # a picture a conversation showed: its file's bytes
+            total += len(item.data)
     return total
 
 

@@ -227,6 +227,9 @@ class EnginePanel(QWidget):
         form.addRow(_label("spec_draft_model"), _row((_explained(self.spec_draft_model, "spec_draft_model"), 1), (pick, 0)))
         self.spec_draft_p_min = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=1.0, singleStep=0.05)
         _add(form, "spec_draft_p_min", self.spec_draft_p_min)
+        self.mmproj = QLineEdit(placeholderText="auto: an mmproj-*.gguf beside the model; none: no images")
+        pick = QToolButton(text="…", toolTip="Pick the model's vision projector (an mmproj GGUF)", clicked=self._browse_mmproj)
+        form.addRow(_label("mmproj"), _row((_explained(self.mmproj, "mmproj"), 1), (pick, 0)))
 
     def _model_row(self) -> QWidget:
         self.model_path = QLineEdit()
@@ -281,6 +284,7 @@ class EnginePanel(QWidget):
         self.spec_draft_n_min.setValue(config.spec_draft_n_min)
         self.spec_draft_model.setText(config.spec_draft_model or "")
         self.spec_draft_p_min.setValue(config.spec_draft_p_min)
+        self.mmproj.setText(config.mmproj or "")
         self._show_spec()
         for button in self.mode_buttons.values():
             button.blockSignals(True)
@@ -318,6 +322,8 @@ class EnginePanel(QWidget):
         config = self.client.config
         if config.spec_type is SpecType.DRAFT and config.spec_draft_model and not info.drafts_refused:
             lines.append(f"Drafting with {escape(os.path.basename(config.spec_draft_model))} (speculative decoding)")
+        if info.sees_images:
+            lines.append(f"Sees images: projector {escape(os.path.basename(info.projector))}; {escape(info.image_decode)}")
         if info.build is not None:
             lines.append(f"Build: {escape(info.build.summary())}")
             self.gpu_layers.setPlaceholderText("automatic: all" if info.build.gpu_offload else "automatic: 0 (CPU-only build)")
@@ -362,7 +368,12 @@ class EnginePanel(QWidget):
             spec_draft_model=FIELDS["spec_draft_model"].text.parse(self.spec_draft_model.text()),
             spec_draft_p_min=self.spec_draft_p_min.value(),
             overflow=_chosen(self.overflow, "overflow"),
+            mmproj=FIELDS["mmproj"].text.parse(self.mmproj.text()),
         )
+        before = self.client.config
+        if config.model_path != before.model_path and config.mmproj == before.mmproj:
+            # a projector named for the model before is not this one's: it finds its own beside it
+            config = config.with_(mmproj=before.for_other_model(config.model_path).mmproj)
         problem = config.problem()
         if problem:
             raise ValueError(problem)
@@ -377,6 +388,9 @@ class EnginePanel(QWidget):
 
     def _browse(self) -> None:
         _pick_gguf(self, "Pick a GGUF model", self.model_path)
+
+    def _browse_mmproj(self) -> None:
+        _pick_gguf(self, "Pick the model's vision projector (an mmproj GGUF)", self.mmproj)
 
     def _browse_draft(self) -> None:
         _pick_gguf(self, "Pick a draft model (a small GGUF with this model's vocabulary)", self.spec_draft_model)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.default_model import default_model_path
+from app.engine.model_file import find_projector
 from app.models.library import ADDED, BUNDLED, ModelEntry, ModelFinder, ModelFolder, Scan, tool_folders
 from app.ui import theme
 from app.ui.settings import AppSettings
@@ -199,8 +200,9 @@ class ModelLibrary(QWidget):
         if entry.problem:  # its facts are in the tooltip; the row says why it cannot be loaded
             cells[ARCH] = entry.problem
         else:
+            projector = find_projector(entry.path)
             cells |= {
-                ARCH: meta.architecture,
+                ARCH: f"{meta.architecture} · sees images" if projector else meta.architecture,
                 PARAMS: entry.params_label,
                 QUANT: meta.quantization,
                 SIZE: format_size(entry.size_bytes),
@@ -237,6 +239,9 @@ class ModelLibrary(QWidget):
             lines.append(f"<i>{escape(entry.problem)}</i>")
         elif not meta.has_chat_template:
             lines.append("No chat template: a base model, which continues text rather than chats.")
+        projector = None if entry.problem else find_projector(entry.path)
+        if projector:
+            lines.append(f"Sees images: its projector {escape(os.path.basename(projector))}, beside it, loads with it.")
         if entry.n_params and meta.size_label:
             lines.append(f"{entry.n_params:,} parameters")
         return "<br>".join(lines)

@@ -30,7 +30,8 @@ OTHER_COLOUR = "#888888"  # steps' parts of no pane (the API, a closed pane)
 PROMPT_ALPHA = 90  # of 255: a prompt chunk's fill, paler than its pane's decode tokens
 DRAFTED_ALPHA = 40  # of 255: under drafted tokens' hatching, so a column narrower than the hatch still shows
 DRAFTED_HATCH = Qt.BrushStyle.BDiagPattern  # drafted tokens: the pane's colour in diagonal lines
-Z_ORDER = {PartKind.PROMPT: 0, PartKind.DECODE: 1, PartKind.DRAFTED: 1}
+Z_ORDER = {PartKind.PROMPT: 0, PartKind.DECODE: 1, PartKind.DRAFTED: 1, PartKind.IMAGE: 0}
+IMAGE_HATCH = Qt.BrushStyle.DiagCrossPattern  # a picture's rows: the pane's colour in a cross-hatch
 TALL_CAP = (
     4  # the y axis goes up to this many times the batch limit: a long prompt's chunk is cut, not the decode columns flattened
 )
@@ -319,15 +320,15 @@ class StepTimeline(pg.GraphicsLayoutWidget):
 
 def _brushes(kind: PartKind, colour: str) -> dict[str, QBrush]:
     """A kind's fill in its pane's colour: decode solid, a prompt chunk pale, drafted tokens hatched
-    over a faint fill."""
+    and a picture's rows cross-hatched, each over a faint fill."""
     fill = QColor(colour)
     if kind is PartKind.PROMPT:
         fill.setAlpha(PROMPT_ALPHA)
-    if kind is not PartKind.DRAFTED:
+    if kind not in (PartKind.DRAFTED, PartKind.IMAGE):
         return {"brush": QBrush(fill)}
     under = QColor(colour)
     under.setAlpha(DRAFTED_ALPHA)
-    return {"brush": QBrush(fill, DRAFTED_HATCH), "under": QBrush(under)}
+    return {"brush": QBrush(fill, DRAFTED_HATCH if kind is PartKind.DRAFTED else IMAGE_HATCH), "under": QBrush(under)}
 
 
 def _nice_top(value: float) -> float:

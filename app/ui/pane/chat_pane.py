@@ -12,10 +12,11 @@ import html
 import math
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QCursor, QKeyEvent
+from PySide6.QtCore import QMimeData, Qt, Signal
+from PySide6.QtGui import QCursor, QDragEnterEvent, QDropEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -38,6 +39,7 @@ from app.workspace.session import Branch, PaneSession
 
 from .bias_editor import TokenReader
 from .params_editor import PaneParamsEditor
+from .pictures import FILE_FILTER, AttachmentStrip, PictureError, holds_pictures, pictures_in, read_picture_file
 from .readout import Readout
 from .transcript import Transcript
 
@@ -53,11 +55,26 @@ READOUT_LEGEND = (
 )
 
 
+ATTACH_TIP = "Attach pictures to the next message (or paste them, or drop them on the pane)"
+NO_VISION = "load it with its vision projector (--mmproj, or an mmproj-*.gguf beside it) to send pictures"
+
+
 class MessageEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line, Escape stops the reply."""
+    """Enter sends, Shift+Enter starts a new line, Escape stops the reply; a picture pasted or dropped
+    on it (pixels, or picture files) is attached, not written."""
 
     sigSubmitted = Signal()
     sigStopRequested = Signal()
+    sigPictures = Signal(object)  # QMimeData holding pictures
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return holds_pictures(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        if holds_pictures(source):
+            self.sigPictures.emit(source)
+            return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() == Qt.Key.Key_Escape:
@@ -83,6 +100,8 @@ class ChatPane(QFrame):
         super().__init__(parent)
         self.session = session
         self.branch_menu: QMenu | None = None  # the last menu of rivals shown
+        self._names: list[str] = []  # the loaded models, the default first
+        self._seeing: frozenset[str] | None = None  # those that see images (None: not told yet)
         self._reader: TokenReader | None = None  # the local model's tokenizer, for the logit bias's texts
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setObjectName("chatPane")
@@ -99,6 +118,9 @@ class ChatPane(QFrame):
         session.chat_changed.connect(lambda _chat: self._show_name(self.params))
         session.draft_restored.connect(self._on_draft_restored)
         session.send_refused.connect(self._on_send_refused)
+        session.attachments_changed.connect(self.attachments.show_pictures)
+        self.attachments.show_pictures(session.attached)
+        self.setAcceptDrops(True)  # pictures dropped anywhere on the pane are attached
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -134,10 +156,14 @@ class ChatPane(QFrame):
         self.refusal_label.setStyleSheet(f"color: {theme.current().error.name()};")
         self.refusal_label.setVisible(False)
         layout.addWidget(self.refusal_label)
+        self.attachments = AttachmentStrip()
+        self.attachments.sigRemove.connect(self.session.detach)
+        layout.addWidget(self.attachments)
         self.input = MessageEdit()
         self._show_mode(params)
         self.input.setFixedHeight(44)
         self.input.sigSubmitted.connect(self._on_send)
+        self.input.sigPictures.connect(self._attach_from)
         self.input.sigStopRequested.connect(self.session.stop)
         layout.addWidget(self.input)
         layout.addLayout(self._buttons())
@@ -178,13 +204,15 @@ class ChatPane(QFrame):
         self.send_button = _text_button("Send", "Send the message (Enter)", self._on_send)
         self.stop_button = _text_button("Stop", "Stop the reply", self.session.stop)
         self.stop_button.setVisible(False)
+        self.attach_button = QToolButton(text="📎", toolTip=ATTACH_TIP, clicked=self._on_attach)
+        self.attach_button.setAccessibleName("Attach pictures")
         icons = QStyle.StandardPixmap  # the desktop theme's view-refresh, edit-clear and document-save
         self.regenerate_button = _icon_button(
             icons.SP_BrowserReload, "Regenerate", "Regenerate the last reply", self.session.regenerate
         )
         self.clear_button = _icon_button(icons.SP_DialogResetButton, "Clear", "Clear the chat", self._on_clear)
         self.export_button = _icon_button(icons.SP_DialogSaveButton, "Export…", "Export the chat to a file…", self._on_export)
-        for b in (self.send_button, self.stop_button):
+        for b in (self.send_button, self.stop_button, self.attach_button):
             row.addWidget(b)
         row.addStretch(1)
         for b in (self.regenerate_button, self.clear_button, self.export_button):
@@ -206,9 +234,10 @@ class ChatPane(QFrame):
         """A remote pane sends a bias's text as it is: the endpoint tokenizes it."""
         self.params_editor.set_token_reader(None if params.endpoint() is not None else self._reader, params.model or None)
 
-    def show_models(self, names: list[str]) -> None:
-        """The loaded models to pick from (the first is the default); a pane whose model is gone goes
-        on with the default."""
+    def show_models(self, names: list[str], seeing: frozenset[str] | None = None) -> None:
+        """The loaded models to pick from (the first is the default), and those that see images; a
+        pane whose model is gone goes on with the default."""
+        self._names, self._seeing = list(names), seeing
         if self.params.model and self.params.model not in names:
             self.session.set_params(self.params.with_(model=""))
         self.model_combo.blockSignals(True)
@@ -218,6 +247,14 @@ class ChatPane(QFrame):
         self._show_model(self.params)
         self.model_combo.blockSignals(False)
         self.model_combo.setVisible(len(names) > 1 and self.params.endpoint() is None)
+        self._show_vision(self.params)
+
+    def _show_vision(self, params: PaneParams) -> None:
+        """Attaching pictures, where the pane's model sees them (a remote endpoint's: it will say)."""
+        model = params.model or (self._names[0] if self._names else "")
+        sees = self._seeing is None or params.endpoint() is not None or model in self._seeing
+        self.attach_button.setEnabled(sees)
+        self.attach_button.setToolTip(ATTACH_TIP if sees else f"{model} does not see images: {NO_VISION}")
 
     def _on_model_picked(self, _index: int) -> None:
         name = self.model_combo.currentData()
@@ -251,6 +288,7 @@ class ChatPane(QFrame):
             self.model_combo.blockSignals(False)
         self._show_mode(params)
         self._show_token_reader(params)
+        self._show_vision(params)
         if not self.refusal_label.isHidden() and params.format_problem() is None:
             self.refusal_label.setVisible(False)  # the format was mended
         # the output format is not among these: it marks the replies asked for under it, not earlier ones
@@ -340,6 +378,40 @@ class ChatPane(QFrame):
     def _on_send(self) -> None:
         if self.session.send(self.input.toPlainText()):
             self.input.clear()
+
+    def _on_attach(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach pictures", "", FILE_FILTER)
+        problems = []
+        for path in paths:
+            try:
+                self.session.attach(read_picture_file(path))
+            except PictureError as e:
+                problems.append(str(e))
+        self._say_problems(problems)
+
+    def _attach_from(self, mime: QMimeData) -> None:
+        """Pictures pasted or dropped: attached, and what could not be said under the transcript."""
+        pictures, problems = pictures_in(mime)
+        for picture in pictures:
+            self.session.attach(picture)
+        self._say_problems(problems)
+
+    def _say_problems(self, problems: list[str]) -> None:
+        if problems:
+            self.refusal_label.setText("Not attached: " + "; ".join(problems))
+            self.refusal_label.setToolTip("A picture may be PNG, JPEG, GIF (one frame), BMP, or what Qt reads (WebP, TIFF)")
+            self.refusal_label.setVisible(True)
+        elif self.refusal_label.text().startswith("Not attached"):
+            self.refusal_label.setVisible(False)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if holds_pictures(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if holds_pictures(event.mimeData()):
+            self._attach_from(event.mimeData())
+            event.acceptProposedAction()
 
     def _use_builtin_template(self) -> None:
         """Chat with ChatML from now on (⚙ shows it), and send again the turn the model's template failed on."""

@@ -20,6 +20,7 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
 )
 from PySide6.QtWidgets import QMenu, QTextBrowser, QToolTip
 
@@ -30,9 +31,11 @@ from app.workspace.markdown_stream import MarkdownStream, json_reply
 from app.workspace.session import LENGTH_NOTE
 
 from .markdown_render import COPY, PARAGRAPH_MARGIN, code_bar_format, code_from, markdown_fragment
+from .pictures import TRANSCRIPT_THUMB, PictureViewer, thumbnail
 from .token_view import rivals_html, token_at, tokens_html
 
 OPENED_SCHEMES = ("http", "https", "mailto")  # links in a reply that open; any other is copied
+PICTURE = "picture"  # a sent picture's thumbnail: picture:<its SHA-256>, which opens it whole
 FOLD = "fold"  # the scheme of a reply's thoughts' fold link: fold:thoughts/<turn>
 THINKING = "Thinking…"
 
@@ -67,16 +70,19 @@ def _thought_format(colours: theme.Theme) -> QTextCharFormat:
     return fmt
 
 
-def message_html(role: str, text: str, index: int) -> str:
+def message_html(role: str, text: str, index: int, pictures: tuple = ()) -> str:
     """A user's turn or a notice as HTML (a reply is a heading and a `markdown_fragment`); `index`, the
-    turn's place in the transcript, is what its Copy link copies."""
+    turn's place in the transcript, is what its Copy link copies; `pictures`: its thumbnails, each a
+    link to the picture whole (the document holds their images: `Transcript._add_thumbnails`)."""
     colours = theme.current()
     if role == NOTICE:
         return f'<p style="color:{colours.notice.name()};"><i>{html.escape(text)}</i></p>'
     body = _typed_html(text)
     bubble = colours.user_bubble.name()
     heading = f"<b>You</b>&nbsp;&nbsp;{_copy_link(index, colours)}"
-    return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td>{heading}<br>{body}</td></tr></table>'
+    shown = "".join(f'<a href="{PICTURE}:{p.digest}"><img src="{PICTURE}:{p.digest}"></a>&nbsp;' for p in pictures)
+    shown = f"{shown}<br>" if shown else ""
+    return f'<table width="100%" cellpadding="6" bgcolor="{bubble}"><tr><td>{heading}<br>{shown}{body}</td></tr></table>'
 
 
 def _insert_assistant_heading(cursor: QTextCursor, index: int, colours: theme.Theme) -> None:
@@ -161,6 +167,7 @@ class Transcript(QTextBrowser):
         self._shown: list[tuple[str, str]] = []  # the finished turns the document shows
         self._starts: list[int] = []  # where each of them begins in the document (for Copy)
         self.context_menu: QMenu | None = None  # the last one shown
+        self.viewer: PictureViewer | None = None  # the last picture opened whole
         self.open_thoughts: set[int] = set()  # the turns whose thoughts are unfolded
         self._messages: list[dict] = []  # the chat last shown, to show again when a fold opens or closes
         self._reply: StreamingReply | None = None  # from begin_reply until the chat with it is shown
@@ -209,7 +216,9 @@ class Transcript(QTextBrowser):
         if self.completion and role != NOTICE:
             cursor.insertText(text, _completion_format(role, colours))
         elif role in ("user", NOTICE):
-            cursor.insertHtml(message_html(role, text, index))
+            pictures = tuple((message or {}).get("images", ()))
+            self._add_thumbnails(pictures)
+            cursor.insertHtml(message_html(role, text, index, pictures))
         else:
             _insert_assistant_heading(cursor, index, colours)
             message = message or {}
@@ -226,6 +235,21 @@ class Transcript(QTextBrowser):
             else:
                 markdown = text if cut is None else json_reply(text, cut)
                 cursor.insertFragment(markdown_fragment(markdown, colours, under_name=not message.get("reasoning")))
+
+    def _add_thumbnails(self, pictures: tuple) -> None:
+        """The document's images of a turn's thumbnails, by their links' names."""
+        for picture in pictures:
+            name = QUrl(f"{PICTURE}:{picture.digest}")
+            self.document().addResource(QTextDocument.ResourceType.ImageResource, name, thumbnail(picture, TRANSCRIPT_THUMB))
+
+    def open_picture(self, digest: str) -> PictureViewer | None:
+        """A sent picture, whole, in a window of its own."""
+        picture = next((p for m in self._messages for p in m.get("images", ()) if p.digest == digest), None)
+        if picture is None:
+            return None
+        self.viewer = PictureViewer(picture, self)
+        self.viewer.show()
+        return self.viewer
 
     def redraw(self, messages: list[dict[str, str]]) -> None:
         """Show `messages` afresh (after the token view was turned on or off)."""
@@ -412,6 +436,9 @@ class Transcript(QTextBrowser):
         if (where := token_at(url.toString())) is not None:
             if self._token(where) is not None:
                 self.sigTokenClicked.emit(*where)
+            return
+        if url.scheme() == PICTURE:
+            self.open_picture(url.path())
             return
         if url.scheme() == FOLD:
             _, what = _copied(url.toString())

@@ -74,7 +74,7 @@ class LoadedModels:
         """The library's Load: the model beside those loaded, with the first one's settings; the
         panes pick it in their header. One that cannot be loaded is said in the library."""
         try:
-            name = await self.client.load_model(self.client.config.with_(model_path=path))
+            name = await self.client.load_model(self.client.config.for_other_model(path))
         except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
             self.library.set_loaded(self.paths, str(e))
             return
@@ -108,8 +108,9 @@ class LoadedModels:
         names = list(self.client.models)
         if not names:  # the engine thread has stopped: nothing changed
             return
+        seeing = frozenset(name for name, info in self.client.models.items() if info.sees_images)
         for pane in self.panes:
-            pane.show_models(names)
+            pane.show_models(names, seeing)
             self.name_in_plots(pane.session)
         self.library.set_loaded(self.paths)
         self.settings.extra_models = self.paths[1:]

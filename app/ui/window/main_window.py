@@ -317,7 +317,8 @@ class MainWindow(QMainWindow):
         pane.sigExported.connect(self._show_exported)
         pane.sigBranch.connect(self.branch)
         if self.client.models:
-            pane.show_models(list(self.client.models))
+            seeing = frozenset(name for name, info in self.client.models.items() if info.sees_images)
+            pane.show_models(list(self.client.models), seeing)
         pane.show_engine_drafts(self.engine_drafts)
         pane.set_token_reader(self.client)
         pane.set_presets(self.presets)
