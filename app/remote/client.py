@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
 from urllib.parse import urlsplit
@@ -64,7 +64,11 @@ class RemoteClient:
             yield event
             return
         stream = self.generate(
-            request.messages or (), request.params, conversation_id=request.conversation_id, request_id=request.request_id
+            request.messages or (),
+            request.params,
+            conversation_id=request.conversation_id,
+            request_id=request.request_id,
+            thinking=thinking_fields(request),
         )
         async with aclosing(stream) as events:
             async for event in events:
@@ -116,13 +120,15 @@ class RemoteClient:
         *,
         conversation_id: str | None = None,
         request_id: str | None = None,
+        thinking: Mapping[str, object] | None = None,
     ) -> AsyncIterator[Event]:
-        """Stream one reply: TokenEvents, then exactly one FinishEvent (ERROR with the reason on a fault)."""
+        """Stream one reply: TokenEvents, then exactly one FinishEvent (ERROR with the reason on a fault);
+        `thinking`: a thinking model's fields for the body (`thinking_fields`)."""
         request_id = request_id or f"remote-{uuid4().hex[:12]}"
         reply = self._open[request_id] = _Reply(RequestStats(request_id, conversation_id, t_submit=time.monotonic()))
         error = None
         try:
-            async with aclosing(self._stream(reply, messages, params)) as pieces:
+            async with aclosing(self._stream(reply, messages, params, thinking or {})) as pieces:
                 async for piece, thought in pieces:
                     yield TokenEvent(
                         request_id, piece, 1, reply.stats.t_last_token, reasoning=thought, thought=bool(thought) and not piece
@@ -153,10 +159,12 @@ class RemoteClient:
 
     # -- the request ---------------------------------------------------------------------------
 
-    async def _stream(self, reply: _Reply, messages, params: SamplingParams) -> AsyncIterator[tuple[str, str]]:
+    async def _stream(self, reply: _Reply, messages, params: SamplingParams, thinking) -> AsyncIterator[tuple[str, str]]:
         """The reply's pieces as they come: (text, "") for its answer, ("", text) for a thinking model's thoughts."""
         budget = _Budget(self.endpoint, params.max_tokens, reply.stopped)
         bodies = self.api.bodies(self.endpoint, messages, params, reply.stats.conversation_id)
+        for body in bodies:
+            body.update(thinking)
         async with await self._answer(reply, budget, bodies) as response:
             if reply.cancelled:
                 return
@@ -238,3 +246,15 @@ class RemoteClient:
         if error is not None:
             return FinishEvent(st.request_id, FinishReason.ERROR, text, st, _valid_text(error), reasoning=thoughts)
         return FinishEvent(st.request_id, reply.reason or FinishReason.STOP, text, st, reasoning=thoughts)
+
+
+def thinking_fields(request: Request) -> dict:
+    """A pane's ⚙ Think and its budget as llama-server's (and serve's) fields, sent only where moved
+    from the model's own way (so an endpoint that knows neither, as OpenAI's, is asked as before):
+    `chat_template_kwargs` (`enable_thinking`, which vLLM reads too) and `reasoning_budget_tokens`."""
+    fields: dict = {}
+    if request.template_kwargs:
+        fields["chat_template_kwargs"] = dict(request.template_kwargs)
+    if request.reasoning_budget is not None:
+        fields["reasoning_budget_tokens"] = request.reasoning_budget
+    return fields

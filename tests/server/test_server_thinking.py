@@ -220,6 +220,40 @@ def test_a_remote_pane_reads_the_thoughts_apart_over_either_api(thinking_models)
         assert any(e.thought for e in tokens) and final.stats.reasoning_tokens == 3 + CLOSE_TOKENS
 
 
+@pytest.mark.model
+def test_a_remote_panes_think_switch_and_budget_reach_the_endpoint_over_either_api(thinking_models):
+    """A pane's ⚙ Think off, and its budget, as the workspace asks a remote endpoint (a Request):
+    sent as chat_template_kwargs and reasoning_budget_tokens, which serve and llama-server read."""
+    from app.engine.events import FinishEvent
+    from app.engine.sampling.params import GREEDY
+    from app.engine.sequence import Request
+    from app.remote import Endpoint, RemoteClient
+    from app.workspace.pane_params import PaneParams
+
+    async def main():
+        config = EngineConfig(model_path=thinking_models["r1"], n_ctx=4096, n_batch=256, capacity=4, n_threads=2)
+        async with Serving(config) as (_client, _server, url):
+            finals = {}
+            for api in ("chat", "responses"):
+                for name, pane in (("off", PaneParams(think=False)), ("budget", PaneParams(reasoning_budget=2))):
+                    remote = RemoteClient(Endpoint(f"{url}/v1", api=api))
+                    request = Request(f"{api}-{name}", GREEDY.with_(max_tokens=40), messages=tuple(ASK), **pane.thinking())
+                    try:
+                        events = [e async for e in remote.reply(request)]
+                    finally:
+                        await remote.close()
+                    assert isinstance(events[-1], FinishEvent)
+                    finals[api, name] = events[-1]
+            return finals
+
+    for (_api, name), final in run(main()).items():
+        assert final.ok and final.text.strip(), final
+        if name == "off":
+            assert not final.reasoning and final.stats.reasoning_tokens == 0
+        else:
+            assert final.reasoning and final.stats.reasoning_tokens == 2 + CLOSE_TOKENS
+
+
 @pytest.mark.unit
 def test_serves_thinking_flags_as_llama_server_names_them():
     args = build_parser().parse_args(
