@@ -146,6 +146,31 @@ Available functions:
 
 >>>{% endif %}"""
 
+# gpt-oss (Harmony): a message a channel; the tools as a TypeScript-like namespace in a developer
+# message; a call is a message to `functions.NAME` (its recipient in the role's header, as the real
+# template writes it back), its result a message from that function; earlier thoughts (`thinking`)
+# only before a call. The generation prompt leaves the channel to the model, as the real one does
+GPT_OSS = """<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>
+{%- if tools %}<|start|>developer<|message|># Tools
+
+## functions
+
+namespace functions {
+{% for tool in tools %}// {{ tool.function.description }}
+type {{ tool.function.name }} = (_: {{ tool.function.parameters | tojson }}) => any;
+{% endfor %}} // namespace functions<|end|>{% endif %}
+{%- set last = namespace(name=none) %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}
+{%- if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}
+{%- set call = m.tool_calls[0].function %}<|start|>assistant to=functions.{{ call.name }}<|channel|>commentary json<|message|>{{ call.arguments | tojson }}<|call|>
+{%- set last.name = call.name %}
+{%- elif m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>
+{%- elif m.role == 'tool' %}<|start|>functions.{{ last.name }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start|>assistant{% endif %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -153,4 +178,5 @@ FAMILIES = {
     "granite": GRANITE,
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
+    "gpt_oss": GPT_OSS,
 }

@@ -191,7 +191,12 @@ def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, .
         raise BadRequest("send tools or a response format, not both", "tools")
     if not tools.syntax.is_native:
         messages = with_instructions(messages, tools)
-    held = {"grammar": honoured(tools.grammar), "grammar_triggers": tools.triggers(), "tools": tools.template_tools()}
+    held = {
+        "grammar": honoured(tools.grammar),
+        "grammar_triggers": tools.triggers(),
+        "tools": tools.template_tools(),
+        "preserved": tools.syntax.markers,
+    }
     return held, messages
 
 

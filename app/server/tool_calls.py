@@ -128,7 +128,8 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
     strict = frozenset(f["name"] for f in functions if f["strict"])
     functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
-    return Tools(functions, choice, syntax.with_parallel(parallel and choice in ("auto", "required")), strict)
+    syntax = syntax.with_parallel(parallel and choice in ("auto", "required")).with_functions(functions)
+    return Tools(functions, choice, syntax, strict)
 
 
 def _function(tool: object, index: int) -> dict:

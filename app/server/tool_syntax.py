@@ -7,6 +7,7 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - IBM Granite 3.x: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`
 - Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}, ...]<|END_ACTION|>`
 - Functionary v3.2: `>>>name\n{...}` a call, `>>>all\n` before text (the prompt ends with the reply's first `>>>`)
+- gpt-oss (Harmony): `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}`, a message a call
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -15,20 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from app.engine.sampling.constraints import JSON_OPTIONS, MAX_SCHEMA_BYTES, ConstraintError, check_grammar, closed, schema_grammar
+from app.engine.sampling.constraints import check_grammar, schema_grammar
 from app.models.gguf_meta import read_gguf
+
+from .tool_syntaxes.form import Form
+from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
+from .tool_syntaxes.lark import json_value, literal, string_arguments
 
 
 class Wrapper(Enum):
     OBJECT = auto()  # each call its own object (after the trigger, or the reply's start)
     ARRAY = auto()  # the calls in one JSON array
     RECIPIENT = auto()  # each call `name\n{arguments}` after the trigger; the recipient `all` opens text
+    FORM = auto()  # a syntax of its own, read and written by its `form` (tool_syntaxes/)
     GENERIC = auto()  # the generic format's object
 
 
@@ -53,6 +58,10 @@ class Syntax:
     takes_several: bool = True  # the family's template renders several calls in one turn
     # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
     arguments_as_text: bool = False
+    form: Form | None = None  # Wrapper.FORM: its reader, grammar and writer
+    # (function, argument) of the request's arguments whose values are strings: a syntax that writes
+    # arguments as text writes those raw (with_functions)
+    string_args: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def is_native(self) -> bool:
@@ -61,6 +70,23 @@ class Syntax:
 
     def with_parallel(self, parallel: bool) -> Syntax:
         return dataclasses.replace(self, parallel=parallel and self.takes_several)
+
+    def with_functions(self, functions: tuple[dict, ...]) -> Syntax:
+        """The syntax for a request of these functions (which of their arguments are strings)."""
+        return dataclasses.replace(self, string_args=string_arguments(functions)) if self.form is not None else self
+
+    @property
+    def openings(self) -> tuple[str, ...]:
+        """The texts that open a block of calls anywhere in a reply."""
+        if self.form is not None:
+            return self.form.openings
+        return (self.trigger,) if self.trigger else ()
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The texts a reply must show written out where the model's vocabulary holds them as
+        control tokens (llama.cpp's preserved tokens): the parser reads them."""
+        return self.form.markers if self.form is not None else ()
 
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
@@ -121,6 +147,14 @@ FUNCTIONARY_V3_2 = Syntax(
     lazy_triggers=(r"^{names}\n", r">>>{names}\n"),
     arguments_as_text=True,
 )
+GPT_OSS = Syntax(
+    "gpt-oss (Harmony)",
+    Wrapper.FORM,
+    form=HarmonyForm(),
+    trigger="<|channel|>",
+    lazy_triggers=HARMONY_TRIGGERS,
+    takes_several=False,  # its template renders one call a message; `<|call|>` ends the turn
+)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -129,6 +163,8 @@ def detect(source: str | None) -> Syntax:
     wins); the generic format for a template with none of them, or none at all."""
     if not source or "tools" not in source:
         return GENERIC
+    if "<|channel|>" in source:
+        return GPT_OSS
     if "<tool_call>" in source and not ("<function=" in source and "<parameter=" in source):  # Qwen3-Coder's XML
         return HERMES
     if "<|start_header_id|>ipython<|end_header_id|>" in source:
@@ -167,12 +203,14 @@ def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str, lenie
     end-of-generation token may follow. `lenient`: a keyword of the parameters llguidance cannot
     hold a reply to is left unchecked (a function not `strict`), else refused naming it."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
+    if syntax.form is not None:
+        return check_grammar(syntax.form.grammar(callable_, syntax.parallel, lenient))
     if syntax.wrapper is Wrapper.RECIPIENT:
         return check_grammar(_recipient_grammar(callable_, syntax.parallel, lenient))
     objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel), strict=not lenient)
-    call = f"tc_call: {_json({'anyOf': objects}, lenient)}"
+    call = f"tc_call: {json_value({'anyOf': objects}, lenient)}"
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
 
@@ -192,21 +230,9 @@ def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
     return {"anyOf": [calls, answer]}
 
 
-def _json(schema: dict, lenient: bool) -> str:
-    """A schema as a piece of a Lark grammar, compiled by llguidance's JSON compiler as JSON_OPTIONS say."""
-    text = json.dumps({**closed(schema), "x-guidance": {**JSON_OPTIONS, "lenient": lenient}})
-    if len(text) > MAX_SCHEMA_BYTES:
-        raise ConstraintError(f"the tools' schemas have {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
-    return f"%json {text}"
-
-
-def _literal(text: str) -> str:
-    return json.dumps(text)  # Lark reads JSON's escapes
-
-
 def _hermes_root(parallel: bool) -> str:
     more = ' ("\\n" tc_block)*' if parallel else ""
-    opening, closing = _literal("<tool_call>\n"), _literal("\n</tool_call>")
+    opening, closing = literal("<tool_call>\n"), literal("\n</tool_call>")
     return f"start: tc_block{more}\ntc_block: {opening} tc_call {closing}"
 
 
@@ -215,7 +241,7 @@ def _array_root(syntax: Syntax):
 
     def root(parallel: bool) -> str:
         more = ' (", " tc_call)*' if parallel else ""
-        return f"start: {_literal(syntax.trigger + '[')} tc_call{more} {_literal(']' + syntax.closer)}"
+        return f"start: {literal(syntax.trigger + '[')} tc_call{more} {literal(']' + syntax.closer)}"
 
     return root
 
@@ -223,14 +249,14 @@ def _array_root(syntax: Syntax):
 def _recipient_grammar(functions: list[dict], parallel: bool, lenient: bool) -> str:
     """Functionary's calls: `name\n` then the arguments of that function, `>>>` between calls (and
     before the first, where a lazy grammar starts at its trigger)."""
-    more = f" ({_literal('>>>')} tc_call)*" if parallel else ""
-    heads = [f"{_literal(function['name'] + chr(10))} {_json(function['parameters'], lenient)}" for function in functions]
-    return "\n".join([f"start: {_literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
+    more = f" ({literal('>>>')} tc_call)*" if parallel else ""
+    heads = [f"{literal(function['name'] + chr(10))} {json_value(function['parameters'], lenient)}" for function in functions]
+    return "\n".join([f"start: {literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
 
 
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
-    LLAMA_3.family: lambda _parallel: f"start: {_literal('<|python_tag|>')}? tc_call",
+    LLAMA_3.family: lambda _parallel: f"start: {literal('<|python_tag|>')}? tc_call",
     MISTRAL_NEMO.family: _array_root(MISTRAL_NEMO),
     GRANITE.family: _array_root(GRANITE),
     COMMAND_R7B.family: _array_root(COMMAND_R7B),

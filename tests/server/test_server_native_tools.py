@@ -1,6 +1,5 @@
 """Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
-bundled model carrying a Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite, Command R7B or Functionary
-v3.2 style chat template (tool_templates.py,
+bundled model carrying a chat template of each family that writes one (tool_templates.py,
 conftest's `family_models`). Only what the grammar forces is asserted: with `required` or a named
 function every reply is a call in the family's syntax, whose arguments follow the schema; several
 calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
@@ -24,11 +23,11 @@ from app.server.protocol import parse_chat
 from app.server.tool_syntax import (
     COMMAND_R7B,
     FUNCTIONARY_V3_2,
+    GPT_OSS,
     GRANITE,
     HERMES,
     LLAMA_3,
     MISTRAL_NEMO,
-    Syntax,
     Wrapper,
     model_syntax,
 )
@@ -75,7 +74,11 @@ SYNTAXES = {
     "granite": GRANITE,
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
+    "gpt_oss": GPT_OSS,
 }
+# what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
+# analysis message), which the bundled model would do to max_tokens; a budget closes it
+FAMILY_FIELDS = {"gpt_oss": {"reasoning_budget_tokens": 3}}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token of its masked logits, read with the other greedy rows' in one pass; a chain's draw is
 # a pass over the whole vocabulary (10-16 ms a token)
@@ -88,6 +91,8 @@ MARKS = (
     "<|START_ACTION|>",
     '"name"',
     '"tool_name"',
+    "to=functions.",
+    "<|channel|>",
 )  # a call's syntax, never content
 
 
@@ -135,6 +140,7 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
     # one call a reply: random weights could chain calls up to max_tokens (several: the test below);
     # 80 tokens hold Command R7B's call, its markers spelled out in the bundled model's tokens
     asked = {"messages": ASK, "max_tokens": 80, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
+    asked["extra_body"] = {**GREEDY["extra_body"], **FAMILY_FIELDS.get(family, {})}
 
     async def body(api):
         required = await api.chat.completions.create(model="m", tool_choice="required", **asked)
@@ -196,9 +202,17 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one
     assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls" and _follows_schema(one.message.tool_calls[0])
 
 
-def _written_call(syntax: Syntax) -> str:
+# the call get_weather(city="Paris", days=1) as a family of a syntax of its own writes it back
+WRITTEN_BACK = {
+    "gpt_oss": 'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 1}<|call|>',
+}
+
+
+def _written_call(family: str) -> str:
     """The call get_weather(city="Paris", days=1) as the family's template writes it."""
-    arguments = '{"city": "Paris", "days": 1}'
+    syntax, arguments = SYNTAXES[family], '{"city": "Paris", "days": 1}'
+    if family in WRITTEN_BACK:
+        return WRITTEN_BACK[family]
     if syntax.wrapper is Wrapper.RECIPIENT:
         return f">>>get_weather\n{arguments}"
     return f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {arguments}'
@@ -232,6 +246,6 @@ def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
     finally:
         template.close()
     prompt = bytes(tokens).decode()
-    assert _written_call(SYNTAXES[family]) in prompt
-    assert "sunny, 21 C" in prompt and '"description": "The weather now in a city"' in prompt
+    assert _written_call(family) in prompt
+    assert "sunny, 21 C" in prompt and "The weather now in a city" in prompt
     assert "You can call these functions" not in prompt  # not the generic format's description

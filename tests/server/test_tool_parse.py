@@ -5,7 +5,9 @@ stream of any text, cut anywhere, sends exactly what the whole reply reads as.""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import string
 
 import pytest
@@ -13,28 +15,36 @@ import tool_templates
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from app.server.tool_parse import ToolStream, ValueReads, _read_value, scan, value_end
+from app.engine.sampling.constraints import follows
+from app.engine.thinking import HARMONY as HARMONY_THOUGHTS
+from app.engine.thoughts import Thoughts
+from app.server.tool_parse import ToolStream, scan
 from app.server.tool_syntax import (
     COMMAND_R7B,
     FUNCTIONARY_V3_2,
     GENERIC,
+    GPT_OSS,
     GRANITE,
     HERMES,
     LLAMA_3,
     MISTRAL_NEMO,
     Syntax,
     Wrapper,
+    call_grammar,
     detect,
 )
+from app.server.tool_syntaxes.json_text import ValueReads, read_value, value_end
 
 pytestmark = pytest.mark.unit
 
-NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2]
+NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS]
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
 PIECES += ["<|tool_call|>", "<|START_ACTION|>", "<|END_ACTION|>", '{"tool_call_id": "0", ', '"tool_name": "f", ']
 PIECES += [">>>", "all\n", "f\n"]
+PIECES += ["<|channel|>", "commentary", " to=functions.", "to=functions.f", "<|constrain|>json", "<|message|>", "<|call|>"]
+PIECES += ["<|start|>assistant", "<|end|>"]
 PIECES += [
     '{"tool_calls": [',
     '{"response": "',
@@ -134,7 +144,7 @@ VALUE_PIECES = ["{", "}", "[", "]", '"', "\\", ",", ":", " ", "\n", "\u00a0", "a
 def test_a_value_read_on_reads_as_one_read_at_once(text, cuts):
     reads = ValueReads()
     for cut in [*sorted(set(cuts)), len(text)]:
-        assert reads.read(text[:cut], 0) == _read_value(text[:cut], 0)
+        assert reads.read(text[:cut], 0) == read_value(text[:cut], 0)
 
 
 json_values = st.recursive(
@@ -165,6 +175,8 @@ def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
         return text + ">>>".join(f"{name}\n{json.dumps(arguments)}" for name, arguments in made)
     if syntax is LLAMA_3:
         return f"<|python_tag|>{objects[0]}"
+    if syntax.form is not None:
+        return before + syntax.form.write(made)
     return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in made]})
 
 
@@ -278,3 +290,100 @@ def test_several_calls_only_when_asked_and_a_named_function_once(syntax):
     assert not parse_tools({"tools": tools, "tool_choice": "required"}, syntax).syntax.parallel
     assert parse_tools({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, syntax).syntax.parallel
     assert not parse_tools({"tools": tools, "tool_choice": named, "parallel_tool_calls": True}, syntax).syntax.parallel
+
+
+# -- gpt-oss: the split of a reply (thoughts.py) and the tool parser together
+
+
+def _harmony_stream(text: str, cuts: list[int]) -> tuple[str, str, list[dict], str, list]:
+    """A gpt-oss reply fed in pieces through the thinking split, its answer through a ToolStream:
+    the thoughts, the streamed content and calls, and the whole answer's content and calls."""
+    thoughts, ids = Thoughts(HARMONY_THOUGHTS), iter(range(1000))
+    tool_stream, answer, deltas = ToolStream(GPT_OSS, lambda: f"call_{next(ids)}"), "", []
+    for start, end in itertools.pairwise([0, *sorted({c for c in cuts if 0 < c < len(text)}), len(text)]):
+        answer += thoughts.feed(text[start:end])[1]
+        deltas += tool_stream.feed(answer)
+    answer += thoughts.finish()[1]
+    deltas += tool_stream.feed(answer, final=True)
+    content = "".join(d.get("content", "") for d in deltas)
+    calls = [c["function"] for d in deltas for c in d.get("tool_calls", []) if "id" in c]
+    for d in deltas:
+        for c in d.get("tool_calls", []):
+            if "id" not in c:
+                calls[c["index"]] = {
+                    **calls[c["index"]],
+                    "arguments": calls[c["index"]]["arguments"] + c["function"]["arguments"],
+                }
+    whole = scan(answer, GPT_OSS)
+    return thoughts.reasoning, content, calls, whole.content, [{"name": c.name, "arguments": c.arguments} for c in whole.calls]
+
+
+HARMONY_CALL = (
+    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary<|message|>Let me look.<|end|>"
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, len(HARMONY_CALL)), max_size=30))
+@example(list(range(len(HARMONY_CALL))))
+def test_a_gpt_oss_call_streams_apart_from_its_analysis_and_preamble(cuts):
+    """analysis → thoughts, a commentary preamble → content, a message to a function → a call;
+    streamed in any pieces, what the whole answer reads as."""
+    reasoning, content, calls, whole_content, whole_calls = _harmony_stream(HARMONY_CALL, cuts)
+    assert reasoning == "The user wants the weather." and content == whole_content == "Let me look."
+    assert calls == whole_calls == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+
+
+def test_gpt_oss_calls_read_in_either_header_and_a_final_answer_is_content():
+    # the recipient in the role's header, as its template writes a call back
+    in_role = (
+        "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}"
+    )
+    reasoning, content, calls, _, _ = _harmony_stream(in_role, [5, 40, 70])
+    assert reasoning == "Hm." and content == "" and calls == [{"name": "get_time", "arguments": "{}"}]
+    final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+    assert _harmony_stream(final, [3, 30])[:3] == ("Easy.", "It is 4.", [])
+    # as the model wrote it (reasoning_format none): the messages' headers are content, the call is not
+    raw = scan(
+        '<|channel|>final<|message|>Hi<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": 1}',
+        GPT_OSS,
+    )
+    assert raw.content == "<|channel|>final<|message|>Hi<|end|>" and [(c.name, c.arguments) for c in raw.calls] == [
+        ("f", '{"a": 1}')
+    ]
+    # a recipient that is no function, or a header that never closes, is no call
+    assert not scan("<|channel|>commentary to=browser.search<|message|>{}", GPT_OSS).calls
+    assert scan("to=functions.f " + "x" * 300, GPT_OSS).content.startswith("to=functions.f")
+
+
+FUNCTIONS = (
+    {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": ["Paris", "London"]}, "days": {"enum": [1, 2, 3]}},
+            "required": ["city", "days"],
+        },
+    },
+    {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+)
+
+
+def _trigger_start(match: re.Match) -> int:
+    """Where a lazy grammar starts (the engine's rule): the trigger's first group that matched, else the match."""
+    return next((match.start(i) for i in range(1, len(match.groups()) + 1) if match.group(i)), match.start())
+
+
+@pytest.mark.parametrize("syntax", NATIVE, ids=lambda s: s.family)
+def test_under_auto_the_familys_trigger_sets_off_a_grammar_its_calls_follow(syntax):
+    """tool_choice auto: the reply is free until a trigger matches; the grammar holds it from there,
+    and a call written in the family's syntax follows it. Prose sets nothing off."""
+    names = tuple(f["name"] for f in FUNCTIONS)
+    grammar, triggers = call_grammar(syntax, FUNCTIONS, "auto"), syntax.triggers_for(names)
+    text = written(syntax, "Let me look.", [("get_weather", {"city": "Paris", "days": 1})])
+    text = text.removesuffix("<|call|>")  # gpt-oss ends its turn with it: an end-of-generation token
+    starts = [_trigger_start(m) for m in (re.search(p, text) for p in triggers) if m]
+    assert starts and follows(grammar, text[min(starts) :]), (text, triggers)
+    assert not any(re.search(p, "Let me look at the weather in Paris, then get the time.") for p in triggers)
