@@ -171,6 +171,157 @@ type {{ tool.function.name }} = (_: {{ tool.function.parameters | tojson }}) => 
 {%- endfor %}
 {%- if add_generation_prompt %}<|start|>assistant{% endif %}"""
 
+# Qwen3-Coder (and Qwen 3.5, Nemotron 3 Nano): ChatML, the tools in <tools>, a call's arguments as
+# tags, a string raw, any other as JSON
+QWEN3_CODER = """{%- if tools %}<|im_start|>system
+# Tools
+
+You have access to the following functions:
+
+<tools>
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}</tools>
+
+If you choose to call a function ONLY reply in the following format with NO suffix:
+
+<tool_call>
+<function=example_function_name>
+<parameter=example_parameter_1>
+value_1
+</parameter>
+</function>
+</tool_call><|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant
+{%- if m.content %}
+{{ m.content }}{% endif %}
+{%- for call in m.tool_calls %}
+
+<tool_call>
+<function={{ call.function.name }}>
+{% for k, v in call.function.arguments | items %}<parameter={{ k }}>
+{{ v if v is string else v | tojson }}
+</parameter>
+{% endfor %}</function>
+</tool_call>
+{%- endfor %}<|im_end|>
+{% elif m.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+# Seed-OSS: the same tags in <seed:tool_call>, a value without line breaks around it
+SEED_OSS = """{%- if tools %}<seed:bos>system
+Tool List:
+{{ tools | tojson }}
+Call a tool in this format:
+<seed:tool_call>
+<function=example_function_name>
+<parameter=example_parameter_1>value_1</parameter>
+</function>
+</seed:tool_call><seed:eos>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<seed:bos>assistant
+{%- for call in m.tool_calls %}
+
+<seed:tool_call>
+<function={{ call.function.name }}>
+{% for k, v in call.function.arguments | items %}<parameter={{ k }}>{{ v if v is string else v | tojson }}</parameter>
+{% endfor %}</function>
+</seed:tool_call>
+{%- endfor %}<seed:eos>
+{% else %}<seed:bos>{{ m.role }}
+{{ m.content }}<seed:eos>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<seed:bos>assistant
+{% endif %}"""
+
+# GLM 4.5 / 4.6: role tokens, a call's name after <tool_call>, each argument an <arg_key> and an <arg_value>
+GLM_4_5 = """{#- a template that opens with [ reads as JSON to gguf-new-metadata -#}[gMASK]<sop>
+{%- if tools %}<|system|>
+# Tools
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+</tool_call>{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' %}<|assistant|>
+{{ m.content }}
+{%- for call in m.tool_calls or [] %}
+
+<tool_call>{{ call.function.name }}
+{% for k, v in call.function.arguments | items %}<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v if v is string else v | tojson }}</arg_value>
+{% endfor %}</tool_call>
+{%- endfor %}
+{%- elif m.role == 'tool' %}<|observation|>
+<tool_response>
+{{ m.content }}
+</tool_response>
+{%- else %}<|{{ m.role }}|>
+{{ m.content }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|assistant|>
+{% endif %}"""
+
+# GLM 4.7: the same without line breaks between the tags
+GLM_4_7 = (
+    GLM_4_5.replace("{{ call.function.name }}\n{% for", "{{ call.function.name }}{% for")
+    .replace("</arg_key>\n<arg_value>{{ v if", "</arg_key><arg_value>{{ v if")
+    .replace("</arg_value>\n{% endfor %}", "</arg_value>{% endfor %}")
+)
+
+# MiniMax M2: its own role markers, a block of <invoke>s in <minimax:tool_call>
+MINIMAX_M2 = """]~!b[]~b]system
+{%- if tools %}
+# Tools
+Here are the tools available in JSONSchema format:
+<tools>
+{% for tool in tools %}<tool>{{ tool.function | tojson }}</tool>
+{% endfor %}</tools>
+When making tool calls, use XML format to invoke tools and pass parameters:
+<minimax:tool_call>
+<invoke name="tool-name-1">
+<parameter name="param-key-1">param-value-1</parameter>
+</invoke>
+</minimax:tool_call>{% endif %}[e~[
+{%- for m in messages %}
+{%- if m.role == 'assistant' %}]~b]ai
+{{ m.content }}
+{%- if m.tool_calls %}
+
+<minimax:tool_call>
+{% for call in m.tool_calls %}<invoke name="{{ call.function.name }}">
+{% for k, v in call.function.arguments | items %}<parameter name="{{ k }}">{{ v if v is string else v | tojson }}</parameter>
+{% endfor %}</invoke>
+{% endfor %}</minimax:tool_call>
+{%- endif %}[e~[
+{%- elif m.role == 'tool' %}]~b]tool
+<response>{{ m.content }}</response>[e~[
+{%- else %}]~b]{{ m.role }}
+{{ m.content }}[e~[
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}]~b]ai
+{% endif %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -179,4 +330,9 @@ FAMILIES = {
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
     "gpt_oss": GPT_OSS,
+    "qwen3_coder": QWEN3_CODER,
+    "seed_oss": SEED_OSS,
+    "glm": GLM_4_5,
+    "glm47": GLM_4_7,
+    "minimax": MINIMAX_M2,
 }

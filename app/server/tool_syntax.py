@@ -8,6 +8,11 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}, ...]<|END_ACTION|>`
 - Functionary v3.2: `>>>name\n{...}` a call, `>>>all\n` before text (the prompt ends with the reply's first `>>>`)
 - gpt-oss (Harmony): `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}`, a message a call
+- Qwen3-Coder, Qwen 3.5, Nemotron 3 Nano: `<tool_call>\n<function=name>\n<parameter=key>\nvalue\n</parameter>\n</function>\n</tool_call>`
+- Seed-OSS: the same in `<seed:tool_call>`, a value without line breaks around it
+- GLM 4.5 / 4.6 / 4.7: `<tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>`
+- MiniMax M2: `<minimax:tool_call>\n<invoke name="name">\n<parameter name="key">value</parameter>\n</invoke>\n</minimax:tool_call>`
+  (these four write a string argument raw, any other as JSON)
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -27,6 +32,7 @@ from app.models.gguf_meta import read_gguf
 from .tool_syntaxes.form import Form
 from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
 from .tool_syntaxes.lark import json_value, literal, string_arguments
+from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
 
 
 class Wrapper(Enum):
@@ -155,6 +161,17 @@ GPT_OSS = Syntax(
     lazy_triggers=HARMONY_TRIGGERS,
     takes_several=False,  # its template renders one call a message; `<|call|>` ends the turn
 )
+
+
+def _xml(family: str, form: XmlForm) -> Syntax:
+    return Syntax(family, Wrapper.FORM, form=form, trigger=form.openings[0])
+
+
+QWEN3_CODER = _xml("Qwen3-Coder / Qwen 3.5 / Nemotron 3 Nano", QWEN3_CODER_FORM)
+SEED_OSS = _xml("Seed-OSS", SEED_OSS_FORM)
+GLM_4_5 = _xml("GLM 4.5 / 4.6", GLM_4_5_FORM)
+GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
+MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -165,7 +182,15 @@ def detect(source: str | None) -> Syntax:
         return GENERIC
     if "<|channel|>" in source:
         return GPT_OSS
-    if "<tool_call>" in source and not ("<function=" in source and "<parameter=" in source):  # Qwen3-Coder's XML
+    if "<seed:tool_call>" in source:
+        return SEED_OSS
+    if "<minimax:tool_call>" in source:
+        return MINIMAX_M2
+    if "<arg_key>" in source and "<arg_value>" in source:
+        return GLM_4_7 if "</arg_key><arg_value>" in source else GLM_4_5
+    if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
+        return QWEN3_CODER
+    if "<tool_call>" in source and "<invoke name=" not in source:  # MiniMax M3's calls are its own
         return HERMES
     if "<|start_header_id|>ipython<|end_header_id|>" in source:
         return LLAMA_3

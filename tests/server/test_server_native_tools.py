@@ -23,11 +23,16 @@ from app.server.protocol import parse_chat
 from app.server.tool_syntax import (
     COMMAND_R7B,
     FUNCTIONARY_V3_2,
+    GLM_4_5,
+    GLM_4_7,
     GPT_OSS,
     GRANITE,
     HERMES,
     LLAMA_3,
+    MINIMAX_M2,
     MISTRAL_NEMO,
+    QWEN3_CODER,
+    SEED_OSS,
     Wrapper,
     model_syntax,
 )
@@ -75,6 +80,11 @@ SYNTAXES = {
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
     "gpt_oss": GPT_OSS,
+    "qwen3_coder": QWEN3_CODER,
+    "seed_oss": SEED_OSS,
+    "glm": GLM_4_5,
+    "glm47": GLM_4_7,
+    "minimax": MINIMAX_M2,
 }
 # what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
 # analysis message), which the bundled model would do to max_tokens; a budget closes it
@@ -174,12 +184,12 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("family", ["hermes", "command_r7b"])
+@pytest.mark.parametrize("family", ["hermes", "command_r7b", "qwen3_coder", "minimax"])
 def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one(family_models, family):
     # greedy, the bundled model alone calls one function and closes the list in the array syntaxes;
-    # after a turn of the same two calls, as in a real chat, it writes both in Hermes' and Command
-    # R7B's (in Mistral's it then repeats them until max_tokens: several calls there are
-    # test_tool_parse.py's, from the text)
+    # after a turn of the same two calls, as in a real chat, it writes both in Hermes', Command
+    # R7B's, Qwen3-Coder's (a block each) and MiniMax's (one block) (in Mistral's it then repeats
+    # them until max_tokens: several calls there are test_tool_parse.py's, from the text)
     asked = {"messages": TWO_CALLS_BEFORE, "max_tokens": 120, "tools": [WEATHER, TIME], "tool_choice": "required", **GREEDY}
 
     async def body(api):
@@ -213,6 +223,8 @@ def _written_call(family: str) -> str:
     syntax, arguments = SYNTAXES[family], '{"city": "Paris", "days": 1}'
     if family in WRITTEN_BACK:
         return WRITTEN_BACK[family]
+    if syntax.form is not None:  # as the family writes it, a string argument raw
+        return syntax.form.write([("get_weather", {"city": "Paris", "days": 1})])
     if syntax.wrapper is Wrapper.RECIPIENT:
         return f">>>get_weather\n{arguments}"
     return f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {arguments}'

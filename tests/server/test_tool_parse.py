@@ -23,11 +23,16 @@ from app.server.tool_syntax import (
     COMMAND_R7B,
     FUNCTIONARY_V3_2,
     GENERIC,
+    GLM_4_5,
+    GLM_4_7,
     GPT_OSS,
     GRANITE,
     HERMES,
     LLAMA_3,
+    MINIMAX_M2,
     MISTRAL_NEMO,
+    QWEN3_CODER,
+    SEED_OSS,
     Syntax,
     Wrapper,
     call_grammar,
@@ -38,6 +43,8 @@ from app.server.tool_syntaxes.json_text import ValueReads, read_value, value_end
 pytestmark = pytest.mark.unit
 
 NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS]
+XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
+NATIVE += XML
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
@@ -45,6 +52,21 @@ PIECES += ["<|tool_call|>", "<|START_ACTION|>", "<|END_ACTION|>", '{"tool_call_i
 PIECES += [">>>", "all\n", "f\n"]
 PIECES += ["<|channel|>", "commentary", " to=functions.", "to=functions.f", "<|constrain|>json", "<|message|>", "<|call|>"]
 PIECES += ["<|start|>assistant", "<|end|>"]
+PIECES += [
+    "<function=f>",
+    "</function>",
+    "<parameter=a>",
+    "</parameter>",
+    "\n</parameter>\n",
+    "<seed:tool_call>",
+    "</seed:tool_call>",
+]
+PIECES += ["<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
+PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
+# a syntax that writes arguments as text streams a string one as it comes: `a` is one
+SYNTAXES += [
+    s.with_functions(({"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},)) for s in XML
+]
 PIECES += [
     '{"tool_calls": [',
     '{"response": "',
@@ -186,7 +208,7 @@ def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([*NATIVE, GENERIC]), prose, calls)
+@given(st.sampled_from([*(s for s in NATIVE if s not in XML), GENERIC]), prose, calls)
 def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
     made = made[:1] if syntax is LLAMA_3 else made
     assume(syntax is not FUNCTIONARY_V3_2 or all(name != "all" for name, _ in made))  # `all` is its recipient for text
@@ -238,9 +260,18 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.GRANITE) is GRANITE
     assert detect(tool_templates.COMMAND_R7B) is COMMAND_R7B
     assert detect(tool_templates.FUNCTIONARY_V3_2) is FUNCTIONARY_V3_2
+    assert detect(tool_templates.GPT_OSS) is GPT_OSS
+    assert detect(tool_templates.QWEN3_CODER) is QWEN3_CODER and detect(tool_templates.SEED_OSS) is SEED_OSS
+    assert detect(tool_templates.GLM_4_5) is GLM_4_5 and detect(tool_templates.GLM_4_7) is GLM_4_7
+    assert detect(tool_templates.MINIMAX_M2) is MINIMAX_M2
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
-    # Qwen3-Coder's XML calls are not Hermes' JSON ones
-    assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is GENERIC
+    # Qwen3-Coder's XML calls are not Hermes' JSON ones, nor GLM's
+    assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is QWEN3_CODER
+    assert detect("{% if tools %}<tool_call>{{ name }}\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>{% endif %}") is GLM_4_5
+    assert detect("{% if tools %}<tool_call>{{ name }}<arg_key>k</arg_key><arg_value>v</arg_value>{% endif %}") is GLM_4_7
+    assert detect("{% if tools %}<seed:tool_call>\n<function=x>\n<parameter=y>{% endif %}") is SEED_OSS
+    assert detect('{% if tools %}<minimax:tool_call>\n<invoke name="x">{% endif %}') is MINIMAX_M2
+    assert detect("{% if tools %}<|start|>assistant<|channel|>final<|message|>{% endif %}") is GPT_OSS
 
 
 def test_each_new_familys_distinctive_text_tells_it_apart():
@@ -387,3 +418,72 @@ def test_under_auto_the_familys_trigger_sets_off_a_grammar_its_calls_follow(synt
     starts = [_trigger_start(m) for m in (re.search(p, text) for p in triggers) if m]
     assert starts and follows(grammar, text[min(starts) :]), (text, triggers)
     assert not any(re.search(p, "Let me look at the weather in Paris, then get the time.") for p in triggers)
+
+
+# arguments as tags: names and string values as a template writes them (no tag, no line break at an end)
+_TEXT = string.ascii_letters + string.digits + " .,!?'{}[]:\"\\"
+xml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(_TEXT, max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+xml_calls = st.lists(
+    st.tuples(
+        st.text(string.ascii_letters + "_-", min_size=1, max_size=12),
+        st.dictionaries(st.text(string.ascii_letters + "_", min_size=1, max_size=6), xml_values, max_size=3),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda call: call[0],
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(XML), prose, xml_calls, st.lists(st.integers(0, 400), max_size=12))
+def test_arguments_written_as_tags_come_back_as_json_whole_and_streamed(syntax, before, made, cuts):
+    """A string argument (by its function's parameters) comes back as the string written, any other
+    as the JSON written; the same whole and streamed in any pieces."""
+    functions = tuple(
+        {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": "string"} if isinstance(v, str) else {} for k, v in args.items()},
+            },
+        }
+        for name, args in made
+    )
+    syntax = syntax.with_functions(functions)
+    text = written(syntax, before, made)
+    found = scan(text, syntax)
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == made and found.content == before.strip()
+    assert stream(text, syntax, cuts) == (found.content, [{"name": c.name, "arguments": c.arguments} for c in found.calls])
+
+
+def test_a_string_argument_streams_as_it_is_written():
+    syntax = QWEN3_CODER.with_functions(({"name": "note", "parameters": {"properties": {"text": {"type": "string"}}}},))
+    text = "<tool_call>\n<function=note>\n<parameter=text>\nBuy milk\nand eggs\n</parameter>\n</function>\n</tool_call>"
+    ids, tool_stream, fragments = iter(range(9)), None, []
+    tool_stream = ToolStream(syntax, lambda: f"call_{next(ids)}")
+    for cut in range(1, len(text) + 1):
+        for delta in tool_stream.feed(text[:cut], final=cut == len(text)):
+            fragments += [c["function"]["arguments"] for c in delta.get("tool_calls", []) if "id" not in c]
+    assert "".join(fragments) == '{"text": "Buy milk\\nand eggs"}'
+    assert '{"text": "Buy' in fragments[0] + fragments[1] + fragments[2] + fragments[3] + fragments[4] and len(fragments) > 10
+    # a typed argument (here none said) waits to be whole; text is a string, JSON is JSON
+    found = scan(
+        "<tool_call><function=f><parameter=a>12</parameter><parameter=b>twelve</parameter></function></tool_call>", QWEN3_CODER
+    )
+    assert json.loads(found.calls[0].arguments) == {"a": 12, "b": "twelve"}
+
+
+def test_tags_that_only_look_like_a_call_are_content():
+    assert scan("<tool_call>hello</tool_call>", QWEN3_CODER).content == "<tool_call>hello</tool_call>"
+    assert scan("Use <tool_call> tags.", GLM_4_5).content == "Use <tool_call> tags."
+    # a call without arguments, GLM's way; a block of several, MiniMax's
+    assert [(c.name, c.arguments) for c in scan("<tool_call>get_time</tool_call>", GLM_4_7).calls] == [("get_time", "{}")]
+    two = '<minimax:tool_call>\n<invoke name="a">\n</invoke>\n<invoke name="b">\n<parameter name="x">1</parameter>\n</invoke>\n</minimax:tool_call>'
+    assert [(c.name, c.arguments) for c in scan(two, MINIMAX_M2).calls] == [("a", "{}"), ("b", '{"x": 1}')]
+    # malformed after the name: the call stands as far as it went, the rest is content
+    broken = scan("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\noops", QWEN3_CODER)
+    assert broken.calls[0].name == "f" and broken.calls[0].arguments == '{"a": 1' and broken.content == "oops"

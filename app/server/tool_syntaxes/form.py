@@ -77,7 +77,7 @@ def after_closer(calls: list[CallText], text: str, end: int, closer: str, final:
     k = skip_ws(text, end)
     if closer and text.startswith(closer, k):
         return calls, k + len(closer), State.DONE
-    if closer and k < len(text) and closer.startswith(text[k:]):  # its closer may be coming, or was cut short
+    if closer and closer.startswith(text[k : k + len(closer)]):  # its closer may be coming, or was cut short
         return calls, len(text), State.DONE if final else State.OPEN
     return calls, end, State.DONE
 

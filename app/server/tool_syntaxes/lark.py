@@ -5,7 +5,6 @@ the arguments a syntax writes one by one (their names, which are strings, which 
 from __future__ import annotations
 
 import json
-import re
 
 from app.engine.sampling.constraints import JSON_OPTIONS, MAX_SCHEMA_BYTES, ConstraintError, closed
 
@@ -25,7 +24,17 @@ def json_value(schema: dict, lenient: bool) -> str:
 def text_until(closer: str) -> str:
     """The body of a lazy rule: any text, up to and with the first `closer` (llguidance ends a lazy
     lexeme at its shortest match)."""
-    return "/(.|\\n)*" + re.escape(closer).replace("/", "\\/") + "/"
+    return "/(.|\\n)*" + regex_text(closer) + "/"
+
+
+_META = frozenset("\\.+*?()|[]{}^$#&-~/")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def regex_text(text: str) -> str:
+    """`text` as a regular expression inside Lark's slashes that matches it alone (only the
+    regex's own metacharacters escaped: `\\<` is a word boundary to llguidance's regex)."""
+    return "".join(_ESCAPES.get(c) or ("\\" + c if c in _META else c) for c in text)
 
 
 def properties(parameters: dict) -> list[tuple[str, dict, bool]]:
