@@ -322,6 +322,79 @@ When making tool calls, use XML format to invoke tools and pass parameters:
 {%- if add_generation_prompt %}]~b]ai
 {% endif %}"""
 
+# DeepSeek V3.1: the tools described in the system part, calls in one section after the reply's text
+DEEPSEEK_V3_1 = """{{ bos_token }}{%- if tools %}## Tools
+You have access to the following tools:
+{% for tool in tools %}### {{ tool.function.name }}
+Description: {{ tool.function.description }}
+
+Parameters: {{ tool.function.parameters | tojson }}
+{% endfor %}
+IMPORTANT: ALWAYS adhere to this exact format for tool use:
+<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.role == 'assistant' and m.tool_calls %}<｜Assistant｜>{{ m.content or '' }}<｜tool▁calls▁begin｜>
+{%- for call in m.tool_calls %}<｜tool▁call▁begin｜>{{ call.function.name }}<｜tool▁sep｜>{{ call.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜>{% endif %}"""
+
+# DeepSeek R1 (llama.cpp's own R1 template, which shows the tools): a call's arguments in a json
+# fence; the generation prompt opens the thoughts
+DEEPSEEK_R1 = """{{ bos_token }}{%- if tools %}You can call any of the following function tools to satisfy the user's requests: {{ tools | map(attribute='function') | list | tojson(indent=2) }}
+
+Example function tool call syntax:
+
+<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>example_function_name
+```json
+{"arg1": "some_value"}
+```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<｜User｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' and m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>
+{%- for call in m.tool_calls %}{% if not loop.first %}{{ '\\n' }}{% endif %}<｜tool▁call▁begin｜>{{ call.type }}<｜tool▁sep｜>{{ call.function.name }}
+```json
+{{ call.function.arguments | tojson }}
+```<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' %}<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜><｜tool▁outputs▁end｜>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜><think>
+{% endif %}"""
+
+# Kimi K2: the tools declared as JSON; calls in a section, each named functions.NAME:INDEX
+KIMI_K2 = """{%- if tools %}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|im_user|>user<|im_middle|>{{ m.content }}<|im_end|>
+{%- elif m.role == 'assistant' %}<|im_assistant|>assistant<|im_middle|>{{ m.content or '' }}
+{%- if m.tool_calls %}<|tool_calls_section_begin|>
+{%- for call in m.tool_calls %}<|tool_call_begin|>functions.{{ call.function.name }}:{{ loop.index0 }}<|tool_call_argument_begin|>{{ call.function.arguments | tojson }}<|tool_call_end|>{% endfor %}<|tool_calls_section_end|>
+{%- endif %}<|im_end|>
+{%- elif m.role == 'tool' %}<|im_system|>tool<|im_middle|>## Return of {{ m.tool_call_id }}
+{{ m.content }}<|im_end|>
+{%- else %}<|im_system|>{{ m.role }}<|im_middle|>{{ m.content }}<|im_end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"""
+
+# Ministral 3 / Magistral / Devstral: [INST] turns, the tools in [AVAILABLE_TOOLS], each call
+# [TOOL_CALLS]NAME[ARGS]{...} (its arguments as given: text or an object)
+MINISTRAL_3 = """{#- Ministral 3 -#}[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]
+{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' %}{{ m.content or '' }}
+{%- for call in m.tool_calls or [] %}[TOOL_CALLS]{{ call.function.name }}[ARGS]{{ call.function.arguments if call.function.arguments is string else call.function.arguments | tojson }}{% endfor %}</s>
+{%- elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]
+{%- endif %}
+{%- endfor %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -335,4 +408,8 @@ FAMILIES = {
     "glm": GLM_4_5,
     "glm47": GLM_4_7,
     "minimax": MINIMAX_M2,
+    "deepseek_v3_1": DEEPSEEK_V3_1,
+    "deepseek_r1": DEEPSEEK_R1,
+    "kimi_k2": KIMI_K2,
+    "ministral": MINISTRAL_3,
 }

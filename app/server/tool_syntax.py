@@ -13,6 +13,10 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - GLM 4.5 / 4.6 / 4.7: `<tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>`
 - MiniMax M2: `<minimax:tool_call>\n<invoke name="name">\n<parameter name="key">value</parameter>\n</invoke>\n</minimax:tool_call>`
   (these four write a string argument raw, any other as JSON)
+- DeepSeek V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`
+- DeepSeek R1: the same with `function<｜tool▁sep｜>name\n```json\n{...}\n``` ` in each call
+- Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...`
+- Ministral 3, Magistral, Devstral: `[TOOL_CALLS]name[ARGS]{...}` a call
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -32,6 +36,7 @@ from app.models.gguf_meta import read_gguf
 from .tool_syntaxes.form import Form
 from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
 from .tool_syntaxes.lark import json_value, literal, string_arguments
+from .tool_syntaxes.named import DEEPSEEK_R1_FORM, DEEPSEEK_V3_1_FORM, KIMI_K2_FORM, MINISTRAL_3_FORM
 from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
 
 
@@ -172,6 +177,16 @@ SEED_OSS = _xml("Seed-OSS", SEED_OSS_FORM)
 GLM_4_5 = _xml("GLM 4.5 / 4.6", GLM_4_5_FORM)
 GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
 MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
+DEEPSEEK_V3_1 = Syntax("DeepSeek V3.1", Wrapper.FORM, form=DEEPSEEK_V3_1_FORM, trigger=DEEPSEEK_V3_1_FORM.openings[0])
+DEEPSEEK_R1 = Syntax("DeepSeek R1", Wrapper.FORM, form=DEEPSEEK_R1_FORM, trigger=DEEPSEEK_R1_FORM.openings[0])
+KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0])
+MINISTRAL_3 = Syntax(
+    "Ministral 3 / Magistral / Devstral",
+    Wrapper.FORM,
+    form=MINISTRAL_3_FORM,
+    trigger=MINISTRAL_3_FORM.openings[0],
+    arguments_as_text=True,  # its templates take a call's arguments as text or an object alike
+)
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
@@ -182,6 +197,12 @@ def detect(source: str | None) -> Syntax:
         return GENERIC
     if "<|channel|>" in source:
         return GPT_OSS
+    if "<｜tool▁calls▁begin｜>" in source and "<｜tool▁sep｜>" in source:
+        return DEEPSEEK_R1 if "```json" in source else DEEPSEEK_V3_1
+    if "<|tool_calls_section_begin|>" in source and "<|tool_call_begin|>" in source:
+        return KIMI_K2
+    if "[TOOL_CALLS]" in source and "[ARGS]" in source:
+        return MINISTRAL_3
     if "<seed:tool_call>" in source:
         return SEED_OSS
     if "<minimax:tool_call>" in source:

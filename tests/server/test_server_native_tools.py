@@ -22,14 +22,18 @@ from app.engine.sequence import Request
 from app.server.protocol import parse_chat
 from app.server.tool_syntax import (
     COMMAND_R7B,
+    DEEPSEEK_R1,
+    DEEPSEEK_V3_1,
     FUNCTIONARY_V3_2,
     GLM_4_5,
     GLM_4_7,
     GPT_OSS,
     GRANITE,
     HERMES,
+    KIMI_K2,
     LLAMA_3,
     MINIMAX_M2,
+    MINISTRAL_3,
     MISTRAL_NEMO,
     QWEN3_CODER,
     SEED_OSS,
@@ -85,10 +89,16 @@ SYNTAXES = {
     "glm": GLM_4_5,
     "glm47": GLM_4_7,
     "minimax": MINIMAX_M2,
+    "deepseek_v3_1": DEEPSEEK_V3_1,
+    "deepseek_r1": DEEPSEEK_R1,
+    "kimi_k2": KIMI_K2,
+    "ministral": MINISTRAL_3,
 }
 # what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
-# analysis message), which the bundled model would do to max_tokens; a budget closes it
-FAMILY_FIELDS = {"gpt_oss": {"reasoning_budget_tokens": 3}}
+# analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's
+# markers (one token each in its vocabulary) are some 15 tokens each in the bundled model's
+FAMILY_EXTRA = {"gpt_oss": {"reasoning_budget_tokens": 3}}
+FAMILY_MAX_TOKENS = {"deepseek_v3_1": 160, "deepseek_r1": 200}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token of its masked logits, read with the other greedy rows' in one pass; a chain's draw is
 # a pass over the whole vocabulary (10-16 ms a token)
@@ -150,7 +160,8 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
     # one call a reply: random weights could chain calls up to max_tokens (several: the test below);
     # 80 tokens hold Command R7B's call, its markers spelled out in the bundled model's tokens
     asked = {"messages": ASK, "max_tokens": 80, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
-    asked["extra_body"] = {**GREEDY["extra_body"], **FAMILY_FIELDS.get(family, {})}
+    asked["extra_body"] = {**GREEDY["extra_body"], **FAMILY_EXTRA.get(family, {})}
+    asked["max_tokens"] = FAMILY_MAX_TOKENS.get(family, 80)
 
     async def body(api):
         required = await api.chat.completions.create(model="m", tool_choice="required", **asked)

@@ -21,6 +21,8 @@ from app.engine.thoughts import Thoughts
 from app.server.tool_parse import ToolStream, scan
 from app.server.tool_syntax import (
     COMMAND_R7B,
+    DEEPSEEK_R1,
+    DEEPSEEK_V3_1,
     FUNCTIONARY_V3_2,
     GENERIC,
     GLM_4_5,
@@ -28,8 +30,10 @@ from app.server.tool_syntax import (
     GPT_OSS,
     GRANITE,
     HERMES,
+    KIMI_K2,
     LLAMA_3,
     MINIMAX_M2,
+    MINISTRAL_3,
     MISTRAL_NEMO,
     QWEN3_CODER,
     SEED_OSS,
@@ -45,6 +49,8 @@ pytestmark = pytest.mark.unit
 NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS]
 XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
 NATIVE += XML
+NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3]
+NATIVE += NAMED
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
@@ -63,6 +69,9 @@ PIECES += [
 ]
 PIECES += ["<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
 PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
+PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"]
+PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
+PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]"]
 # a syntax that writes arguments as text streams a string one as it comes: `a` is one
 SYNTAXES += [
     s.with_functions(({"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},)) for s in XML
@@ -264,6 +273,8 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.QWEN3_CODER) is QWEN3_CODER and detect(tool_templates.SEED_OSS) is SEED_OSS
     assert detect(tool_templates.GLM_4_5) is GLM_4_5 and detect(tool_templates.GLM_4_7) is GLM_4_7
     assert detect(tool_templates.MINIMAX_M2) is MINIMAX_M2
+    assert detect(tool_templates.DEEPSEEK_V3_1) is DEEPSEEK_V3_1 and detect(tool_templates.DEEPSEEK_R1) is DEEPSEEK_R1
+    assert detect(tool_templates.KIMI_K2) is KIMI_K2 and detect(tool_templates.MINISTRAL_3) is MINISTRAL_3
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
     # Qwen3-Coder's XML calls are not Hermes' JSON ones, nor GLM's
     assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is QWEN3_CODER
