@@ -395,6 +395,48 @@ MINISTRAL_3 = """{#- Ministral 3 -#}[SYSTEM_PROMPT]You are a helpful assistant.[
 {%- endif %}
 {%- endfor %}"""
 
+# Apertus: the tools listed in the system turn; calls as a JSON array of {"NAME": {arguments}}
+APERTUS = """<s><|system_start|>You are Apertus.
+{%- if tools %}
+
+### Tools
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}{% endif %}<|system_end|>
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|user_start|>{{ m.content }}<|user_end|>
+{%- elif m.role == 'assistant' %}<|assistant_start|>{{ m.content or '' }}
+{%- if m.tool_calls %}<|tools_prefix|>[{% for call in m.tool_calls %}{"{{ call.function.name }}": {{ call.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]<|tools_suffix|>{% endif %}<|assistant_end|>
+{%- elif m.role == 'tool' %}<|tool_start|>{{ m.content }}<|tool_end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|assistant_start|>{% endif %}"""
+
+# Nemotron Nano v2: the tools in <AVAILABLE_TOOLS>; calls as a JSON array in <TOOLCALL>
+NEMOTRON_NANO_V2 = """<SPECIAL_10>System
+{%- if tools %}
+You can use the following tools to assist the user if required:
+<AVAILABLE_TOOLS>[{% for tool in tools %}{{ tool | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}]</AVAILABLE_TOOLS>
+
+If you decide to call any tool(s), use the following format:
+<TOOLCALL>[{"name": "tool_name1", "arguments": "tool_args1"}, {"name": "tool_name2", "arguments": "tool_args2"}]</TOOLCALL>
+{%- endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}
+<SPECIAL_11>User
+{{ m.content }}
+{%- elif m.role == 'assistant' %}
+<SPECIAL_11>Assistant
+{{ m.content or '' }}
+{%- if m.tool_calls %}<TOOLCALL>[{% for call in m.tool_calls %}{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]</TOOLCALL>{% endif %}
+<SPECIAL_12>
+{%- elif m.role == 'tool' %}
+<SPECIAL_11>User
+<TOOL_RESPONSE>[{{ m.content }}]</TOOL_RESPONSE>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+<SPECIAL_11>Assistant
+{% endif %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -412,4 +454,6 @@ FAMILIES = {
     "deepseek_r1": DEEPSEEK_R1,
     "kimi_k2": KIMI_K2,
     "ministral": MINISTRAL_3,
+    "apertus": APERTUS,
+    "nemotron_v2": NEMOTRON_NANO_V2,
 }

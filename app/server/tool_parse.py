@@ -28,9 +28,9 @@ class Scan:
 
 
 def call_object(text: str, i: int, syntax: Syntax, reads: ValueReads | None = None) -> tuple[CallText, int, State]:
-    """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys) that opens at
-    text[i] (a "{"), any other keys skipped: the call, where its reading stopped, and DONE, OPEN or
-    NONE (malformed)."""
+    """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys; with no
+    name key, `{"<name>": {arguments}}`) that opens at text[i] (a "{"), any other keys skipped: the
+    call, where its reading stopped, and DONE, OPEN or NONE (malformed)."""
     call, n, j = CallText(), len(text), i + 1
     has_arguments = False
     while True:
@@ -49,11 +49,16 @@ def call_object(text: str, i: int, syntax: Syntax, reads: ValueReads | None = No
         j = skip_ws(text, key_end)
         if j < n and text[j] != ":":
             return call, j, State.NONE
+        named_here = not syntax.name_key and call.name is None  # the name is the first key, its value the arguments
+        if named_here:
+            if not key:
+                return call, j, State.NONE
+            call.name = key
         j = skip_ws(text, j + 1)
         end, stop = read_value(text, j, reads) if j < n else (None, n)
         # what a stream sent stays sent: the first name and arguments count, and arguments that turn
         # out malformed keep the text before the fault
-        if key == syntax.arguments_key and not has_arguments:
+        if (named_here if not syntax.name_key else key == syntax.arguments_key) and not has_arguments:
             call.raw_arguments, has_arguments = text[j:stop], True
         if end is None:
             return call, j, State.OPEN

@@ -17,6 +17,8 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - DeepSeek R1: the same with `function<｜tool▁sep｜>name\n```json\n{...}\n``` ` in each call
 - Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...`
 - Ministral 3, Magistral, Devstral: `[TOOL_CALLS]name[ARGS]{...}` a call
+- Apertus: `<|tools_prefix|>[{"name": {...}}, ...]<|tools_suffix|>`, a call's name its one key
+- Nemotron Nano v2: `<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>`
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -70,6 +72,7 @@ class Syntax:
     # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
     arguments_as_text: bool = False
     form: Form | None = None  # Wrapper.FORM: its reader, grammar and writer
+    preserved: tuple[str, ...] = ()  # the markers of a syntax without a form (`markers`)
     # (function, argument) of the request's arguments whose values are strings: a syntax that writes
     # arguments as text writes those raw (with_functions)
     string_args: frozenset[tuple[str, str]] = frozenset()
@@ -97,7 +100,7 @@ class Syntax:
     def markers(self) -> tuple[str, ...]:
         """The texts a reply must show written out where the model's vocabulary holds them as
         control tokens (llama.cpp's preserved tokens): the parser reads them."""
-        return self.form.markers if self.form is not None else ()
+        return self.form.markers if self.form is not None else self.preserved
 
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
@@ -158,6 +161,24 @@ FUNCTIONARY_V3_2 = Syntax(
     lazy_triggers=(r"^{names}\n", r">>>{names}\n"),
     arguments_as_text=True,
 )
+# a call's name is its object's one key (name_key ""), its value the arguments
+APERTUS = Syntax(
+    "Apertus",
+    Wrapper.ARRAY,
+    name_key="",
+    trigger="<|tools_prefix|>",
+    closer="<|tools_suffix|>",
+    start_char="[",
+    preserved=("<|tools_prefix|>", "<|tools_suffix|>"),
+)
+NEMOTRON_NANO_V2 = Syntax(
+    "Nemotron Nano v2",
+    Wrapper.ARRAY,
+    trigger="<TOOLCALL>",
+    closer="</TOOLCALL>",
+    start_char="[",
+    preserved=("<TOOLCALL>", "</TOOLCALL>"),
+)
 GPT_OSS = Syntax(
     "gpt-oss (Harmony)",
     Wrapper.FORM,
@@ -203,6 +224,10 @@ def detect(source: str | None) -> Syntax:
         return KIMI_K2
     if "[TOOL_CALLS]" in source and "[ARGS]" in source:
         return MINISTRAL_3
+    if "<|tools_prefix|>" in source:
+        return APERTUS
+    if "<TOOLCALL>" in source:
+        return NEMOTRON_NANO_V2
     if "<seed:tool_call>" in source:
         return SEED_OSS
     if "<minimax:tool_call>" in source:
@@ -263,6 +288,8 @@ def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str, lenie
 def _call_schema(function: dict, syntax: Syntax) -> dict:
     # the grammar writes the keys in this order, the order the family's template shows
     properties = {syntax.id_key: {"type": "string", "pattern": "^[0-9]{1,2}$"}} if syntax.id_key else {}
+    if not syntax.name_key:  # the name is the one key
+        return {"type": "object", "properties": {function["name"]: function["parameters"]}, "required": [function["name"]]}
     properties |= {syntax.name_key: {"const": function["name"]}, syntax.arguments_key: function["parameters"]}
     return {"type": "object", "properties": properties, "required": list(properties)}
 
@@ -306,4 +333,6 @@ _NATIVE_ROOTS = {
     MISTRAL_NEMO.family: _array_root(MISTRAL_NEMO),
     GRANITE.family: _array_root(GRANITE),
     COMMAND_R7B.family: _array_root(COMMAND_R7B),
+    APERTUS.family: _array_root(APERTUS),
+    NEMOTRON_NANO_V2.family: _array_root(NEMOTRON_NANO_V2),
 }

@@ -21,6 +21,7 @@ from app.engine.prompt.chat_template import ChatTemplate
 from app.engine.sequence import Request
 from app.server.protocol import parse_chat
 from app.server.tool_syntax import (
+    APERTUS,
     COMMAND_R7B,
     DEEPSEEK_R1,
     DEEPSEEK_V3_1,
@@ -35,6 +36,7 @@ from app.server.tool_syntax import (
     MINIMAX_M2,
     MINISTRAL_3,
     MISTRAL_NEMO,
+    NEMOTRON_NANO_V2,
     QWEN3_CODER,
     SEED_OSS,
     Wrapper,
@@ -93,6 +95,8 @@ SYNTAXES = {
     "deepseek_r1": DEEPSEEK_R1,
     "kimi_k2": KIMI_K2,
     "ministral": MINISTRAL_3,
+    "apertus": APERTUS,
+    "nemotron_v2": NEMOTRON_NANO_V2,
 }
 # what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
 # analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's
@@ -225,6 +229,7 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one
 
 # the call get_weather(city="Paris", days=1) as a family of a syntax of its own writes it back
 WRITTEN_BACK = {
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 1}}]<|tools_suffix|>',
     "gpt_oss": 'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 1}<|call|>',
 }
 

@@ -20,6 +20,7 @@ from app.engine.thinking import HARMONY as HARMONY_THOUGHTS
 from app.engine.thoughts import Thoughts
 from app.server.tool_parse import ToolStream, scan
 from app.server.tool_syntax import (
+    APERTUS,
     COMMAND_R7B,
     DEEPSEEK_R1,
     DEEPSEEK_V3_1,
@@ -35,6 +36,7 @@ from app.server.tool_syntax import (
     MINIMAX_M2,
     MINISTRAL_3,
     MISTRAL_NEMO,
+    NEMOTRON_NANO_V2,
     QWEN3_CODER,
     SEED_OSS,
     Syntax,
@@ -46,7 +48,7 @@ from app.server.tool_syntaxes.json_text import ValueReads, read_value, value_end
 
 pytestmark = pytest.mark.unit
 
-NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS]
+NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS, APERTUS, NEMOTRON_NANO_V2]
 XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
 NATIVE += XML
 NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3]
@@ -72,6 +74,7 @@ PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
 PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"]
 PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
 PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]"]
+PIECES += ["<|tools_prefix|>", "<|tools_suffix|>", '{"f": ', "<TOOLCALL>", "</TOOLCALL>"]
 # a syntax that writes arguments as text streams a string one as it comes: `a` is one
 SYNTAXES += [
     s.with_functions(({"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},)) for s in XML
@@ -212,6 +215,8 @@ def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
 
 
 def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
+    if not syntax.name_key:  # the name is the one key
+        return json.dumps({name: arguments})
     numbered = {syntax.id_key: str(index)} if syntax.id_key else {}
     return json.dumps(numbered | {syntax.name_key: name, syntax.arguments_key: arguments})
 
@@ -275,6 +280,7 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.MINIMAX_M2) is MINIMAX_M2
     assert detect(tool_templates.DEEPSEEK_V3_1) is DEEPSEEK_V3_1 and detect(tool_templates.DEEPSEEK_R1) is DEEPSEEK_R1
     assert detect(tool_templates.KIMI_K2) is KIMI_K2 and detect(tool_templates.MINISTRAL_3) is MINISTRAL_3
+    assert detect(tool_templates.APERTUS) is APERTUS and detect(tool_templates.NEMOTRON_NANO_V2) is NEMOTRON_NANO_V2
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
     # Qwen3-Coder's XML calls are not Hermes' JSON ones, nor GLM's
     assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is QWEN3_CODER
