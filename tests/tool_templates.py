@@ -437,6 +437,26 @@ If you decide to call any tool(s), use the following format:
 <SPECIAL_11>Assistant
 {% endif %}"""
 
+# LFM2: the tools in the system turn between <|tool_list_start|> and <|tool_list_end|>; a turn's
+# content only (an assistant turn's calls reach it written in its content, as Python calls)
+LFM2 = """{{- bos_token -}}
+{%- set ns = namespace(system_prompt="") -%}
+{%- if messages[0]["role"] == "system" -%}
+{%- set ns.system_prompt = messages[0]["content"] -%}
+{%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if tools -%}
+{%- set ns.system_prompt = ns.system_prompt + ("\\n" if ns.system_prompt else "") + "List of tools: <|tool_list_start|>[" + (tools | map("tojson") | join(", ")) + "]<|tool_list_end|>" -%}
+{%- endif -%}
+{%- if ns.system_prompt -%}{{- "<|im_start|>system\\n" + ns.system_prompt + "<|im_end|>\\n" -}}{%- endif -%}
+{%- for message in messages -%}
+{{- "<|im_start|>" + message["role"] + "\\n" -}}
+{%- set content = message["content"] -%}
+{%- if message["role"] == "tool" -%}{%- set content = "<|tool_response_start|>" + content + "<|tool_response_end|>" -%}{%- endif -%}
+{{- content + "<|im_end|>\\n" -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- "<|im_start|>assistant\\n" -}}{%- endif -%}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -456,4 +476,5 @@ FAMILIES = {
     "ministral": MINISTRAL_3,
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
+    "lfm2": LFM2,
 }

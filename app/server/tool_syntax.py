@@ -19,6 +19,7 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - Ministral 3, Magistral, Devstral: `[TOOL_CALLS]name[ARGS]{...}` a call
 - Apertus: `<|tools_prefix|>[{"name": {...}}, ...]<|tools_suffix|>`, a call's name its one key
 - Nemotron Nano v2: `<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>`
+- LFM2, LFM2.5: `<|tool_call_start|>[name(key="value", ...), ...]<|tool_call_end|>`, Python calls
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -39,6 +40,7 @@ from .tool_syntaxes.form import Form
 from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
 from .tool_syntaxes.lark import json_value, literal, string_arguments
 from .tool_syntaxes.named import DEEPSEEK_R1_FORM, DEEPSEEK_V3_1_FORM, KIMI_K2_FORM, MINISTRAL_3_FORM
+from .tool_syntaxes.pythonic import PythonicForm
 from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
 
 
@@ -73,6 +75,11 @@ class Syntax:
     arguments_as_text: bool = False
     form: Form | None = None  # Wrapper.FORM: its reader, grammar and writer
     preserved: tuple[str, ...] = ()  # the markers of a syntax without a form (`markers`)
+    # its template shows no assistant turn's `tool_calls` (LFM2's): they reach it written in its
+    # syntax at the end of the turn's content (`Form.write`)
+    calls_in_content: bool = False
+    # its template shows the tools; else a system message describes them, and how to call them
+    describes_tools: bool = True
     # (function, argument) of the request's arguments whose values are strings: a syntax that writes
     # arguments as text writes those raw (with_functions)
     string_args: frozenset[tuple[str, str]] = frozenset()
@@ -208,14 +215,24 @@ MINISTRAL_3 = Syntax(
     trigger=MINISTRAL_3_FORM.openings[0],
     arguments_as_text=True,  # its templates take a call's arguments as text or an object alike
 )
+LFM2 = Syntax("LFM2 / LFM2.5", Wrapper.FORM, form=PythonicForm(), trigger="<|tool_call_start|>")
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
 def detect(source: str | None) -> Syntax:
     """The syntax a chat template's source teaches, as llama.cpp tells them apart (the first match
-    wins); the generic format for a template with none of them, or none at all."""
-    if not source or "tools" not in source:
+    wins); the generic format for a template with none of them, or none at all. A template that
+    writes calls of a syntax of its own but never shows the tools (DeepSeek V3.1's and R1's own)
+    keeps its syntax, and the tools are described to it (`describes_tools`)."""
+    if not source:
         return GENERIC
+    found = _by_source(source)
+    if "tools" in source:
+        return found
+    return dataclasses.replace(found, describes_tools=False) if found.form is not None else GENERIC
+
+
+def _by_source(source: str) -> Syntax:
     if "<|channel|>" in source:
         return GPT_OSS
     if "<｜tool▁calls▁begin｜>" in source and "<｜tool▁sep｜>" in source:
@@ -228,6 +245,8 @@ def detect(source: str | None) -> Syntax:
         return APERTUS
     if "<TOOLCALL>" in source:
         return NEMOTRON_NANO_V2
+    if "<|tool_list_start|>" in source or "List of tools: [" in source:
+        return LFM2 if "tool_calls" in source else dataclasses.replace(LFM2, calls_in_content=True)
     if "<seed:tool_call>" in source:
         return SEED_OSS
     if "<minimax:tool_call>" in source:

@@ -7,6 +7,7 @@ arguments in fragments; and the template itself renders the tools, the calls and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -32,6 +33,7 @@ from app.server.tool_syntax import (
     GRANITE,
     HERMES,
     KIMI_K2,
+    LFM2,
     LLAMA_3,
     MINIMAX_M2,
     MINISTRAL_3,
@@ -40,6 +42,7 @@ from app.server.tool_syntax import (
     QWEN3_CODER,
     SEED_OSS,
     Wrapper,
+    detect,
     model_syntax,
 )
 
@@ -97,6 +100,7 @@ SYNTAXES = {
     "ministral": MINISTRAL_3,
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
+    "lfm2": dataclasses.replace(LFM2, calls_in_content=True),  # its template shows no `tool_calls`
 }
 # what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
 # analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's
@@ -246,34 +250,62 @@ def _written_call(family: str) -> str:
     return f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {arguments}'
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("family", list(SYNTAXES))
-def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
-    """The request as `serve` reads it, rendered by the family's template: what the model reads."""
-    call = {
-        "id": "abcDEF123",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
-    }
-    body = {
-        "messages": ASK
-        + [
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny, 21 C"},
+CALLED_BACK = ASK + [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "abcDEF123",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
+            }
         ],
-        "tools": [WEATHER],
-        "tool_choice": "auto",
-    }
-    job = parse_chat(body, 4096, SYNTAXES[family])
-    # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
-    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].triggers_for(("get_weather",))
-    template = ChatTemplate(tool_templates.FAMILIES[family], model="a test template")
+    },
+    {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny, 21 C"},
+]
+
+
+def _rendered(source: str, job) -> str:
+    """The prompt a template makes of a request as `serve` reads it: what the model reads."""
+    template = ChatTemplate(source, model="a test template")
     try:
         builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)
         tokens, _ = builder.build(Request("r", job.params, messages=job.messages))
     finally:
         template.close()
-    prompt = bytes(tokens).decode()
+    return bytes(tokens).decode()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("family", list(SYNTAXES))
+def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
+    job = parse_chat({"messages": CALLED_BACK, "tools": [WEATHER], "tool_choice": "auto"}, 4096, SYNTAXES[family])
+    # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
+    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].triggers_for(("get_weather",))
+    prompt = _rendered(tool_templates.FAMILIES[family], job)
     assert _written_call(family) in prompt
     assert "sunny, 21 C" in prompt and "The weather now in a city" in prompt
     assert "You can call these functions" not in prompt  # not the generic format's description
+
+
+# DeepSeek V3.1's own template writes calls back but never shows the tools (its users describe them)
+NO_TOOLS_SHOWN = """{%- for m in messages %}
+{%- if m.role == 'system' %}{{ m.content }}
+{%- elif m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for call in m.tool_calls %}<｜tool▁call▁begin｜>{{ call.function.name }}<｜tool▁sep｜>{{ call.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜>
+{%- elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>
+{%- else %}<｜Assistant｜>{{ m.content }}{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜>{% endif %}"""
+
+
+@pytest.mark.unit
+def test_a_template_that_writes_calls_but_never_shows_the_tools_is_told_of_them_in_its_syntax():
+    syntax = detect(NO_TOOLS_SHOWN)
+    assert syntax.family == DEEPSEEK_V3_1.family and not syntax.describes_tools
+    job = parse_chat({"messages": CALLED_BACK, "tools": [WEATHER], "tool_choice": "required"}, 4096, syntax)
+    prompt = _rendered(NO_TOOLS_SHOWN, job)
+    assert prompt.startswith("You can call these functions:") and "The weather now in a city" in prompt
+    assert "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function_name<｜tool▁sep｜>" in prompt  # how to call, in its syntax
+    assert _written_call("deepseek_v3_1") in prompt and "sunny, 21 C" in prompt

@@ -5,6 +5,7 @@ stream of any text, cut anywhere, sends exactly what the whole reply reads as.""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -32,6 +33,7 @@ from app.server.tool_syntax import (
     GRANITE,
     HERMES,
     KIMI_K2,
+    LFM2,
     LLAMA_3,
     MINIMAX_M2,
     MINISTRAL_3,
@@ -53,6 +55,8 @@ XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
 NATIVE += XML
 NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3]
 NATIVE += NAMED
+NATIVE += [LFM2]
+ONE_BY_ONE = [*XML, LFM2]  # arguments written one by one, not as a JSON object
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
@@ -75,6 +79,7 @@ PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜t
 PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
 PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]"]
 PIECES += ["<|tools_prefix|>", "<|tools_suffix|>", '{"f": ', "<TOOLCALL>", "</TOOLCALL>"]
+PIECES += ["<|tool_call_start|>[", "]<|tool_call_end|>", "f(", "a=", ")", "'x'", "True", "-", ".", "e"]
 # a syntax that writes arguments as text streams a string one as it comes: `a` is one
 SYNTAXES += [
     s.with_functions(({"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},)) for s in XML
@@ -222,7 +227,7 @@ def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([*(s for s in NATIVE if s not in XML), GENERIC]), prose, calls)
+@given(st.sampled_from([*(s for s in NATIVE if s not in ONE_BY_ONE), GENERIC]), prose, calls)
 def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
     made = made[:1] if syntax is LLAMA_3 else made
     assume(syntax is not FUNCTIONARY_V3_2 or all(name != "all" for name, _ in made))  # `all` is its recipient for text
@@ -281,6 +286,8 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.DEEPSEEK_V3_1) is DEEPSEEK_V3_1 and detect(tool_templates.DEEPSEEK_R1) is DEEPSEEK_R1
     assert detect(tool_templates.KIMI_K2) is KIMI_K2 and detect(tool_templates.MINISTRAL_3) is MINISTRAL_3
     assert detect(tool_templates.APERTUS) is APERTUS and detect(tool_templates.NEMOTRON_NANO_V2) is NEMOTRON_NANO_V2
+    assert detect(tool_templates.LFM2) == dataclasses.replace(LFM2, calls_in_content=True)  # it shows no tool_calls
+    assert detect(tool_templates.LFM2 + "{# tool_calls #}") is LFM2
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
     # Qwen3-Coder's XML calls are not Hermes' JSON ones, nor GLM's
     assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is QWEN3_CODER
@@ -437,7 +444,8 @@ def test_under_auto_the_familys_trigger_sets_off_a_grammar_its_calls_follow(synt
     assert not any(re.search(p, "Let me look at the weather in Paris, then get the time.") for p in triggers)
 
 
-# arguments as tags: names and string values as a template writes them (no tag, no line break at an end)
+# arguments as tags or a Python call's: names and string values as a template writes them (no tag, no
+# line break at an end)
 _TEXT = string.ascii_letters + string.digits + " .,!?'{}[]:\"\\"
 xml_values = st.recursive(
     st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(_TEXT, max_size=8),
@@ -456,10 +464,10 @@ xml_calls = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(XML), prose, xml_calls, st.lists(st.integers(0, 400), max_size=12))
-def test_arguments_written_as_tags_come_back_as_json_whole_and_streamed(syntax, before, made, cuts):
-    """A string argument (by its function's parameters) comes back as the string written, any other
-    as the JSON written; the same whole and streamed in any pieces."""
+@given(st.sampled_from(ONE_BY_ONE), prose, xml_calls, st.lists(st.integers(0, 400), max_size=12))
+def test_arguments_written_one_by_one_come_back_as_json_whole_and_streamed(syntax, before, made, cuts):
+    """Arguments as tags or a Python call's: a string one (by its function's parameters) comes
+    back as the string written, any other as the JSON written; the same whole and streamed."""
     functions = tuple(
         {
             "name": name,
