@@ -64,6 +64,9 @@ class ValueReads:
 
     def __init__(self):
         self._readings: dict[int, _Reading | tuple[int | None, int]] = {}
+        # what a syntax of its own read of a value written as text, by where the value starts
+        # (tool_syntaxes/xml.py: how far its closing tag was looked for, its text escaped so far)
+        self.texts: dict[int, tuple[int, int, str]] = {}
 
     def read(self, text: str, i: int) -> tuple[int | None, int]:
         reading = self._readings.get(i) or _Reading([], i)

@@ -43,7 +43,7 @@ class PythonicForm:
             return [], i, state
         calls: list[CallText] = []
         while True:
-            call, j, state = _call(text, i)
+            call, j, state = _call(text, i, reads)
             if call is None:
                 return calls, j, State.DONE if calls and state is State.NONE else state
             calls.append(call)
@@ -94,7 +94,7 @@ def _in_order(pieces: list[tuple[str, bool]]) -> str:
     return group if first_required < len(pieces) else group + "?"
 
 
-def _call(text: str, i: int) -> tuple[CallText | None, int, State]:
+def _call(text: str, i: int, reads: ValueReads | None) -> tuple[CallText | None, int, State]:
     """`name(key=value, ...)` from text[i]: None until its `(`; then its arguments, each once whole."""
     i = skip_ws(text, i)
     name = NAME.match(text, i)
@@ -123,7 +123,7 @@ def _call(text: str, i: int) -> tuple[CallText | None, int, State]:
         if state is not None:
             call.raw_arguments = "{" + ", ".join(written)
             return call, v, State.OPEN if state is State.OPEN else State.DONE
-        end, value = _value(text, skip_ws(text, v))
+        end, value = _value(text, skip_ws(text, v), reads)
         if value is _OPEN or value is None:
             call.raw_arguments = "{" + ", ".join(written)
             return call, v, State.OPEN if value is _OPEN else State.DONE
@@ -133,16 +133,16 @@ def _call(text: str, i: int) -> tuple[CallText | None, int, State]:
     return call, k, State.OPEN if k == len(text) else State.DONE
 
 
-def _value(text: str, i: int) -> tuple[int, object]:
+def _value(text: str, i: int, reads: ValueReads | None = None) -> tuple[int, object]:
     """The Python or JSON literal at text[i] as JSON text: (its end, the text), (i, _OPEN) where the
     text ends inside it, (i, None) where it is none."""
     if i == len(text):
         return i, _OPEN
     c = text[i]
     if c in "'\"":
-        return _string(text, i)
+        return _string(text, i, reads)
     if c in "[{":
-        return _container(text, i)
+        return _container(text, i, reads)
     word = _KEY.match(text, i)
     if word is not None:
         if word.end() == len(text):
@@ -154,10 +154,14 @@ def _value(text: str, i: int) -> tuple[int, object]:
     return (number.end(), json.dumps(json.loads(number.group()))) if number else (i, None)
 
 
-def _string(text: str, i: int) -> tuple[int, object]:
-    quote, k = text[i], i + 1
+def _string(text: str, i: int, reads: ValueReads | None) -> tuple[int, object]:
+    """A string literal; a stream's `reads` keeps where the search for its end stopped."""
+    quote = text[i]
+    k = reads.texts.get(i, (i + 1,))[0] if reads is not None else i + 1
     while k < len(text) and k - i < MAX_STRING:
         if text[k] == "\\":
+            if k + 1 == len(text):
+                break  # its escape is to come
             k += 2
             continue
         if text[k] == quote:
@@ -172,10 +176,14 @@ def _string(text: str, i: int) -> tuple[int, object]:
         if text[k] == "\n":
             return i, None
         k += 1
-    return i, _OPEN if k >= len(text) else None
+    if k - i >= MAX_STRING:
+        return i, None
+    if reads is not None:  # the text ends in it: the next reading goes on from here
+        reads.texts[i] = (k, 0, "")
+    return i, _OPEN
 
 
-def _container(text: str, i: int) -> tuple[int, object]:
+def _container(text: str, i: int, reads: ValueReads | None) -> tuple[int, object]:
     """A list or dict of literals, as JSON."""
     closing, is_dict = ("]", False) if text[i] == "[" else ("}", True)
     items, k = [], skip_ws(text, i + 1)
@@ -190,7 +198,7 @@ def _container(text: str, i: int) -> tuple[int, object]:
                 return i, None
             k = skip_ws(text, k + 1)
         if is_dict:
-            k, key = _value(text, k)
+            k, key = _value(text, k, reads)
             if key is _OPEN or key is None or not key.startswith('"'):
                 return i, key if key is _OPEN else None
             k = skip_ws(text, k)
@@ -198,12 +206,12 @@ def _container(text: str, i: int) -> tuple[int, object]:
                 return i, _OPEN
             if text[k] != ":":
                 return i, None
-            k, value = _value(text, skip_ws(text, k + 1))
+            k, value = _value(text, skip_ws(text, k + 1), reads)
             if value is _OPEN or value is None:
                 return i, value
             items.append(f"{key}: {value}")
         else:
-            k, value = _value(text, k)
+            k, value = _value(text, k, reads)
             if value is _OPEN or value is None:
                 return i, value
             items.append(value)

@@ -51,7 +51,7 @@ class XmlForm:
             return [], i, state
         calls: list[CallText] = []
         while True:
-            call, i, state = self._call(text, i, final, strings)
+            call, i, state = self._call(text, i, final, strings, reads)
             if call is None:  # no call here; after a call, a malformed one ends the block
                 return calls, i, State.DONE if calls and state is State.NONE else state
             calls.append(call)
@@ -66,7 +66,9 @@ class XmlForm:
                 break
         return after_closer(calls, text, i, self.block_close.strip(), final)
 
-    def _call(self, text: str, i: int, final: bool, strings: Strings) -> tuple[CallText | None, int, State]:
+    def _call(
+        self, text: str, i: int, final: bool, strings: Strings, reads: ValueReads | None
+    ) -> tuple[CallText | None, int, State]:
         """One call from its opening: None until its name is whole; then its arguments as far as they go."""
         i, state = expect_all(text, i, tags(self.call_open))
         if state is not None:
@@ -83,7 +85,7 @@ class XmlForm:
             j = skip_ws(text, i)
             p, state = expect_all(text, j, tags(self.key_open))
             if state is None:
-                i, state = self._argument(text, p, final, values)
+                i, state = self._argument(text, p, final, values, reads)
                 call.raw_arguments = values.text()
                 if state is not None:
                     return call, i, State.OPEN if state is State.OPEN else State.DONE
@@ -97,8 +99,9 @@ class XmlForm:
             call.raw_arguments = values.text()
             return call, j, state if state is State.OPEN else State.DONE  # malformed: the rest is content
 
-    def _argument(self, text: str, p: int, final: bool, values: _Values) -> tuple[int, State | None]:
-        """An argument from after its opening tag: its name, then its value as far as it goes."""
+    def _argument(self, text: str, p: int, final: bool, values: _Values, reads: ValueReads | None) -> tuple[int, State | None]:
+        """An argument from after its opening tag: its name, then its value as far as it goes (a
+        stream's `reads` keeps how far its closing tag was looked for and its text escaped so far)."""
         closing = tags(self.key_close)
         e = text.find(closing[0], p, p + MAX_KEY + len(closing[0]))
         if e < 0:  # the name goes on (less a closing tag that may be coming), or is none
@@ -115,13 +118,18 @@ class XmlForm:
         if self.key_close.endswith("\n") and text.startswith("\n", v):
             v += 1  # the template's line break before the value
         close = tags(self.value_close)[0]
-        c = text.find(close, v)
+        looked, escaped_to, escaped = reads.texts.get(v, (v, v, "")) if reads is not None else (v, v, "")
+        c = text.find(close, max(v, looked - len(close)))
         if c < 0:  # the value goes on: what of it is decided (a closing tag, and a line break before it, may come)
-            raw = text[v:]
+            end = len(text)
             if not final:
-                raw = raw[: len(raw) - partial_len(raw, close)]
-                raw = raw[:-1] if self.value_close.startswith("\n") and raw.endswith("\n") else raw
-            values.grow(raw, final)
+                end -= partial_len(text[v:], close)
+                end -= self.value_close.startswith("\n") and text.endswith("\n", v, end)
+            if values.is_string:  # escaped on from where the last reading stopped
+                escaped += _escaped(text[escaped_to:end])
+                if reads is not None and not final:
+                    reads.texts[v] = (len(text), end, escaped)
+            values.grow(escaped, text[v:end], final)
             return len(text), State.OPEN
         raw = text[v:c]
         values.close(raw[:-1] if self.value_close.startswith("\n") and raw.endswith("\n") else raw)
@@ -200,11 +208,15 @@ class _Values:
         self._keys.append(json.dumps(key, ensure_ascii=False) + ": ")
         self._values.append('"' if self._is_string else "")
 
-    def grow(self, raw: str, final: bool) -> None:
-        """The value as far as it is decided: a string streams; any other waits to be whole (or,
-        cut short by the reply's end, is taken as written)."""
+    @property
+    def is_string(self) -> bool:
+        return self._is_string
+
+    def grow(self, escaped: str, raw: str, final: bool) -> None:
+        """The value as far as it is decided: a string streams (`escaped`, its text as JSON's
+        string body); any other waits to be whole (or, cut short by the reply's end, is taken as written)."""
         if self._is_string:
-            self._values[-1] = '"' + _escaped(raw)
+            self._values[-1] = '"' + escaped
         elif final:
             self._values[-1] = raw.strip()
 
