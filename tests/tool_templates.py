@@ -146,6 +146,317 @@ Available functions:
 
 >>>{% endif %}"""
 
+# gpt-oss (Harmony): a message a channel; the tools as a TypeScript-like namespace in a developer
+# message; a call is a message to `functions.NAME` (its recipient in the role's header, as the real
+# template writes it back), its result a message from that function; earlier thoughts (`thinking`)
+# only before a call. The generation prompt leaves the channel to the model, as the real one does
+GPT_OSS = """<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>
+{%- if tools %}<|start|>developer<|message|># Tools
+
+## functions
+
+namespace functions {
+{% for tool in tools %}// {{ tool.function.description }}
+type {{ tool.function.name }} = (_: {{ tool.function.parameters | tojson }}) => any;
+{% endfor %}} // namespace functions<|end|>{% endif %}
+{%- set last = namespace(name=none) %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}
+{%- if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}
+{%- set call = m.tool_calls[0].function %}<|start|>assistant to=functions.{{ call.name }}<|channel|>commentary json<|message|>{{ call.arguments | tojson }}<|call|>
+{%- set last.name = call.name %}
+{%- elif m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>
+{%- elif m.role == 'tool' %}<|start|>functions.{{ last.name }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start|>assistant{% endif %}"""
+
+# Qwen3-Coder (and Qwen 3.5, Nemotron 3 Nano): ChatML, the tools in <tools>, a call's arguments as
+# tags, a string raw, any other as JSON
+QWEN3_CODER = """{%- if tools %}<|im_start|>system
+# Tools
+
+You have access to the following functions:
+
+<tools>
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}</tools>
+
+If you choose to call a function ONLY reply in the following format with NO suffix:
+
+<tool_call>
+<function=example_function_name>
+<parameter=example_parameter_1>
+value_1
+</parameter>
+</function>
+</tool_call><|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant
+{%- if m.content %}
+{{ m.content }}{% endif %}
+{%- for call in m.tool_calls %}
+
+<tool_call>
+<function={{ call.function.name }}>
+{% for k, v in call.function.arguments | items %}<parameter={{ k }}>
+{{ v if v is string else v | tojson }}
+</parameter>
+{% endfor %}</function>
+</tool_call>
+{%- endfor %}<|im_end|>
+{% elif m.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+# Seed-OSS: the same tags in <seed:tool_call>, a value without line breaks around it
+SEED_OSS = """{%- if tools %}<seed:bos>system
+Tool List:
+{{ tools | tojson }}
+Call a tool in this format:
+<seed:tool_call>
+<function=example_function_name>
+<parameter=example_parameter_1>value_1</parameter>
+</function>
+</seed:tool_call><seed:eos>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<seed:bos>assistant
+{%- for call in m.tool_calls %}
+
+<seed:tool_call>
+<function={{ call.function.name }}>
+{% for k, v in call.function.arguments | items %}<parameter={{ k }}>{{ v if v is string else v | tojson }}</parameter>
+{% endfor %}</function>
+</seed:tool_call>
+{%- endfor %}<seed:eos>
+{% else %}<seed:bos>{{ m.role }}
+{{ m.content }}<seed:eos>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<seed:bos>assistant
+{% endif %}"""
+
+# GLM 4.5 / 4.6: role tokens, a call's name after <tool_call>, each argument an <arg_key> and an <arg_value>
+GLM_4_5 = """{#- a template that opens with [ reads as JSON to gguf-new-metadata -#}[gMASK]<sop>
+{%- if tools %}<|system|>
+# Tools
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each function call, output the function name and arguments within the following XML format:
+<tool_call>{function-name}
+<arg_key>{arg-key-1}</arg_key>
+<arg_value>{arg-value-1}</arg_value>
+</tool_call>{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' %}<|assistant|>
+{{ m.content }}
+{%- for call in m.tool_calls or [] %}
+
+<tool_call>{{ call.function.name }}
+{% for k, v in call.function.arguments | items %}<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v if v is string else v | tojson }}</arg_value>
+{% endfor %}</tool_call>
+{%- endfor %}
+{%- elif m.role == 'tool' %}<|observation|>
+<tool_response>
+{{ m.content }}
+</tool_response>
+{%- else %}<|{{ m.role }}|>
+{{ m.content }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|assistant|>
+{% endif %}"""
+
+# GLM 4.7: the same without line breaks between the tags
+GLM_4_7 = (
+    GLM_4_5.replace("{{ call.function.name }}\n{% for", "{{ call.function.name }}{% for")
+    .replace("</arg_key>\n<arg_value>{{ v if", "</arg_key><arg_value>{{ v if")
+    .replace("</arg_value>\n{% endfor %}", "</arg_value>{% endfor %}")
+)
+
+# MiniMax M2: its own role markers, a block of <invoke>s in <minimax:tool_call>
+MINIMAX_M2 = """]~!b[]~b]system
+{%- if tools %}
+# Tools
+Here are the tools available in JSONSchema format:
+<tools>
+{% for tool in tools %}<tool>{{ tool.function | tojson }}</tool>
+{% endfor %}</tools>
+When making tool calls, use XML format to invoke tools and pass parameters:
+<minimax:tool_call>
+<invoke name="tool-name-1">
+<parameter name="param-key-1">param-value-1</parameter>
+</invoke>
+</minimax:tool_call>{% endif %}[e~[
+{%- for m in messages %}
+{%- if m.role == 'assistant' %}]~b]ai
+{{ m.content }}
+{%- if m.tool_calls %}
+
+<minimax:tool_call>
+{% for call in m.tool_calls %}<invoke name="{{ call.function.name }}">
+{% for k, v in call.function.arguments | items %}<parameter name="{{ k }}">{{ v if v is string else v | tojson }}</parameter>
+{% endfor %}</invoke>
+{% endfor %}</minimax:tool_call>
+{%- endif %}[e~[
+{%- elif m.role == 'tool' %}]~b]tool
+<response>{{ m.content }}</response>[e~[
+{%- else %}]~b]{{ m.role }}
+{{ m.content }}[e~[
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}]~b]ai
+{% endif %}"""
+
+# DeepSeek V3.1: the tools described in the system part, calls in one section after the reply's text
+DEEPSEEK_V3_1 = """{{ bos_token }}{%- if tools %}## Tools
+You have access to the following tools:
+{% for tool in tools %}### {{ tool.function.name }}
+Description: {{ tool.function.description }}
+
+Parameters: {{ tool.function.parameters | tojson }}
+{% endfor %}
+IMPORTANT: ALWAYS adhere to this exact format for tool use:
+<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.role == 'assistant' and m.tool_calls %}<｜Assistant｜>{{ m.content or '' }}<｜tool▁calls▁begin｜>
+{%- for call in m.tool_calls %}<｜tool▁call▁begin｜>{{ call.function.name }}<｜tool▁sep｜>{{ call.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜>{% endif %}"""
+
+# DeepSeek R1 (llama.cpp's own R1 template, which shows the tools): a call's arguments in a json
+# fence; the generation prompt opens the thoughts
+DEEPSEEK_R1 = """{{ bos_token }}{%- if tools %}You can call any of the following function tools to satisfy the user's requests: {{ tools | map(attribute='function') | list | tojson(indent=2) }}
+
+Example function tool call syntax:
+
+<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>example_function_name
+```json
+{"arg1": "some_value"}
+```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<｜User｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' and m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>
+{%- for call in m.tool_calls %}{% if not loop.first %}{{ '\\n' }}{% endif %}<｜tool▁call▁begin｜>{{ call.type }}<｜tool▁sep｜>{{ call.function.name }}
+```json
+{{ call.function.arguments | tojson }}
+```<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>
+{%- elif m.role == 'assistant' %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' %}<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜><｜tool▁outputs▁end｜>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜><think>
+{% endif %}"""
+
+# Kimi K2: the tools declared as JSON; calls in a section, each named functions.NAME:INDEX
+KIMI_K2 = """{%- if tools %}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|im_user|>user<|im_middle|>{{ m.content }}<|im_end|>
+{%- elif m.role == 'assistant' %}<|im_assistant|>assistant<|im_middle|>{{ m.content or '' }}
+{%- if m.tool_calls %}<|tool_calls_section_begin|>
+{%- for call in m.tool_calls %}<|tool_call_begin|>functions.{{ call.function.name }}:{{ loop.index0 }}<|tool_call_argument_begin|>{{ call.function.arguments | tojson }}<|tool_call_end|>{% endfor %}<|tool_calls_section_end|>
+{%- endif %}<|im_end|>
+{%- elif m.role == 'tool' %}<|im_system|>tool<|im_middle|>## Return of {{ m.tool_call_id }}
+{{ m.content }}<|im_end|>
+{%- else %}<|im_system|>{{ m.role }}<|im_middle|>{{ m.content }}<|im_end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"""
+
+# Ministral 3 / Magistral / Devstral: [INST] turns, the tools in [AVAILABLE_TOOLS], each call
+# [TOOL_CALLS]NAME[ARGS]{...} (its arguments as given: text or an object)
+MINISTRAL_3 = """{#- Ministral 3 -#}[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]
+{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' %}{{ m.content or '' }}
+{%- for call in m.tool_calls or [] %}[TOOL_CALLS]{{ call.function.name }}[ARGS]{{ call.function.arguments if call.function.arguments is string else call.function.arguments | tojson }}{% endfor %}</s>
+{%- elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]
+{%- endif %}
+{%- endfor %}"""
+
+# Apertus: the tools listed in the system turn; calls as a JSON array of {"NAME": {arguments}}
+APERTUS = """<s><|system_start|>You are Apertus.
+{%- if tools %}
+
+### Tools
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}{% endif %}<|system_end|>
+{%- for m in messages %}
+{%- if m.role == 'user' %}<|user_start|>{{ m.content }}<|user_end|>
+{%- elif m.role == 'assistant' %}<|assistant_start|>{{ m.content or '' }}
+{%- if m.tool_calls %}<|tools_prefix|>[{% for call in m.tool_calls %}{"{{ call.function.name }}": {{ call.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]<|tools_suffix|>{% endif %}<|assistant_end|>
+{%- elif m.role == 'tool' %}<|tool_start|>{{ m.content }}<|tool_end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|assistant_start|>{% endif %}"""
+
+# Nemotron Nano v2: the tools in <AVAILABLE_TOOLS>; calls as a JSON array in <TOOLCALL>
+NEMOTRON_NANO_V2 = """<SPECIAL_10>System
+{%- if tools %}
+You can use the following tools to assist the user if required:
+<AVAILABLE_TOOLS>[{% for tool in tools %}{{ tool | tojson }}{% if not loop.last %}, {% endif %}{% endfor %}]</AVAILABLE_TOOLS>
+
+If you decide to call any tool(s), use the following format:
+<TOOLCALL>[{"name": "tool_name1", "arguments": "tool_args1"}, {"name": "tool_name2", "arguments": "tool_args2"}]</TOOLCALL>
+{%- endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}
+<SPECIAL_11>User
+{{ m.content }}
+{%- elif m.role == 'assistant' %}
+<SPECIAL_11>Assistant
+{{ m.content or '' }}
+{%- if m.tool_calls %}<TOOLCALL>[{% for call in m.tool_calls %}{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}{% if not loop.last %}, {% endif %}{% endfor %}]</TOOLCALL>{% endif %}
+<SPECIAL_12>
+{%- elif m.role == 'tool' %}
+<SPECIAL_11>User
+<TOOL_RESPONSE>[{{ m.content }}]</TOOL_RESPONSE>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+<SPECIAL_11>Assistant
+{% endif %}"""
+
+# LFM2: the tools in the system turn between <|tool_list_start|> and <|tool_list_end|>; a turn's
+# content only (an assistant turn's calls reach it written in its content, as Python calls)
+LFM2 = """{{- bos_token -}}
+{%- set ns = namespace(system_prompt="") -%}
+{%- if messages[0]["role"] == "system" -%}
+{%- set ns.system_prompt = messages[0]["content"] -%}
+{%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if tools -%}
+{%- set ns.system_prompt = ns.system_prompt + ("\\n" if ns.system_prompt else "") + "List of tools: <|tool_list_start|>[" + (tools | map("tojson") | join(", ")) + "]<|tool_list_end|>" -%}
+{%- endif -%}
+{%- if ns.system_prompt -%}{{- "<|im_start|>system\\n" + ns.system_prompt + "<|im_end|>\\n" -}}{%- endif -%}
+{%- for message in messages -%}
+{{- "<|im_start|>" + message["role"] + "\\n" -}}
+{%- set content = message["content"] -%}
+{%- if message["role"] == "tool" -%}{%- set content = "<|tool_response_start|>" + content + "<|tool_response_end|>" -%}{%- endif -%}
+{{- content + "<|im_end|>\\n" -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- "<|im_start|>assistant\\n" -}}{%- endif -%}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -153,4 +464,17 @@ FAMILIES = {
     "granite": GRANITE,
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
+    "gpt_oss": GPT_OSS,
+    "qwen3_coder": QWEN3_CODER,
+    "seed_oss": SEED_OSS,
+    "glm": GLM_4_5,
+    "glm47": GLM_4_7,
+    "minimax": MINIMAX_M2,
+    "deepseek_v3_1": DEEPSEEK_V3_1,
+    "deepseek_r1": DEEPSEEK_R1,
+    "kimi_k2": KIMI_K2,
+    "ministral": MINISTRAL_3,
+    "apertus": APERTUS,
+    "nemotron_v2": NEMOTRON_NANO_V2,
+    "lfm2": LFM2,
 }

@@ -65,6 +65,7 @@ class Engine:
         self.intake = Intake(self.backend, self.n_ctx_seq, config.overflow, self.history if config.kv_reuse else None, name)
         self._arrivals = 0
         self._early_cancels: OrderedDict[str, bool] = OrderedDict()
+        self._preserved_tokens: dict[tuple[str, ...], frozenset[int]] = {}  # by the texts asked for
         step_cost = StepCost()
         self.speculator = Speculator(config, self.backend, self.kv, step_cost)
         self.drawer = Drawer(self.backend)
@@ -122,7 +123,8 @@ class Engine:
         seq.sampler = self.backend.samplers.new(request.params, seed, text, prompt.logit_bias)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
         seq.thoughts = Thoughts(prompt.thinking, prompt.opened, request.separate_thoughts, prompt.closed)
-        seq.marker_tokens, seq.close_tokens = prompt.marker_tokens, prompt.close_tokens
+        seq.marker_tokens = prompt.marker_tokens | self._preserved(request.params.preserved)
+        seq.close_tokens = prompt.close_tokens
         self.scheduler.add(seq)
 
     def cancel(self, request_id: str) -> None:
@@ -265,8 +267,14 @@ class Engine:
                 if seq.status is SequenceStatus.FINISHED:
                     break
         for seq in (*drawing, *plan.drafts):  # after all of a step's tokens: a draft's are taken whole
-            if seq.status is SequenceStatus.RUNNING and seq.budget_spent and (seq.grammar is None or not seq.grammar.holds):
+            if seq.status is SequenceStatus.RUNNING and seq.budget_spent and self._may_close(seq):
                 self._close_thoughts(seq, time.monotonic(), events)
+
+    def _may_close(self, seq: Sequence) -> bool:
+        """Whether its thoughts' closing marker may go in: no grammar holds the reply, or the one
+        that does takes the marker next (gpt-oss's tool calls after an analysis message)."""
+        grammar = seq.grammar
+        return grammar is None or not grammar.holds or self.backend.constraints.takes(grammar, seq.close_tokens)
 
     def _fit_layout(self) -> None:
         """Move the KV layout when the chats at hand want the other one (kv/layout_move.py); a move
@@ -312,8 +320,19 @@ class Engine:
         events.append(event)
         self._ended(seq, events)
 
+    def _preserved(self, texts: tuple[str, ...]) -> frozenset[int]:
+        """The tokens of `texts` that are one token each (a control token among them is written out)."""
+        if not texts:
+            return frozenset()
+        found = self._preserved_tokens.get(texts)
+        if found is None:
+            tokens = (self.backend.vocab.tokenize(text, add_special=False) for text in texts)
+            found = self._preserved_tokens[texts] = frozenset(t[0] for t in tokens if len(t) == 1)
+        return found
+
     def _piece(self, seq: Sequence, token: int) -> bytes:
-        """A token's bytes; a control token that spells a thinking marker (gpt-oss's <|channel|>) written out."""
+        """A token's bytes; a control token that spells a thinking marker (gpt-oss's <|channel|>) or a
+        tool syntax's (SamplingParams.preserved) written out."""
         piece = self.backend.vocab.piece(token)
         return self.backend.vocab.spell(token) if not piece and token in seq.marker_tokens else piece
 

@@ -18,7 +18,7 @@ from app.engine.sampling.params import SAMPLING_FIELDS, SamplingParams
 
 from .image_input import ImageInputError, ImageUrl, content_with_pictures, picture_of
 from .output_format import FieldError, grammar_of
-from .tool_calls import Tools, calls_in, generic_message, parse_tools, with_instructions
+from .tool_calls import Tools, calls_in, calls_written, generic_message, parse_tools, with_instructions
 from .tool_syntax import GENERIC, Syntax
 
 # a token is never this many characters on average: a longer text cannot fit, without tokenizing it
@@ -180,7 +180,8 @@ def chat_messages(raw: list, tools: Tools | None) -> tuple[dict, ...]:
     """The messages as the model's template reads them: calls and results kept as they are for a
     template with a tool syntax, else written out in the generic format."""
     if tools is not None and tools.syntax.is_native:
-        return tuple(native_message(m, i, tools.syntax.arguments_as_text) for i, m in enumerate(raw))
+        syntax = tools.syntax
+        return tuple(calls_written(native_message(m, i, syntax.arguments_as_text), syntax) for i, m in enumerate(raw))
     return tuple(message_of(honoured(generic_message, m, i), i) for i, m in enumerate(raw))
 
 
@@ -191,9 +192,14 @@ def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, .
         return {"grammar": grammar}, messages
     if grammar is not None:
         raise BadRequest("send tools or a response format, not both", "tools")
-    if not tools.syntax.is_native:
+    if not tools.syntax.is_native or not tools.syntax.describes_tools:
         messages = with_instructions(messages, tools)
-    held = {"grammar": honoured(tools.grammar), "grammar_triggers": tools.triggers(), "tools": tools.template_tools()}
+    held = {
+        "grammar": honoured(tools.grammar),
+        "grammar_triggers": tools.triggers(),
+        "tools": tools.template_tools(),
+        "preserved": tools.syntax.markers,
+    }
     return held, messages
 
 

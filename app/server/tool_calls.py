@@ -77,8 +77,13 @@ class Tools:
         return json.dumps([{"type": "function", "function": f} for f in self.functions])
 
     def instructions(self) -> str:
-        """The generic format's system message: the tools, and the reply's format."""
+        """The system message that describes the tools where the template does not: the generic
+        format's, or a syntax's own (shown by a call written in it)."""
         listed = "\n".join(json.dumps(f) for f in self.functions)
+        if self.syntax.form is not None:
+            example = self.syntax.form.write([("function_name", {"argument_name": "value"})])
+            when = {"auto": "when one helps", "required": "now"}.get(self.choice, f"now: call {self.choice}")
+            return f"You can call these functions:\n{listed}\nCall them {when}, in this format:\n{example}"
         call = '{"tool_calls": [{"name": "<function name>", "arguments": {<the arguments>}}]}'
         many = " (one or more calls)" if self.syntax.parallel else " (one call)"
         if self.choice == "auto":
@@ -128,7 +133,8 @@ def parse_tools(body: dict, syntax: Syntax = GENERIC) -> Tools | None:
         raise FieldError(f"'tool_choice' must be none, auto, required or a function; got {choice!r}", "tool_choice")
     strict = frozenset(f["name"] for f in functions if f["strict"])
     functions = tuple({k: v for k, v in f.items() if k != "strict"} for f in functions)
-    return Tools(functions, choice, syntax.with_parallel(parallel and choice in ("auto", "required")), strict)
+    syntax = syntax.with_parallel(parallel and choice in ("auto", "required")).with_functions(functions)
+    return Tools(functions, choice, syntax, strict)
 
 
 def _function(tool: object, index: int) -> dict:
@@ -191,6 +197,21 @@ def calls_in(item: dict, where: str, arguments_as_text: bool = False) -> list[di
             }
         )
     return out
+
+
+def calls_written(message: dict, syntax: Syntax) -> dict:
+    """An assistant turn with its calls written at the end of its content in the family's syntax,
+    for a template that shows no `tool_calls` (`Syntax.calls_in_content`); any other as it is."""
+    calls = message.get("tool_calls")
+    if not calls or not syntax.calls_in_content or syntax.form is None:
+        return message
+    made = [(c["function"]["name"], _arguments_object(c["function"]["arguments"])) for c in calls]
+    return {**message, "content": message["content"] + syntax.form.write(made)}
+
+
+def _arguments_object(arguments: object) -> dict:
+    value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    return value if isinstance(value, dict) else {}
 
 
 def generic_message(item: object, index: int) -> object:

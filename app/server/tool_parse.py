@@ -14,35 +14,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum, auto
 from itertools import islice
 
 from .tool_syntax import Syntax, Wrapper
-
-# a JSON string (closed, or running to the end of the text), punctuation, whitespace, or a scalar
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[{}\[\],:]|\s+|[^"{}\[\],:\s]+')
-_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*(?:"|\\?\Z)')  # a string of _TOKEN read on from a piece's start
-_WS = " \t\r\n"
-
-
-class State(Enum):
-    DONE = auto()  # the block is read: its calls, and where the text goes on
-    OPEN = auto()  # the text ends inside it: what follows is not decided yet
-    NONE = auto()  # not a call after all: its text is content
-
-
-@dataclass
-class CallText:
-    """One call as written so far: its name once whole, its arguments' JSON text as far as it goes."""
-
-    name: str | None = None
-    raw_arguments: str = ""
-    closed: bool = False  # its object is whole
-
-    @property
-    def arguments(self) -> str:
-        # a call written without arguments takes none; known only once its object closed
-        return self.raw_arguments or ("{}" if self.closed else "")
+from .tool_syntaxes.form import partial_len
+from .tool_syntaxes.json_text import CallText, State, ValueReads, json_string, read_value, skip_ws, value_end
 
 
 @dataclass
@@ -51,114 +27,14 @@ class Scan:
     calls: list[CallText] = field(default_factory=list)
 
 
-def value_end(text: str, i: int, reads: ValueReads | None = None) -> int | None:
-    """Where the JSON value that starts at text[i] ends; None when the text ends first; -1 when it
-    is malformed (a bracket closed that was not open). Scalars are not checked, only the structure."""
-    return _read_value(text, i, reads)[0]
-
-
-def _read_value(text: str, i: int, reads: ValueReads | None = None) -> tuple[int | None, int]:
-    """value_end's answer, and where the reading stopped: the value's end, the text's end, or the
-    token that made it malformed (the text before it was well formed so far)."""
-    if reads is not None:
-        return reads.read(text, i)
-    return _read_on(text, _Reading([], i)) or (None, len(text))
-
-
-@dataclass
-class _Reading:
-    """A value's reading that the text's end stopped: what to go on from when the text grows."""
-
-    stack: list[str]
-    at: int  # a token's start, or inside the string at string_at, a piece's start
-    string_at: int = -1
-
-
-class ValueReads:
-    """The values read in one growing text (a stream's), each reading going on where it stopped:
-    what a token decided stays, only the token that the text's end cut is read again."""
-
-    def __init__(self):
-        self._readings: dict[int, _Reading | tuple[int | None, int]] = {}
-
-    def read(self, text: str, i: int) -> tuple[int | None, int]:
-        reading = self._readings.get(i) or _Reading([], i)
-        if isinstance(reading, tuple):
-            return reading
-        answer = _read_on(text, reading)
-        self._readings[i] = answer or reading
-        return answer or (None, len(text))
-
-
-def _read_on(text: str, r: _Reading) -> tuple[int | None, int] | None:
-    """Reads on from `r`: the answer once decided, else None with `r` moved to where to go on."""
-    stack, at, n = r.stack, r.at, len(text)
-    if r.string_at >= 0:
-        m = _STRING_REST.match(text, at)
-        if m is None:  # a backslash before a line break: _TOKEN matches no string at that quote
-            at, r.string_at = r.string_at + 1, -1
-        elif m.end() == n and not (text[-1] == '"' and n - 1 >= at and _backslashes_before(text, n - 1, at) % 2 == 0):
-            r.at = n - _backslashes_before(text, n, at) % 2  # a lone backslash at the end: its escape is to come
-            return None
-        else:
-            at, r.string_at = m.end(), -1
-            if not stack:
-                return at, at
-    r.at = at
-    for m in _TOKEN.finditer(text, at):
-        token = m.group()
-        c = token[0]
-        if c in _WS:
-            r.at = m.start()  # whitespace at the end may go on (with more whitespace, read as one token)
-            continue
-        if c == '"':
-            if len(token) < 2 or token[-1] != '"' or _backslashes_before(text, m.end() - 1, m.start() + 1) % 2:
-                r.string_at = m.start()  # the string is not closed yet
-                r.at = n - _backslashes_before(text, n, m.start() + 1) % 2
-                return None
-        elif c in "{[":
-            stack.append("}" if c == "{" else "]")
-            r.at = m.end()
-            continue
-        elif c in "}]":
-            if not stack or stack.pop() != c:
-                return -1, m.start()
-        elif c in ",:":
-            if not stack:
-                return -1, m.start()
-            r.at = m.end()
-            continue
-        elif m.end() == n:  # a number or word the text may go on with
-            r.at = m.start()
-            return None
-        if not stack:
-            return m.end(), m.end()
-        r.at = m.end()
-    return None
-
-
-def _backslashes_before(text: str, end: int, start: int) -> int:
-    """How many backslashes run back from text[end - 1], not before `start`."""
-    i = end
-    while i > start and text[i - 1] == "\\":
-        i -= 1
-    return end - i
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
-
-
 def call_object(text: str, i: int, syntax: Syntax, reads: ValueReads | None = None) -> tuple[CallText, int, State]:
-    """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys) that opens at
-    text[i] (a "{"), any other keys skipped: the call, where its reading stopped, and DONE, OPEN or
-    NONE (malformed)."""
+    """The call object `{"<name_key>": ..., "<arguments_key>": ...}` (the family's keys; with no
+    name key, `{"<name>": {arguments}}`) that opens at text[i] (a "{"), any other keys skipped: the
+    call, where its reading stopped, and DONE, OPEN or NONE (malformed)."""
     call, n, j = CallText(), len(text), i + 1
     has_arguments = False
     while True:
-        j = _skip_ws(text, j)
+        j = skip_ws(text, j)
         if j == n:
             return call, j, State.OPEN
         if text[j] == "}":
@@ -167,47 +43,47 @@ def call_object(text: str, i: int, syntax: Syntax, reads: ValueReads | None = No
         key_end = value_end(text, j, reads) if text[j] == '"' else -1
         if key_end is None:
             return call, j, State.OPEN
-        key = _string(text[j:key_end]) if key_end > 0 else None
+        key = json_string(text[j:key_end]) if key_end > 0 else None
         if key is None:
             return call, j, State.NONE
-        j = _skip_ws(text, key_end)
+        j = skip_ws(text, key_end)
         if j < n and text[j] != ":":
             return call, j, State.NONE
-        j = _skip_ws(text, j + 1)
-        end, stop = _read_value(text, j, reads) if j < n else (None, n)
+        named_here = not syntax.name_key and call.name is None  # the name is the first key, its value the arguments
+        if named_here:
+            if not key:
+                return call, j, State.NONE
+            call.name = key
+        j = skip_ws(text, j + 1)
+        end, stop = read_value(text, j, reads) if j < n else (None, n)
         # what a stream sent stays sent: the first name and arguments count, and arguments that turn
         # out malformed keep the text before the fault
-        if key == syntax.arguments_key and not has_arguments:
+        if (named_here if not syntax.name_key else key == syntax.arguments_key) and not has_arguments:
             call.raw_arguments, has_arguments = text[j:stop], True
         if end is None:
             return call, j, State.OPEN
         if end == -1:
             return call, stop, State.NONE
         if key == syntax.name_key and call.name is None:
-            call.name = _string(text[j:end])
+            call.name = json_string(text[j:end])
             if call.name is None:
                 return call, j, State.NONE
-        j = _skip_ws(text, end)
+        j = skip_ws(text, end)
         if j < n and text[j] == ",":
             j += 1
         elif j < n and text[j] != "}":
             return call, j, State.NONE
 
 
-def _string(token: str) -> str | None:
-    try:
-        value = json.loads(token)
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
 def call_block(
     text: str, i: int, syntax: Syntax, final: bool, reads: ValueReads | None = None
 ) -> tuple[list[CallText], int, State]:
     """The calls of one block that opens at text[i] (after the family's trigger, or at the reply's
-    start): one call object (then the family's closer, if any) or a JSON array of them."""
-    j = _skip_ws(text, i)
+    start): one call object (then the family's closer, if any) or a JSON array of them; a syntax of
+    its own (a `form`) reads its block from its opening, at text[i]."""
+    if syntax.form is not None:
+        return syntax.form.read(text, i, final, reads, syntax.string_args)
+    j = skip_ws(text, i)
     if j == len(text):
         return [], j, State.OPEN
     if syntax.wrapper is Wrapper.ARRAY:
@@ -226,7 +102,7 @@ def call_block(
 
 def _closed(calls: list[CallText], text: str, end: int, syntax: Syntax, final: bool) -> tuple[list[CallText], int, State]:
     """A whole block's calls, read on past the family's closer where it follows at `end`."""
-    k = _skip_ws(text, end)
+    k = skip_ws(text, end)
     if syntax.closer and text.startswith(syntax.closer, k):
         return calls, k + len(syntax.closer), State.DONE
     if syntax.closer and syntax.closer.startswith(text[k:]):  # its closer may be coming, or was cut short
@@ -242,7 +118,7 @@ def _array_block(
     calls: list[CallText] = []
     j += 1
     while True:
-        j = _skip_ws(text, j)
+        j = skip_ws(text, j)
         if j == len(text):
             return calls, j, State.OPEN
         if text[j] != "{":
@@ -252,7 +128,7 @@ def _array_block(
             calls.append(call)
         if state is not State.DONE or call.name is None:
             return calls, end, State.OPEN if state is State.OPEN else State.DONE
-        j = _skip_ws(text, end)
+        j = skip_ws(text, end)
         if j < len(text) and text[j] == ",":
             j += 1
             continue
@@ -277,12 +153,12 @@ def _recipient_block(text: str, j: int, final: bool, reads: ValueReads | None = 
         return [], j, State.NONE
     if text[j:k] == "all":
         return [], k + 1, State.DONE
-    a = _skip_ws(text, k + 1)
+    a = skip_ws(text, k + 1)
     if a == len(text):
         return [], a, State.NONE if final else State.OPEN
     if text[a] != "{":
         return [], j, State.NONE
-    end, stop = _read_value(text, a, reads)
+    end, stop = read_value(text, a, reads)
     call = CallText(text[j:k], text[a:stop], closed=bool(end and end > 0))
     if end is None:
         return [call], stop, State.OPEN
@@ -322,15 +198,18 @@ def _next_opening(text: str, pos: int, syntax: Syntax, searched: int = 0) -> tup
     """Where the next call block opens at or after `pos`, and where its body starts: the family's
     trigger, or at the reply's start a bare call (a model whose trigger is a control token, written
     as no text, starts its reply with the call itself). No trigger starts before `searched`."""
-    lead = _skip_ws(text, pos)
+    lead = skip_ws(text, pos)
     trigger = syntax.trigger
     # the trigger (or what may still become it) opens the reply: not a bare call
     if pos == 0 and not (trigger and trigger.startswith(text[lead : lead + len(trigger)])):
         for prefix in syntax.start_prefixes:
             if text.startswith(prefix, lead):
-                body = _skip_ws(text, lead + len(prefix))
+                body = skip_ws(text, lead + len(prefix))
                 if text.startswith(syntax.start_char, body) or (prefix and body == len(text)):
                     return lead, lead + len(prefix)
+    if syntax.form is not None:  # it reads its opening itself
+        found = [at for opening in syntax.openings if (at := text.find(opening, max(pos, searched))) >= 0]
+        return (min(found), min(found)) if found else (None, 0)
     at = text.find(trigger, max(pos, searched)) if trigger else -1
     return (at, at + len(trigger)) if at >= 0 else (None, 0)
 
@@ -340,17 +219,13 @@ def _held_back(segment: str, syntax: Syntax, at_start: bool, final: bool) -> str
     whitespace (a call may follow) and an unfinished trigger (or, at the start, a bare call's opening)."""
     if final:
         return segment.rstrip()
-    openings = [syntax.trigger] if syntax.trigger else []
+    openings = list(syntax.openings)
     if at_start and segment:
         openings += [p + syntax.start_char for p in syntax.start_prefixes]
         if any(o.startswith(segment.lstrip()) for o in openings):
             return ""
-    for opening in openings:
-        for k in range(min(len(opening) - 1, len(segment)), 0, -1):
-            if segment.endswith(opening[:k]):
-                segment = segment[:-k]
-                break
-    return segment.rstrip()
+    held = max((partial_len(segment, opening) for opening in openings), default=0)
+    return segment[: len(segment) - held].rstrip()
 
 
 # -- the generic format: {"tool_calls": [{"name": ..., "arguments": {...}}, ...]} or {"response": "..."}
@@ -487,8 +362,8 @@ class ToolStream:
             opening, body = _next_opening(text, pos, syntax, self._searched)
             start = _lstrip_at(text, pos, len(text) if opening is None else opening) if self._after_call else pos
             if opening is None:
-                if syntax.trigger:
-                    self._searched = max(pos, len(text) - len(syntax.trigger) + 1)
+                if syntax.openings:
+                    self._searched = max(pos, len(text) - max(map(len, syntax.openings)) + 1)
                 live, open_calls = (start, _held_back_end(text, start, syntax, pos == 0)), []
                 break
             found, end, state = call_block(text, body, syntax, False, self._reads)
@@ -558,15 +433,12 @@ def _rstrip_at(text: str, start: int, end: int) -> int:
 def _held_back_end(text: str, start: int, syntax: Syntax, at_start: bool) -> int:
     """Where _held_back(text[start:], syntax, at_start, final=False) ends, reading only the text's end."""
     end = len(text)
-    openings = [syntax.trigger] if syntax.trigger else []
+    openings = list(syntax.openings)
     if at_start and start < end:
         openings += [p + syntax.start_char for p in syntax.start_prefixes]
         lead = _lstrip_at(text, start, end)
         if end - lead <= max(map(len, openings)) and any(o.startswith(text[lead:]) for o in openings):
             return start
-    for opening in openings:
-        for k in range(min(len(opening) - 1, end - start), 0, -1):
-            if text.endswith(opening[:k], start, end):
-                end -= k
-                break
-    return _rstrip_at(text, start, end)
+    tail = text[max(start, end - max(map(len, openings), default=0)) : end]
+    held = max((partial_len(tail, opening) for opening in openings), default=0)
+    return _rstrip_at(text, start, end - held)

@@ -7,6 +7,19 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - IBM Granite 3.x: `<|tool_call|>[{"name": ..., "arguments": {...}}, ...]`
 - Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}, ...]<|END_ACTION|>`
 - Functionary v3.2: `>>>name\n{...}` a call, `>>>all\n` before text (the prompt ends with the reply's first `>>>`)
+- gpt-oss (Harmony): `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}`, a message a call
+- Qwen3-Coder, Qwen 3.5, Nemotron 3 Nano: `<tool_call>\n<function=name>\n<parameter=key>\nvalue\n</parameter>\n</function>\n</tool_call>`
+- Seed-OSS: the same in `<seed:tool_call>`, a value without line breaks around it
+- GLM 4.5 / 4.6 / 4.7: `<tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>`
+- MiniMax M2: `<minimax:tool_call>\n<invoke name="name">\n<parameter name="key">value</parameter>\n</invoke>\n</minimax:tool_call>`
+  (these four write a string argument raw, any other as JSON)
+- DeepSeek V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`
+- DeepSeek R1: the same with `function<｜tool▁sep｜>name\n```json\n{...}\n``` ` in each call
+- Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...`
+- Ministral 3, Magistral, Devstral: `[TOOL_CALLS]name[ARGS]{...}` a call
+- Apertus: `<|tools_prefix|>[{"name": {...}}, ...]<|tools_suffix|>`, a call's name its one key
+- Nemotron Nano v2: `<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>`
+- LFM2, LFM2.5: `<|tool_call_start|>[name(key="value", ...), ...]<|tool_call_end|>`, Python calls
 - any other template: the generic format, a JSON object the grammar holds every reply to:
   `{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}` or `{"response": "..."}`
 """
@@ -15,20 +28,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from app.engine.sampling.constraints import JSON_OPTIONS, MAX_SCHEMA_BYTES, ConstraintError, check_grammar, closed, schema_grammar
+from app.engine.sampling.constraints import check_grammar, schema_grammar
 from app.models.gguf_meta import read_gguf
+
+from .tool_syntaxes.form import Form
+from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
+from .tool_syntaxes.lark import json_value, literal, string_arguments
+from .tool_syntaxes.named import DEEPSEEK_R1_FORM, DEEPSEEK_V3_1_FORM, KIMI_K2_FORM, MINISTRAL_3_FORM
+from .tool_syntaxes.pythonic import PythonicForm
+from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
 
 
 class Wrapper(Enum):
     OBJECT = auto()  # each call its own object (after the trigger, or the reply's start)
     ARRAY = auto()  # the calls in one JSON array
     RECIPIENT = auto()  # each call `name\n{arguments}` after the trigger; the recipient `all` opens text
+    FORM = auto()  # a syntax of its own, read and written by its `form` (tool_syntaxes/)
     GENERIC = auto()  # the generic format's object
 
 
@@ -53,6 +73,16 @@ class Syntax:
     takes_several: bool = True  # the family's template renders several calls in one turn
     # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
     arguments_as_text: bool = False
+    form: Form | None = None  # Wrapper.FORM: its reader, grammar and writer
+    preserved: tuple[str, ...] = ()  # the markers of a syntax without a form (`markers`)
+    # its template shows no assistant turn's `tool_calls` (LFM2's): they reach it written in its
+    # syntax at the end of the turn's content (`Form.write`)
+    calls_in_content: bool = False
+    # its template shows the tools; else a system message describes them, and how to call them
+    describes_tools: bool = True
+    # (function, argument) of the request's arguments whose values are strings: a syntax that writes
+    # arguments as text writes those raw (with_functions)
+    string_args: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def is_native(self) -> bool:
@@ -61,6 +91,23 @@ class Syntax:
 
     def with_parallel(self, parallel: bool) -> Syntax:
         return dataclasses.replace(self, parallel=parallel and self.takes_several)
+
+    def with_functions(self, functions: tuple[dict, ...]) -> Syntax:
+        """The syntax for a request of these functions (which of their arguments are strings)."""
+        return dataclasses.replace(self, string_args=string_arguments(functions)) if self.form is not None else self
+
+    @property
+    def openings(self) -> tuple[str, ...]:
+        """The texts that open a block of calls anywhere in a reply."""
+        if self.form is not None:
+            return self.form.openings
+        return (self.trigger,) if self.trigger else ()
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The texts a reply must show written out where the model's vocabulary holds them as
+        control tokens (llama.cpp's preserved tokens): the parser reads them."""
+        return self.form.markers if self.form is not None else self.preserved
 
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
@@ -121,15 +168,94 @@ FUNCTIONARY_V3_2 = Syntax(
     lazy_triggers=(r"^{names}\n", r">>>{names}\n"),
     arguments_as_text=True,
 )
+# a call's name is its object's one key (name_key ""), its value the arguments
+APERTUS = Syntax(
+    "Apertus",
+    Wrapper.ARRAY,
+    name_key="",
+    trigger="<|tools_prefix|>",
+    closer="<|tools_suffix|>",
+    start_char="[",
+    preserved=("<|tools_prefix|>", "<|tools_suffix|>"),
+)
+NEMOTRON_NANO_V2 = Syntax(
+    "Nemotron Nano v2",
+    Wrapper.ARRAY,
+    trigger="<TOOLCALL>",
+    closer="</TOOLCALL>",
+    start_char="[",
+    preserved=("<TOOLCALL>", "</TOOLCALL>"),
+)
+GPT_OSS = Syntax(
+    "gpt-oss (Harmony)",
+    Wrapper.FORM,
+    form=HarmonyForm(),
+    trigger="<|channel|>",
+    lazy_triggers=HARMONY_TRIGGERS,
+    takes_several=False,  # its template renders one call a message; `<|call|>` ends the turn
+)
+
+
+def _xml(family: str, form: XmlForm) -> Syntax:
+    return Syntax(family, Wrapper.FORM, form=form, trigger=form.openings[0])
+
+
+QWEN3_CODER = _xml("Qwen3-Coder / Qwen 3.5 / Nemotron 3 Nano", QWEN3_CODER_FORM)
+SEED_OSS = _xml("Seed-OSS", SEED_OSS_FORM)
+GLM_4_5 = _xml("GLM 4.5 / 4.6", GLM_4_5_FORM)
+GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
+MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
+DEEPSEEK_V3_1 = Syntax("DeepSeek V3.1", Wrapper.FORM, form=DEEPSEEK_V3_1_FORM, trigger=DEEPSEEK_V3_1_FORM.openings[0])
+DEEPSEEK_R1 = Syntax("DeepSeek R1", Wrapper.FORM, form=DEEPSEEK_R1_FORM, trigger=DEEPSEEK_R1_FORM.openings[0])
+KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0])
+MINISTRAL_3 = Syntax(
+    "Ministral 3 / Magistral / Devstral",
+    Wrapper.FORM,
+    form=MINISTRAL_3_FORM,
+    trigger=MINISTRAL_3_FORM.openings[0],
+    arguments_as_text=True,  # its templates take a call's arguments as text or an object alike
+)
+LFM2 = Syntax("LFM2 / LFM2.5", Wrapper.FORM, form=PythonicForm(), trigger="<|tool_call_start|>")
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
 
 
 def detect(source: str | None) -> Syntax:
     """The syntax a chat template's source teaches, as llama.cpp tells them apart (the first match
-    wins); the generic format for a template with none of them, or none at all."""
-    if not source or "tools" not in source:
+    wins); the generic format for a template with none of them, or none at all. A template that
+    writes calls of a syntax of its own but never shows the tools (DeepSeek V3.1's and R1's own)
+    keeps its syntax, and the tools are described to it (`describes_tools`)."""
+    if not source:
         return GENERIC
-    if "<tool_call>" in source and not ("<function=" in source and "<parameter=" in source):  # Qwen3-Coder's XML
+    found = _by_source(source)
+    if "tools" in source:
+        return found
+    return dataclasses.replace(found, describes_tools=False) if found.form is not None else GENERIC
+
+
+def _by_source(source: str) -> Syntax:
+    if "<|channel|>" in source:
+        return GPT_OSS
+    if "<｜tool▁calls▁begin｜>" in source and "<｜tool▁sep｜>" in source:
+        return DEEPSEEK_R1 if "```json" in source else DEEPSEEK_V3_1
+    if "<|tool_calls_section_begin|>" in source and "<|tool_call_begin|>" in source:
+        return KIMI_K2
+    if "[TOOL_CALLS]" in source and "[ARGS]" in source:
+        return MINISTRAL_3
+    if "<|tools_prefix|>" in source:
+        return APERTUS
+    if "<TOOLCALL>" in source:
+        return NEMOTRON_NANO_V2
+    if "<|tool_list_start|>" in source or "List of tools: [" in source:
+        return LFM2 if "tool_calls" in source else dataclasses.replace(LFM2, calls_in_content=True)
+    if "<seed:tool_call>" in source:
+        return SEED_OSS
+    if "<minimax:tool_call>" in source:
+        return MINIMAX_M2
+    if "<arg_key>" in source and "<arg_value>" in source:
+        return GLM_4_7 if "</arg_key><arg_value>" in source else GLM_4_5
+    if "<tool_call>" in source and "<function=" in source and "<parameter=" in source:
+        return QWEN3_CODER
+    if "<tool_call>" in source and "<invoke name=" not in source:  # MiniMax M3's calls are its own
         return HERMES
     if "<|start_header_id|>ipython<|end_header_id|>" in source:
         return LLAMA_3
@@ -167,18 +293,22 @@ def call_grammar(syntax: Syntax, functions: tuple[dict, ...], choice: str, lenie
     end-of-generation token may follow. `lenient`: a keyword of the parameters llguidance cannot
     hold a reply to is left unchecked (a function not `strict`), else refused naming it."""
     callable_ = [f for f in functions if choice in ("auto", "required") or f["name"] == choice]
+    if syntax.form is not None:
+        return check_grammar(syntax.form.grammar(callable_, syntax.parallel, lenient))
     if syntax.wrapper is Wrapper.RECIPIENT:
         return check_grammar(_recipient_grammar(callable_, syntax.parallel, lenient))
     objects = [_call_schema(f, syntax) for f in callable_]
     if not syntax.is_native:
         return schema_grammar(_generic_schema(objects, choice, syntax.parallel), strict=not lenient)
-    call = f"tc_call: {_json({'anyOf': objects}, lenient)}"
+    call = f"tc_call: {json_value({'anyOf': objects}, lenient)}"
     return check_grammar(f"{_NATIVE_ROOTS[syntax.family](syntax.parallel)}\n{call}")
 
 
 def _call_schema(function: dict, syntax: Syntax) -> dict:
     # the grammar writes the keys in this order, the order the family's template shows
     properties = {syntax.id_key: {"type": "string", "pattern": "^[0-9]{1,2}$"}} if syntax.id_key else {}
+    if not syntax.name_key:  # the name is the one key
+        return {"type": "object", "properties": {function["name"]: function["parameters"]}, "required": [function["name"]]}
     properties |= {syntax.name_key: {"const": function["name"]}, syntax.arguments_key: function["parameters"]}
     return {"type": "object", "properties": properties, "required": list(properties)}
 
@@ -192,21 +322,9 @@ def _generic_schema(objects: list[dict], choice: str, parallel: bool) -> dict:
     return {"anyOf": [calls, answer]}
 
 
-def _json(schema: dict, lenient: bool) -> str:
-    """A schema as a piece of a Lark grammar, compiled by llguidance's JSON compiler as JSON_OPTIONS say."""
-    text = json.dumps({**closed(schema), "x-guidance": {**JSON_OPTIONS, "lenient": lenient}})
-    if len(text) > MAX_SCHEMA_BYTES:
-        raise ConstraintError(f"the tools' schemas have {len(text)} bytes, more than the {MAX_SCHEMA_BYTES} taken")
-    return f"%json {text}"
-
-
-def _literal(text: str) -> str:
-    return json.dumps(text)  # Lark reads JSON's escapes
-
-
 def _hermes_root(parallel: bool) -> str:
     more = ' ("\\n" tc_block)*' if parallel else ""
-    opening, closing = _literal("<tool_call>\n"), _literal("\n</tool_call>")
+    opening, closing = literal("<tool_call>\n"), literal("\n</tool_call>")
     return f"start: tc_block{more}\ntc_block: {opening} tc_call {closing}"
 
 
@@ -215,7 +333,7 @@ def _array_root(syntax: Syntax):
 
     def root(parallel: bool) -> str:
         more = ' (", " tc_call)*' if parallel else ""
-        return f"start: {_literal(syntax.trigger + '[')} tc_call{more} {_literal(']' + syntax.closer)}"
+        return f"start: {literal(syntax.trigger + '[')} tc_call{more} {literal(']' + syntax.closer)}"
 
     return root
 
@@ -223,15 +341,17 @@ def _array_root(syntax: Syntax):
 def _recipient_grammar(functions: list[dict], parallel: bool, lenient: bool) -> str:
     """Functionary's calls: `name\n` then the arguments of that function, `>>>` between calls (and
     before the first, where a lazy grammar starts at its trigger)."""
-    more = f" ({_literal('>>>')} tc_call)*" if parallel else ""
-    heads = [f"{_literal(function['name'] + chr(10))} {_json(function['parameters'], lenient)}" for function in functions]
-    return "\n".join([f"start: {_literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
+    more = f" ({literal('>>>')} tc_call)*" if parallel else ""
+    heads = [f"{literal(function['name'] + chr(10))} {json_value(function['parameters'], lenient)}" for function in functions]
+    return "\n".join([f"start: {literal('>>>')}? tc_call{more}", f"tc_call: {' | '.join(heads)}"])
 
 
 _NATIVE_ROOTS = {
     HERMES.family: _hermes_root,
-    LLAMA_3.family: lambda _parallel: f"start: {_literal('<|python_tag|>')}? tc_call",
+    LLAMA_3.family: lambda _parallel: f"start: {literal('<|python_tag|>')}? tc_call",
     MISTRAL_NEMO.family: _array_root(MISTRAL_NEMO),
     GRANITE.family: _array_root(GRANITE),
     COMMAND_R7B.family: _array_root(COMMAND_R7B),
+    APERTUS.family: _array_root(APERTUS),
+    NEMOTRON_NANO_V2.family: _array_root(NEMOTRON_NANO_V2),
 }

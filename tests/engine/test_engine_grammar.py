@@ -117,3 +117,21 @@ def test_a_lazy_grammar_lets_the_reply_run_free_until_its_trigger_then_holds_it(
     assert waiting.text == free.text and waiting.stats.gen_tokens == free.stats.gen_tokens
     assert bad.reason is FinishReason.ERROR and bad.fault is Fault.REQUEST and "not a regular expression" in bad.error
     assert after.reason is FinishReason.LENGTH and after.stats.gen_tokens == 8  # the engine goes on
+
+
+def test_a_control_token_a_request_preserves_is_written_out_in_its_reply(tiny_config):
+    """A tool syntax's marker that is one control token of the vocabulary (SamplingParams.preserved,
+    llama.cpp's preserved tokens) reaches the reply as its text, for the syntax's parser to read;
+    otherwise a control token is no text."""
+
+    async def main():
+        async with Started(tiny_config) as client:
+            (marker,) = await client.tokenize("<|im_start|>")
+            drawn = GREEDY.with_(max_tokens=2, logit_bias=((marker, 100.0),))
+            plain = await client.complete(user("Well?"), drawn)
+            kept = await client.complete(user("Well?"), drawn.with_(preserved=("<|im_start|>", "<not one token>")))
+            return plain, kept
+
+    plain, kept = run(main())
+    assert plain.stats.gen_tokens == kept.stats.gen_tokens == 2 and "<|im_start|>" not in plain.text
+    assert kept.text == "<|im_start|>" * 2

@@ -1,6 +1,5 @@
 """Tool calls in a model family's own syntax, through `serve` with the official `openai` client: the
-bundled model carrying a Hermes / Qwen, Llama 3.x, Mistral Nemo, IBM Granite, Command R7B or Functionary
-v3.2 style chat template (tool_templates.py,
+bundled model carrying a chat template of each family that writes one (tool_templates.py,
 conftest's `family_models`). Only what the grammar forces is asserted: with `required` or a named
 function every reply is a call in the family's syntax, whose arguments follow the schema; several
 calls come back indexed 0..n-1; a stream sends each call's id, type and name first, then its
@@ -8,6 +7,7 @@ arguments in fragments; and the template itself renders the tools, the calls and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,14 +22,27 @@ from app.engine.prompt.chat_template import ChatTemplate
 from app.engine.sequence import Request
 from app.server.protocol import parse_chat
 from app.server.tool_syntax import (
+    APERTUS,
     COMMAND_R7B,
+    DEEPSEEK_R1,
+    DEEPSEEK_V3_1,
     FUNCTIONARY_V3_2,
+    GLM_4_5,
+    GLM_4_7,
+    GPT_OSS,
     GRANITE,
     HERMES,
+    KIMI_K2,
+    LFM2,
     LLAMA_3,
+    MINIMAX_M2,
+    MINISTRAL_3,
     MISTRAL_NEMO,
-    Syntax,
+    NEMOTRON_NANO_V2,
+    QWEN3_CODER,
+    SEED_OSS,
     Wrapper,
+    detect,
     model_syntax,
 )
 
@@ -75,7 +88,25 @@ SYNTAXES = {
     "granite": GRANITE,
     "command_r7b": COMMAND_R7B,
     "functionary": FUNCTIONARY_V3_2,
+    "gpt_oss": GPT_OSS,
+    "qwen3_coder": QWEN3_CODER,
+    "seed_oss": SEED_OSS,
+    "glm": GLM_4_5,
+    "glm47": GLM_4_7,
+    "minimax": MINIMAX_M2,
+    "deepseek_v3_1": DEEPSEEK_V3_1,
+    "deepseek_r1": DEEPSEEK_R1,
+    "kimi_k2": KIMI_K2,
+    "ministral": MINISTRAL_3,
+    "apertus": APERTUS,
+    "nemotron_v2": NEMOTRON_NANO_V2,
+    "lfm2": dataclasses.replace(LFM2, calls_in_content=True),  # its template shows no `tool_calls`
 }
+# what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
+# analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's
+# markers (one token each in its vocabulary) are some 15 tokens each in the bundled model's
+FAMILY_EXTRA = {"gpt_oss": {"reasoning_budget_tokens": 3}}
+FAMILY_MAX_TOKENS = {"deepseek_v3_1": 160, "deepseek_r1": 200}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token of its masked logits, read with the other greedy rows' in one pass; a chain's draw is
 # a pass over the whole vocabulary (10-16 ms a token)
@@ -88,6 +119,8 @@ MARKS = (
     "<|START_ACTION|>",
     '"name"',
     '"tool_name"',
+    "to=functions.",
+    "<|channel|>",
 )  # a call's syntax, never content
 
 
@@ -135,6 +168,8 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
     # one call a reply: random weights could chain calls up to max_tokens (several: the test below);
     # 80 tokens hold Command R7B's call, its markers spelled out in the bundled model's tokens
     asked = {"messages": ASK, "max_tokens": 80, "tools": [WEATHER, TIME], "parallel_tool_calls": False, **GREEDY}
+    asked["extra_body"] = {**GREEDY["extra_body"], **FAMILY_EXTRA.get(family, {})}
+    asked["max_tokens"] = FAMILY_MAX_TOKENS.get(family, 80)
 
     async def body(api):
         required = await api.chat.completions.create(model="m", tool_choice="required", **asked)
@@ -168,12 +203,12 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("family", ["hermes", "command_r7b"])
+@pytest.mark.parametrize("family", ["hermes", "command_r7b", "qwen3_coder", "minimax"])
 def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one(family_models, family):
     # greedy, the bundled model alone calls one function and closes the list in the array syntaxes;
-    # after a turn of the same two calls, as in a real chat, it writes both in Hermes' and Command
-    # R7B's (in Mistral's it then repeats them until max_tokens: several calls there are
-    # test_tool_parse.py's, from the text)
+    # after a turn of the same two calls, as in a real chat, it writes both in Hermes', Command
+    # R7B's, Qwen3-Coder's (a block each) and MiniMax's (one block) (in Mistral's it then repeats
+    # them until max_tokens: several calls there are test_tool_parse.py's, from the text)
     asked = {"messages": TWO_CALLS_BEFORE, "max_tokens": 120, "tools": [WEATHER, TIME], "tool_choice": "required", **GREEDY}
 
     async def body(api):
@@ -196,42 +231,81 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one
     assert len(one.message.tool_calls) == 1 and one.finish_reason == "tool_calls" and _follows_schema(one.message.tool_calls[0])
 
 
-def _written_call(syntax: Syntax) -> str:
+# the call get_weather(city="Paris", days=1) as a family of a syntax of its own writes it back
+WRITTEN_BACK = {
+    "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 1}}]<|tools_suffix|>',
+    "gpt_oss": 'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 1}<|call|>',
+}
+
+
+def _written_call(family: str) -> str:
     """The call get_weather(city="Paris", days=1) as the family's template writes it."""
-    arguments = '{"city": "Paris", "days": 1}'
+    syntax, arguments = SYNTAXES[family], '{"city": "Paris", "days": 1}'
+    if family in WRITTEN_BACK:
+        return WRITTEN_BACK[family]
+    if syntax.form is not None:  # as the family writes it, a string argument raw
+        return syntax.form.write([("get_weather", {"city": "Paris", "days": 1})])
     if syntax.wrapper is Wrapper.RECIPIENT:
         return f">>>get_weather\n{arguments}"
     return f'"{syntax.name_key}": "get_weather", "{syntax.arguments_key}": {arguments}'
 
 
-@pytest.mark.unit
-@pytest.mark.parametrize("family", list(SYNTAXES))
-def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
-    """The request as `serve` reads it, rendered by the family's template: what the model reads."""
-    call = {
-        "id": "abcDEF123",
-        "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
-    }
-    body = {
-        "messages": ASK
-        + [
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny, 21 C"},
+CALLED_BACK = ASK + [
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "abcDEF123",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 1}'},
+            }
         ],
-        "tools": [WEATHER],
-        "tool_choice": "auto",
-    }
-    job = parse_chat(body, 4096, SYNTAXES[family])
-    # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
-    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].triggers_for(("get_weather",))
-    template = ChatTemplate(tool_templates.FAMILIES[family], model="a test template")
+    },
+    {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny, 21 C"},
+]
+
+
+def _rendered(source: str, job) -> str:
+    """The prompt a template makes of a request as `serve` reads it: what the model reads."""
+    template = ChatTemplate(source, model="a test template")
     try:
         builder = PromptBuilder(template, lambda text, add_special=True: list(text.encode()), 4096, OverflowPolicy.STOP)
         tokens, _ = builder.build(Request("r", job.params, messages=job.messages))
     finally:
         template.close()
-    prompt = bytes(tokens).decode()
-    assert _written_call(SYNTAXES[family]) in prompt
-    assert "sunny, 21 C" in prompt and '"description": "The weather now in a city"' in prompt
+    return bytes(tokens).decode()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("family", list(SYNTAXES))
+def test_the_familys_template_renders_the_tools_the_call_and_its_result(family):
+    job = parse_chat({"messages": CALLED_BACK, "tools": [WEATHER], "tool_choice": "auto"}, 4096, SYNTAXES[family])
+    # auto, in a native syntax: free text until the family's trigger, the calls' grammar from there
+    assert job.params.grammar is not None and job.params.grammar_triggers == SYNTAXES[family].triggers_for(("get_weather",))
+    prompt = _rendered(tool_templates.FAMILIES[family], job)
+    assert _written_call(family) in prompt
+    assert "sunny, 21 C" in prompt and "The weather now in a city" in prompt
     assert "You can call these functions" not in prompt  # not the generic format's description
+
+
+# DeepSeek V3.1's own template writes calls back but never shows the tools (its users describe them)
+NO_TOOLS_SHOWN = """{%- for m in messages %}
+{%- if m.role == 'system' %}{{ m.content }}
+{%- elif m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for call in m.tool_calls %}<｜tool▁call▁begin｜>{{ call.function.name }}<｜tool▁sep｜>{{ call.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜>
+{%- elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>
+{%- else %}<｜Assistant｜>{{ m.content }}{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜>{% endif %}"""
+
+
+@pytest.mark.unit
+def test_a_template_that_writes_calls_but_never_shows_the_tools_is_told_of_them_in_its_syntax():
+    syntax = detect(NO_TOOLS_SHOWN)
+    assert syntax.family == DEEPSEEK_V3_1.family and not syntax.describes_tools
+    job = parse_chat({"messages": CALLED_BACK, "tools": [WEATHER], "tool_choice": "required"}, 4096, syntax)
+    prompt = _rendered(NO_TOOLS_SHOWN, job)
+    assert prompt.startswith("You can call these functions:") and "The weather now in a city" in prompt
+    assert "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function_name<｜tool▁sep｜>" in prompt  # how to call, in its syntax
+    assert _written_call("deepseek_v3_1") in prompt and "sunny, 21 C" in prompt

@@ -5,7 +5,10 @@ stream of any text, cut anywhere, sends exactly what the whole reply reads as.""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import re
 import string
 
 import pytest
@@ -13,28 +16,74 @@ import tool_templates
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from app.server.tool_parse import ToolStream, ValueReads, _read_value, scan, value_end
+from app.engine.sampling.constraints import follows
+from app.engine.thinking import HARMONY as HARMONY_THOUGHTS
+from app.engine.thoughts import Thoughts
+from app.server.tool_parse import ToolStream, scan
 from app.server.tool_syntax import (
+    APERTUS,
     COMMAND_R7B,
+    DEEPSEEK_R1,
+    DEEPSEEK_V3_1,
     FUNCTIONARY_V3_2,
     GENERIC,
+    GLM_4_5,
+    GLM_4_7,
+    GPT_OSS,
     GRANITE,
     HERMES,
+    KIMI_K2,
+    LFM2,
     LLAMA_3,
+    MINIMAX_M2,
+    MINISTRAL_3,
     MISTRAL_NEMO,
+    NEMOTRON_NANO_V2,
+    QWEN3_CODER,
+    SEED_OSS,
     Syntax,
     Wrapper,
+    call_grammar,
     detect,
 )
+from app.server.tool_syntaxes.json_text import ValueReads, read_value, value_end
 
 pytestmark = pytest.mark.unit
 
-NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2]
+NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS, APERTUS, NEMOTRON_NANO_V2]
+XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
+NATIVE += XML
+NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3]
+NATIVE += NAMED
+NATIVE += [LFM2]
+ONE_BY_ONE = [*XML, LFM2]  # arguments written one by one, not as a JSON object
 SYNTAXES = [*NATIVE, GENERIC, HERMES.with_parallel(False), COMMAND_R7B.with_parallel(False)]
 # text rich in what the syntaxes are made of, so that generated replies hit their corners
 PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>", '{"name": "f", ', '"arguments": ', '"parameters": ']
 PIECES += ["<|tool_call|>", "<|START_ACTION|>", "<|END_ACTION|>", '{"tool_call_id": "0", ', '"tool_name": "f", ']
 PIECES += [">>>", "all\n", "f\n"]
+PIECES += ["<|channel|>", "commentary", " to=functions.", "to=functions.f", "<|constrain|>json", "<|message|>", "<|call|>"]
+PIECES += ["<|start|>assistant", "<|end|>"]
+PIECES += [
+    "<function=f>",
+    "</function>",
+    "<parameter=a>",
+    "</parameter>",
+    "\n</parameter>\n",
+    "<seed:tool_call>",
+    "</seed:tool_call>",
+]
+PIECES += ["<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
+PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
+PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"]
+PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
+PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]"]
+PIECES += ["<|tools_prefix|>", "<|tools_suffix|>", '{"f": ', "<TOOLCALL>", "</TOOLCALL>"]
+PIECES += ["<|tool_call_start|>[", "]<|tool_call_end|>", "f(", "a=", ")", "'x'", "True", "-", ".", "e"]
+# a syntax that writes arguments as text streams a string one as it comes: `a` is one
+SYNTAXES += [
+    s.with_functions(({"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}},)) for s in XML
+]
 PIECES += [
     '{"tool_calls": [',
     '{"response": "',
@@ -134,7 +183,7 @@ VALUE_PIECES = ["{", "}", "[", "]", '"', "\\", ",", ":", " ", "\n", "\u00a0", "a
 def test_a_value_read_on_reads_as_one_read_at_once(text, cuts):
     reads = ValueReads()
     for cut in [*sorted(set(cuts)), len(text)]:
-        assert reads.read(text[:cut], 0) == _read_value(text[:cut], 0)
+        assert reads.read(text[:cut], 0) == read_value(text[:cut], 0)
 
 
 json_values = st.recursive(
@@ -165,16 +214,20 @@ def written(syntax: Syntax, before: str, made: list[tuple[str, dict]]) -> str:
         return text + ">>>".join(f"{name}\n{json.dumps(arguments)}" for name, arguments in made)
     if syntax is LLAMA_3:
         return f"<|python_tag|>{objects[0]}"
+    if syntax.form is not None:
+        return before + syntax.form.write(made)
     return json.dumps({"tool_calls": [{"name": n, "arguments": a} for n, a in made]})
 
 
 def _call_object(syntax: Syntax, index: int, name: str, arguments: dict) -> str:
+    if not syntax.name_key:  # the name is the one key
+        return json.dumps({name: arguments})
     numbered = {syntax.id_key: str(index)} if syntax.id_key else {}
     return json.dumps(numbered | {syntax.name_key: name, syntax.arguments_key: arguments})
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from([*NATIVE, GENERIC]), prose, calls)
+@given(st.sampled_from([*(s for s in NATIVE if s not in ONE_BY_ONE), GENERIC]), prose, calls)
 def test_calls_in_a_familys_syntax_come_back_whole_and_never_leak_into_content(syntax, before, made):
     made = made[:1] if syntax is LLAMA_3 else made
     assume(syntax is not FUNCTIONARY_V3_2 or all(name != "all" for name, _ in made))  # `all` is its recipient for text
@@ -226,9 +279,23 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.GRANITE) is GRANITE
     assert detect(tool_templates.COMMAND_R7B) is COMMAND_R7B
     assert detect(tool_templates.FUNCTIONARY_V3_2) is FUNCTIONARY_V3_2
+    assert detect(tool_templates.GPT_OSS) is GPT_OSS
+    assert detect(tool_templates.QWEN3_CODER) is QWEN3_CODER and detect(tool_templates.SEED_OSS) is SEED_OSS
+    assert detect(tool_templates.GLM_4_5) is GLM_4_5 and detect(tool_templates.GLM_4_7) is GLM_4_7
+    assert detect(tool_templates.MINIMAX_M2) is MINIMAX_M2
+    assert detect(tool_templates.DEEPSEEK_V3_1) is DEEPSEEK_V3_1 and detect(tool_templates.DEEPSEEK_R1) is DEEPSEEK_R1
+    assert detect(tool_templates.KIMI_K2) is KIMI_K2 and detect(tool_templates.MINISTRAL_3) is MINISTRAL_3
+    assert detect(tool_templates.APERTUS) is APERTUS and detect(tool_templates.NEMOTRON_NANO_V2) is NEMOTRON_NANO_V2
+    assert detect(tool_templates.LFM2) == dataclasses.replace(LFM2, calls_in_content=True)  # it shows no tool_calls
+    assert detect(tool_templates.LFM2 + "{# tool_calls #}") is LFM2
     assert detect(None) is GENERIC and detect("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
-    # Qwen3-Coder's XML calls are not Hermes' JSON ones
-    assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is GENERIC
+    # Qwen3-Coder's XML calls are not Hermes' JSON ones, nor GLM's
+    assert detect("{% if tools %}<tool_call>\n<function=x>\n<parameter=y>{% endif %}") is QWEN3_CODER
+    assert detect("{% if tools %}<tool_call>{{ name }}\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>{% endif %}") is GLM_4_5
+    assert detect("{% if tools %}<tool_call>{{ name }}<arg_key>k</arg_key><arg_value>v</arg_value>{% endif %}") is GLM_4_7
+    assert detect("{% if tools %}<seed:tool_call>\n<function=x>\n<parameter=y>{% endif %}") is SEED_OSS
+    assert detect('{% if tools %}<minimax:tool_call>\n<invoke name="x">{% endif %}') is MINIMAX_M2
+    assert detect("{% if tools %}<|start|>assistant<|channel|>final<|message|>{% endif %}") is GPT_OSS
 
 
 def test_each_new_familys_distinctive_text_tells_it_apart():
@@ -278,3 +345,170 @@ def test_several_calls_only_when_asked_and_a_named_function_once(syntax):
     assert not parse_tools({"tools": tools, "tool_choice": "required"}, syntax).syntax.parallel
     assert parse_tools({"tools": tools, "tool_choice": "required", "parallel_tool_calls": True}, syntax).syntax.parallel
     assert not parse_tools({"tools": tools, "tool_choice": named, "parallel_tool_calls": True}, syntax).syntax.parallel
+
+
+# -- gpt-oss: the split of a reply (thoughts.py) and the tool parser together
+
+
+def _harmony_stream(text: str, cuts: list[int]) -> tuple[str, str, list[dict], str, list]:
+    """A gpt-oss reply fed in pieces through the thinking split, its answer through a ToolStream:
+    the thoughts, the streamed content and calls, and the whole answer's content and calls."""
+    thoughts, ids = Thoughts(HARMONY_THOUGHTS), iter(range(1000))
+    tool_stream, answer, deltas = ToolStream(GPT_OSS, lambda: f"call_{next(ids)}"), "", []
+    for start, end in itertools.pairwise([0, *sorted({c for c in cuts if 0 < c < len(text)}), len(text)]):
+        answer += thoughts.feed(text[start:end])[1]
+        deltas += tool_stream.feed(answer)
+    answer += thoughts.finish()[1]
+    deltas += tool_stream.feed(answer, final=True)
+    content = "".join(d.get("content", "") for d in deltas)
+    calls = [c["function"] for d in deltas for c in d.get("tool_calls", []) if "id" in c]
+    for d in deltas:
+        for c in d.get("tool_calls", []):
+            if "id" not in c:
+                calls[c["index"]] = {
+                    **calls[c["index"]],
+                    "arguments": calls[c["index"]]["arguments"] + c["function"]["arguments"],
+                }
+    whole = scan(answer, GPT_OSS)
+    return thoughts.reasoning, content, calls, whole.content, [{"name": c.name, "arguments": c.arguments} for c in whole.calls]
+
+
+HARMONY_CALL = (
+    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary<|message|>Let me look.<|end|>"
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, len(HARMONY_CALL)), max_size=30))
+@example(list(range(len(HARMONY_CALL))))
+def test_a_gpt_oss_call_streams_apart_from_its_analysis_and_preamble(cuts):
+    """analysis → thoughts, a commentary preamble → content, a message to a function → a call;
+    streamed in any pieces, what the whole answer reads as."""
+    reasoning, content, calls, whole_content, whole_calls = _harmony_stream(HARMONY_CALL, cuts)
+    assert reasoning == "The user wants the weather." and content == whole_content == "Let me look."
+    assert calls == whole_calls == [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
+
+
+def test_gpt_oss_calls_read_in_either_header_and_a_final_answer_is_content():
+    # the recipient in the role's header, as its template writes a call back
+    in_role = (
+        "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}"
+    )
+    reasoning, content, calls, _, _ = _harmony_stream(in_role, [5, 40, 70])
+    assert reasoning == "Hm." and content == "" and calls == [{"name": "get_time", "arguments": "{}"}]
+    final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is 4."
+    assert _harmony_stream(final, [3, 30])[:3] == ("Easy.", "It is 4.", [])
+    # as the model wrote it (reasoning_format none): the messages' headers are content, the call is not
+    raw = scan(
+        '<|channel|>final<|message|>Hi<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{"a": 1}',
+        GPT_OSS,
+    )
+    assert raw.content == "<|channel|>final<|message|>Hi<|end|>" and [(c.name, c.arguments) for c in raw.calls] == [
+        ("f", '{"a": 1}')
+    ]
+    # a recipient that is no function, or a header that never closes, is no call
+    assert not scan("<|channel|>commentary to=browser.search<|message|>{}", GPT_OSS).calls
+    assert scan("to=functions.f " + "x" * 300, GPT_OSS).content.startswith("to=functions.f")
+
+
+FUNCTIONS = (
+    {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"enum": ["Paris", "London"]}, "days": {"enum": [1, 2, 3]}},
+            "required": ["city", "days"],
+        },
+    },
+    {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+)
+
+
+def _trigger_start(match: re.Match) -> int:
+    """Where a lazy grammar starts (the engine's rule): the trigger's first group that matched, else the match."""
+    return next((match.start(i) for i in range(1, len(match.groups()) + 1) if match.group(i)), match.start())
+
+
+@pytest.mark.parametrize("syntax", NATIVE, ids=lambda s: s.family)
+def test_under_auto_the_familys_trigger_sets_off_a_grammar_its_calls_follow(syntax):
+    """tool_choice auto: the reply is free until a trigger matches; the grammar holds it from there,
+    and a call written in the family's syntax follows it. Prose sets nothing off."""
+    names = tuple(f["name"] for f in FUNCTIONS)
+    grammar, triggers = call_grammar(syntax, FUNCTIONS, "auto"), syntax.triggers_for(names)
+    text = written(syntax, "Let me look.", [("get_weather", {"city": "Paris", "days": 1})])
+    text = text.removesuffix("<|call|>")  # gpt-oss ends its turn with it: an end-of-generation token
+    starts = [_trigger_start(m) for m in (re.search(p, text) for p in triggers) if m]
+    assert starts and follows(grammar, text[min(starts) :]), (text, triggers)
+    assert not any(re.search(p, "Let me look at the weather in Paris, then get the time.") for p in triggers)
+
+
+# arguments as tags or a Python call's: names and string values as a template writes them (no tag, no
+# line break at an end)
+_TEXT = string.ascii_letters + string.digits + " .,!?'{}[]:\"\\"
+xml_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(_TEXT, max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+xml_calls = st.lists(
+    st.tuples(
+        st.text(string.ascii_letters + "_-", min_size=1, max_size=12),
+        st.dictionaries(st.text(string.ascii_letters + "_", min_size=1, max_size=6), xml_values, max_size=3),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda call: call[0],
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(ONE_BY_ONE), prose, xml_calls, st.lists(st.integers(0, 400), max_size=12))
+def test_arguments_written_one_by_one_come_back_as_json_whole_and_streamed(syntax, before, made, cuts):
+    """Arguments as tags or a Python call's: a string one (by its function's parameters) comes
+    back as the string written, any other as the JSON written; the same whole and streamed."""
+    functions = tuple(
+        {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": "string"} if isinstance(v, str) else {} for k, v in args.items()},
+            },
+        }
+        for name, args in made
+    )
+    syntax = syntax.with_functions(functions)
+    text = written(syntax, before, made)
+    found = scan(text, syntax)
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == made and found.content == before.strip()
+    assert stream(text, syntax, cuts) == (found.content, [{"name": c.name, "arguments": c.arguments} for c in found.calls])
+
+
+def test_a_string_argument_streams_as_it_is_written():
+    syntax = QWEN3_CODER.with_functions(({"name": "note", "parameters": {"properties": {"text": {"type": "string"}}}},))
+    text = "<tool_call>\n<function=note>\n<parameter=text>\nBuy milk\nand eggs\n</parameter>\n</function>\n</tool_call>"
+    ids, tool_stream, fragments = iter(range(9)), None, []
+    tool_stream = ToolStream(syntax, lambda: f"call_{next(ids)}")
+    for cut in range(1, len(text) + 1):
+        for delta in tool_stream.feed(text[:cut], final=cut == len(text)):
+            fragments += [c["function"]["arguments"] for c in delta.get("tool_calls", []) if "id" not in c]
+    assert "".join(fragments) == '{"text": "Buy milk\\nand eggs"}'
+    assert '{"text": "Buy' in fragments[0] + fragments[1] + fragments[2] + fragments[3] + fragments[4] and len(fragments) > 10
+    # a typed argument (here none said) waits to be whole; text is a string, JSON is JSON
+    found = scan(
+        "<tool_call><function=f><parameter=a>12</parameter><parameter=b>twelve</parameter></function></tool_call>", QWEN3_CODER
+    )
+    assert json.loads(found.calls[0].arguments) == {"a": 12, "b": "twelve"}
+
+
+def test_tags_that_only_look_like_a_call_are_content():
+    assert scan("<tool_call>hello</tool_call>", QWEN3_CODER).content == "<tool_call>hello</tool_call>"
+    assert scan("Use <tool_call> tags.", GLM_4_5).content == "Use <tool_call> tags."
+    # a call without arguments, GLM's way; a block of several, MiniMax's
+    assert [(c.name, c.arguments) for c in scan("<tool_call>get_time</tool_call>", GLM_4_7).calls] == [("get_time", "{}")]
+    two = '<minimax:tool_call>\n<invoke name="a">\n</invoke>\n<invoke name="b">\n<parameter name="x">1</parameter>\n</invoke>\n</minimax:tool_call>'
+    assert [(c.name, c.arguments) for c in scan(two, MINIMAX_M2).calls] == [("a", "{}"), ("b", '{"x": 1}')]
+    # malformed after the name: the call stands as far as it went, the rest is content
+    broken = scan("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\noops", QWEN3_CODER)
+    assert broken.calls[0].name == "f" and broken.calls[0].arguments == '{"a": 1' and broken.content == "oops"

@@ -150,6 +150,10 @@ class Constraints:
             allowed = np.unpackbits(mask.view(np.uint8), bitorder="little", count=self._n_vocab)
             logits[allowed == 0] = -np.inf
 
+    def takes(self, constraint: Constraint, tokens: tuple[int, ...]) -> bool:
+        """Whether a constraint that holds takes `tokens` next, the matcher left as it was."""
+        return bool(tokens) and constraint.matcher.validate_tokens(list(tokens)) == len(tokens)
+
     def accept(self, constraint: Constraint, token: int) -> str | None:
         """The reply took `token`: the matcher moves past it (or a lazy constraint watches for its
         trigger). Why the constraint cannot go on, or None."""

@@ -188,6 +188,9 @@ class SamplingParams:
     # the functions a chat's own template is given as its `tools` (OpenAI's list, as JSON): serve's
     # tool calls with a template that renders them; None: the template sees no tools
     tools: str | None = None
+    # texts the reply writes out where the model's vocabulary holds them as control tokens (a tool
+    # syntax's markers, which its parser reads: llama.cpp's preserved tokens)
+    preserved: tuple[str, ...] = ()
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)
@@ -235,6 +238,8 @@ class SamplingParams:
             return "the grammar must be GBNF text, or unset"
         if self.tools is not None and not isinstance(self.tools, str):
             return "the tools must be JSON text, or unset"
+        if not all(isinstance(t, str) and t for t in self.preserved):
+            return "every preserved text must be a non-empty string"
         if self.grammar_triggers and self.grammar is None:
             return "grammar triggers need a grammar to start"
         if self.grammar is not None and self.ignore_eos:
