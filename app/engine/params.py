@@ -157,6 +157,8 @@ class EngineConfig:
     spec_draft_n_min: int = 0
     spec_draft_model: str | None = None
     spec_draft_p_min: float = 0.0  # a draft model's guess less likely than this (to it) ends the draft
+    # a Jinja chat template file used instead of the model's own (llama.cpp's --chat-template-file)
+    chat_template_file: str | None = None
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)

@@ -253,6 +253,7 @@ class LlamaBackend:
             pool_reason=self.pool_reason,
             kv_layout=self.layout_text(),
             has_chat_template=self.chat_template is not None,
+            chat_template_file=self.config.chat_template_file or "",
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             drafts_refused=self.drafts_refused or "",
             build=self.build,

@@ -75,7 +75,7 @@ class OverBudget(Exception):
     """The render wrote more characters than its budget."""
 
 
-def _generation_tag():
+def generation_tag():
     """Hugging Face's `{% generation %}…{% endgeneration %}` (it marks the assistant's text for
     training): its body written as it is."""
     from jinja2 import nodes
@@ -103,7 +103,7 @@ class Renderer:
         # what Hugging Face's renderer reads: {% break %} and {% continue %}, {% generation %}; not
         # its immutable sandbox, as templates build lists with append (Kimi K2): the values a render
         # changes are this process's copies, and Jinja's sandbox still guards every attribute
-        extensions = ["jinja2.ext.loopcontrols", _generation_tag()]
+        extensions = ["jinja2.ext.loopcontrols", generation_tag()]
         self._env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
         self._env.globals["raise_exception"] = self._raise
         # what Hugging Face's renderer gives templates, which tool-calling templates use
