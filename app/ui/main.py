@@ -83,14 +83,15 @@ async def _main(args) -> int:
         config = config.with_(model_path=args.model)
     if args.panes:
         config = config.with_(capacity=max(config.capacity, args.panes))
-    config = config.with_(**getattr(args, "engine_overrides", {}))  # llama.cpp's flags on the command line
+    overrides = getattr(args, "engine_overrides", {})  # llama.cpp's flags on the command line
+    config = config.with_(**{"chat_template_file": settings.chat_template_for(config.model_path), **overrides})
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError here: the command line prints it
     settings.set_engine_config(config)
     # more models: those on the command line, else those loaded beside the first when the window closed
     models = getattr(args, "models", None)  # the demo's parser has none
     more = models[1:] if models else settings.extra_models
-    not_loaded = await load_more_models(client, config, more)
+    not_loaded = await load_more_models(client, config, more, settings.chat_template_for)
     window = MainWindow(client, ChatStore(data_dir()), settings, pane_count=args.panes)
     if not_loaded:
         window.statusBar().showMessage("Not loaded: " + "; ".join(not_loaded), 20000)
@@ -145,12 +146,13 @@ class CloseOnSigterm:
             window.close()
 
 
-async def load_more_models(client: EngineClient, config, paths: list[str]) -> list[str]:
-    """Load each model beside the first, with its settings; what could not be loaded, and why."""
+async def load_more_models(client: EngineClient, config, paths: list[str], template_for=lambda _path: None) -> list[str]:
+    """Load each model beside the first, with its settings and its own chat template file
+    (`template_for`, None: the model's template); what could not be loaded, and why."""
     failed = []
     for path in paths:
         try:
-            await client.load_model(config.with_(model_path=path))
+            await client.load_model(config.with_(model_path=path, chat_template_file=template_for(path)))
         except (EngineError, ValueError) as e:  # a file gone or broken, a name taken
             failed.append(f"{Path(path).name}: {e}")
     return failed

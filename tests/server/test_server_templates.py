@@ -95,7 +95,11 @@ def test_a_system_message_is_folded_into_the_first_user_turn_where_the_template_
 
 
 def test_templates_that_read_functions_or_typed_content_serve_chats_tools_and_results(caps_models):
-    turn = [*ASK, {"role": "assistant", "content": None, "tool_calls": [CALL]}, {"role": "tool", "tool_call_id": CALL["id"], "content": RESULT}]
+    turn = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": CALL["id"], "content": RESULT},
+    ]
 
     async def body(api, prompts):
         replies = [await api.chat.completions.create(messages=ASK, **GREEDY), await _called(api, ASK)]
