@@ -199,22 +199,25 @@ class AppSettings:
     # -- engine --------------------------------------------------------------------------------
 
     def engine_config(self, default_model: str) -> EngineConfig:
-        """The saved engine settings (config_fields.py); one missing or unreadable keeps its default."""
+        """The saved engine settings (config_fields.py), with the chat template file kept for their
+        model; one missing or unreadable keeps its default."""
         base = EngineConfig(model_path=default_model, capacity=MAX_PANES)  # threads: the engine's default
         self.q.beginGroup("engine")
         try:
             texts = {key: self._get(key, "", str) for key in self.q.childKeys() if key not in PER_MODEL}
         finally:
             self.q.endGroup()
-        return config_from_texts(texts, base)
+        config = config_from_texts(texts, base)
+        return config.with_(chat_template_file=self.chat_template_for(config.model_path))
 
     def set_engine_config(self, config: EngineConfig) -> None:
-        """The engine settings; the chat template file is a model's own (chat_template_for)."""
+        """The engine settings; the chat template file is kept for its model (chat_template_for)."""
         self.q.beginGroup("engine")
         for key, text in config_texts(config).items():
             if key not in PER_MODEL:
                 self.q.setValue(key, text)
         self.q.endGroup()
+        self.set_chat_template_for(config.model_path, config.chat_template_file)
 
     def sync(self) -> None:
         self.q.sync()

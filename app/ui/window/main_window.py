@@ -476,8 +476,7 @@ class MainWindow(QMainWindow):
     # -- engine reloads and restarts -----------------------------------------------------------
 
     def _on_config_applied(self, config) -> None:
-        self.settings.set_engine_config(config)
-        self.settings.set_chat_template_for(config.model_path, config.chat_template_file)
+        self.settings.set_engine_config(config)  # and the template file, kept for its model
         self.library.show_templates()
         for pane in self.panes:
             pane.show_engine_drafts(self.engine_drafts)
