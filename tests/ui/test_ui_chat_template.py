@@ -2,7 +2,7 @@
 and applied, the model reloads with it (a template that refuses a system message gets it folded, and
 a pane's chat with a system prompt is answered); it is kept for that model in the settings and shown
 in the model library; cleared, the model's own comes back; a broken file is refused with its line,
-the model kept."""
+the model kept; a file kept for a model and gone since leaves it its own template, with a notice."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from app.client import new_request_id
 from app.engine.sampling.params import GREEDY
 from app.engine.sequence import Request
 from app.ui.docks.model_library import TEMPLATE
-
-pytestmark = pytest.mark.gui
+from app.ui.main import usable_template
 
 SYSTEM = "Answer in one word."
 ASK = {"role": "user", "content": "What is the capital of France?"}
@@ -36,6 +35,7 @@ async def _prompt(window) -> str:
     return await window.client.apply_template(Request(new_request_id(), GREEDY, messages=messages))
 
 
+@pytest.mark.gui
 def test_a_template_file_chosen_in_the_engine_panel_is_used_kept_and_given_up(run_window, qtbot, model_path, tmp_path):
     mine, broken = tmp_path / "gemma2.jinja", tmp_path / "broken.jinja"
     mine.write_text(caps_templates.REFUSES_SYSTEM)
@@ -71,3 +71,15 @@ def test_a_template_file_chosen_in_the_engine_panel_is_used_kept_and_given_up(ru
     assert again == own and given_up is None
     assert "Kept the previous model" in refused and "broken.jinja" in refused and "line 2" in refused
     assert still == own
+
+
+@pytest.mark.unit
+def test_a_template_file_kept_for_a_model_and_gone_since_leaves_it_its_own_with_a_notice(tmp_path):
+    mine = tmp_path / "mine.jinja"
+    mine.write_text(caps_templates.FUNCTIONS)
+    notices: list[str] = []
+    assert usable_template(str(mine), "/models/small.gguf", notices) == str(mine) and notices == []
+    assert usable_template(None, "/models/small.gguf", notices) is None and notices == []
+    mine.unlink()
+    assert usable_template(str(mine), "/models/small.gguf", notices) is None
+    assert notices == [f"small.gguf chats with its own template: the chat template file {mine} does not exist"]
