@@ -14,6 +14,7 @@ import sys
 import aiohttp
 import caps_templates
 import pytest
+import tool_templates
 from helpers import run
 from serving import Serving
 from spawn import ROOT, free_port, running, serve_command
@@ -37,9 +38,9 @@ CALL = {"id": "call0A1b2", "type": "function", "function": {"name": "get_weather
 RESULT = "sunny, 21 degrees"
 
 
-def _serve(path: str, body):
+def _serve(path: str, body, template_file: str | None = None):
     async def main():
-        config = EngineConfig(model_path=path, n_ctx=4096, n_batch=256, capacity=4, n_threads=2)
+        config = EngineConfig(model_path=path, n_ctx=4096, n_batch=256, capacity=4, n_threads=2, chat_template_file=template_file)
         async with Serving(config) as (_client, _server, url):
             api = openai_client(url)
             try:
@@ -123,6 +124,27 @@ def test_the_chat_template_file_given_on_the_command_line(model_path, tmp_path):
             meta = json.load(response)["data"][0]["meta"]
     assert f"<start_of_turn>user\n{SYSTEM}\n" in prompt
     assert meta["chat_template_file"] == str(path) and meta["chat_template"] is True
+
+
+def test_a_template_files_tool_syntax_is_the_one_tools_are_given_in(model_path, tmp_path):
+    path = tmp_path / "hermes.jinja"
+    path.write_text(tool_templates.HERMES)
+    turn = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": CALL["id"], "content": RESULT},
+    ]
+
+    async def body(api, prompts):
+        return await prompts(turn, tools=[WEATHER]), await _called(api, ASK)
+
+    prompt, called = _serve(model_path, body, template_file=str(path))
+    # the file's syntax (Hermes), not the model's (the generic format): its template lists the tools
+    # and writes the call and its result its own way
+    assert "<tools>\n" in prompt and '"name": "get_weather"' in prompt
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert f"<tool_response>\n{RESULT}\n</tool_response>" in prompt
+    assert called == ("get_weather", "get_weather")
 
 
 def test_a_template_file_that_cannot_serve_stops_the_command_with_its_reason(model_path, tmp_path):
