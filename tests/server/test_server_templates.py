@@ -1,7 +1,8 @@
 """Chat templates through `serve`, with the official `openai` client, on the bundled model carrying
 short templates of the tests' own (caps_templates.py, think_templates.py): a template that refuses a
 system message gets it folded into the first user turn, one that reads `functions` or typed content
-serves chats and tools; `--chat-template-file` on the command line; a last assistant message is
+serves chats and tools, and the arguments of a call reach each template as it reads them;
+`--chat-template-file` on the command line; a last assistant message is
 continued (llama-server's prefill: the reply sends the continuation only), whole and streamed, and
 inside or after a thinking model's thoughts; `POST /apply-template` shows the prompt."""
 
@@ -20,7 +21,10 @@ from serving import Serving
 from spawn import ROOT, free_port, running, serve_command
 from test_server_responses import openai_client
 
+from app.client import new_request_id
 from app.engine.params import EngineConfig
+from app.engine.sampling.params import GREEDY as GREEDY_PARAMS
+from app.engine.sequence import Request
 
 pytestmark = pytest.mark.model
 
@@ -110,6 +114,27 @@ def test_templates_that_read_functions_or_typed_content_serve_chats_tools_and_re
         (reply, called), prompt = _serve(caps_models[family], body)
         assert reply.choices[0].message.content is not None and called == ("get_weather", "get_weather")
         assert RESULT in prompt and ASK[0]["content"] in prompt, family
+
+
+def test_the_engine_gives_a_calls_arguments_as_the_template_reads_them(caps_models):
+    # the engine's own chat (a pane's, the bench's): a mapping for a template that adds the arguments
+    # to its text is written as JSON text; JSON text for one that walks them is read as a mapping
+    mapping = {**CALL, "function": {**CALL["function"], "arguments": {"city": "Paris"}}}
+    chat = (*ASK, {"role": "assistant", "content": "", "tool_calls": [mapping]})
+
+    async def main():
+        config = EngineConfig(model_path=caps_models["string_arguments"], n_ctx=2048, n_batch=256, capacity=2, n_threads=2)
+        async with Serving(config, more=[(config.with_(model_path=caps_models["functions"]), "functions")]) as (client, *_):
+            as_text = await client.apply_template(Request(new_request_id(), GREEDY_PARAMS, messages=chat))
+            text_given = (*ASK, {"role": "assistant", "content": "", "tool_calls": [CALL]})
+            as_mapping = await client.apply_template(
+                Request(new_request_id(), GREEDY_PARAMS, messages=text_given, model="functions")
+            )
+            return as_text, as_mapping
+
+    as_text, as_mapping = run(main())
+    assert '>>>get_weather\n{"city": "Paris"}' in as_text
+    assert 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]' in as_mapping
 
 
 def test_the_chat_template_file_given_on_the_command_line(model_path, tmp_path):
