@@ -213,10 +213,12 @@ class EngineClient:
         template_kwargs: Mapping[str, object] | None = None,
         separate_thoughts: bool = True,
         reasoning_budget: int | None = None,
+        continue_final: bool = True,
+        add_generation_prompt: bool = True,
     ) -> AsyncIterator[Event]:
         """Stream one reply of `model` (None: the default): TokenEvents, then exactly one FinishEvent.
         A thinking model's thoughts come apart from its answer unless `separate_thoughts` is False;
-        `reasoning_budget` and `template_kwargs`: as `Request`'s.
+        `reasoning_budget`, `template_kwargs`, `continue_final` and `add_generation_prompt`: as `Request`'s.
 
         Leaving the loop early (break, an exception, the task cancelled) cancels the request, so
         its sequence never lingers in the engine. Raises EngineError if the engine is not running,
@@ -234,6 +236,8 @@ class EngineClient:
             template_kwargs=template_kwargs,
             separate_thoughts=separate_thoughts,
             reasoning_budget=reasoning_budget,
+            continue_final=continue_final,
+            add_generation_prompt=add_generation_prompt,
         )
         return self._stream(request)
 
@@ -317,6 +321,12 @@ class EngineClient:
         return await asyncio.wrap_future(
             self._thread.read_vocab(lambda vocab: [vocab.spell(t) for t in _known(vocab, tokens)], model)
         )
+
+    async def apply_template(self, request: Request) -> str:
+        """The prompt text `request`'s chat makes (llama-server's /apply-template), read on the prompt
+        thread; a RequestError (a ChatTemplateError where the template failed) says why there is none."""
+        self._check_running()
+        return await asyncio.wrap_future(self._thread.read_prompts(lambda prompts: prompts.text_of(request), request.model))
 
     async def detokenize(self, tokens: list[int], model: str | None = None) -> str:
         """The text of `tokens` (llama-server's /detokenize); a ValueError for an id the model does not have."""

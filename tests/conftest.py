@@ -61,6 +61,15 @@ def thinking_models(model_path, tmp_path_factory) -> dict[str, str]:
     return _with_templates(model_path, tmp_path_factory.mktemp("thinking"), think_templates.FAMILIES)
 
 
+@pytest.fixture(scope="session")
+def caps_models(model_path, tmp_path_factory) -> dict[str, str]:
+    """The bundled model carrying each short template that cannot render part of a chat
+    (caps_templates.py): a system message, the arguments as a mapping, `tools`, string content."""
+    import caps_templates
+
+    return _with_templates(model_path, tmp_path_factory.mktemp("caps"), caps_templates.FAMILIES)
+
+
 def _with_templates(model_path: str, folder: Path, templates: dict[str, str]) -> dict[str, str]:
     for family, template in templates.items():
         out = folder / f"{family}.gguf"
@@ -128,6 +137,7 @@ MODEL_FIXTURES = {
     "thinking_models",
     "mmproj_path",
     "tiny_mmproj_path",
+    "caps_models",
 }
 
 

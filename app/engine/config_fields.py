@@ -172,6 +172,12 @@ def _mmproj(text: str) -> str | None:
     return MMPROJ_NONE if text.lower() == MMPROJ_NONE else text
 
 
+def _template_file(text: str) -> str | None:
+    """A chat template file, or none (the model's own)."""
+    text = text.strip()
+    return None if text.lower() in ("", "none") else text
+
+
 def _probability(text: str) -> float:
     try:
         value = float(text.strip())
@@ -322,6 +328,14 @@ CONFIG_FIELDS = (
         text=Text(_mmproj, lambda path: "auto" if path is None else path),
         flags=("-mm", "--mmproj"),
         metavar="FILE",
+    ),
+    ConfigField(
+        "chat_template_file",
+        "Chat template file",
+        help="a Jinja chat template used instead of the model's own (a .jinja file, as llama.cpp's); none: the model's",
+        text=Text(_template_file, lambda path: path or "none"),
+        flags=("--chat-template-file",),
+        metavar="JINJA_TEMPLATE_FILE",
     ),
     ConfigField("use_mlock", "mlock", help="keep the model in RAM (no swapping)", text=ON_OFF, flags=("--mlock",), switch=True),
     ConfigField(

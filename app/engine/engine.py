@@ -5,6 +5,7 @@ thread; everything else on the engine thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -26,6 +27,7 @@ from .params import EngineConfig
 from .probs import TokenProbs
 from .prompt.builder import Prompt
 from .prompt.intake import Intake
+from .prompt.template_file import read_template_file
 from .sampling.draw import draw_for
 from .sampling.drawer import Drawer
 from .sched.plan import StepPlan
@@ -50,7 +52,12 @@ class Engine:
         self.config = config
         self.name = name  # the model's name, told in every final event
         self._sink = sink
+        # a template file instead of the model's own: checked before the model loads
+        template = read_template_file(config.chat_template_file) if config.chat_template_file else None
         self.backend = LlamaBackend(config)
+        if template is not None:
+            self.backend.chat_template = template
+            self.backend.info = dataclasses.replace(self.backend.info, has_chat_template=True)
         self.n_ctx_seq = self.backend.seq_room  # what one sequence may hold: the pool, or its stream of it
         # `ram`: the budget every model's RAM tier shares (None: one of its own). Another model's saves
         # may push this one's entries out: its figures are published then, weakly, so that the
@@ -123,6 +130,7 @@ class Engine:
         seq.sampler = self.backend.samplers.new(request.params, seed, text, prompt.logit_bias)
         seq.draw = draw_for(request.params, self.config.backend_sampling)
         seq.thoughts = Thoughts(prompt.thinking, prompt.opened, request.separate_thoughts, prompt.closed)
+        seq.thoughts.prime(prompt.prefill)  # a prefill's thoughts or answer: the reply goes on from them
         seq.marker_tokens = prompt.marker_tokens | self._preserved(request.params.preserved)
         seq.close_tokens = prompt.close_tokens
         self.scheduler.add(seq)

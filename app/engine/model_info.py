@@ -76,6 +76,7 @@ class ModelInfo:
     pool_reason: str = ""  # how the pool's size was chosen
     kv_layout: str = "one pool"  # or "a stream per sequence (8 × 8192 cells)", with how it was chosen
     has_chat_template: bool = True  # False: a base model (chats are rendered in ChatML; completion suits it better)
+    chat_template_file: str = ""  # the template file used instead of the model's own ("": its own)
     notices: tuple[str, ...] = ()  # settings the build or the model could not honour, and what was done instead
     drafts_refused: str = ""  # why this model never drafts (speculative decoding), "" where it may
     build: BuildInfo | None = None
@@ -104,6 +105,7 @@ class ModelInfo:
             "kv_bytes": self.kv_bytes,
             "kv_bytes_per_cell": self.kv_bytes_per_cell,
             "chat_template": self.has_chat_template,
+            "chat_template_file": self.chat_template_file or None,
             "kv_devices": list(self.kv_devices),
             "cache_type_k": self.cache_type_k,
             "cache_type_v": self.cache_type_v,

@@ -161,14 +161,17 @@ class EngineConfig:
     # the vision projector (llama.cpp's --mmproj, an mmproj GGUF for llama.cpp's mtmd): None, one
     # found beside the model (model_file.find_projector); MMPROJ_NONE, none at all
     mmproj: str | None = None
+    # a Jinja chat template file used instead of the model's own (llama.cpp's --chat-template-file)
+    chat_template_file: str | None = None
 
     def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
 
     def for_other_model(self, path: str) -> EngineConfig:
         """These settings for another model loaded beside this one: a projector named for this model
-        is not that one's (it finds its own beside it); none stays none."""
-        return replace(self, model_path=path, mmproj=self.mmproj if self.mmproj == MMPROJ_NONE else None)
+        is not that one's (it finds its own beside it; none stays none), nor is a chat template file."""
+        mmproj = self.mmproj if self.mmproj == MMPROJ_NONE else None
+        return replace(self, model_path=path, mmproj=mmproj, chat_template_file=None)
 
     @property
     def step_tokens_max(self) -> int:

@@ -39,6 +39,12 @@ class Request:
     separate_thoughts: bool = True
     # tokens a reply may think for before its family's closing marker is put in (None: no limit)
     reasoning_budget: int | None = None
+    # a last assistant message (no tool calls) is the reply's start, which the reply continues
+    # (llama-server's prefill, vLLM's continue_final_message); False: a new turn starts after it
+    continue_final: bool = True
+    # the chat template's generation prompt at the prompt's end (False: vLLM's add_generation_prompt
+    # false, the model writes its turn's header itself); a continued last message has it always
+    add_generation_prompt: bool = True
 
 
 class SequenceStatus(Enum):

@@ -52,6 +52,14 @@ class Thoughts:
             self._part = Part.HEADER if fmt.harmony else Part.LEAD
         self._trim = self._part is Part.THOUGHT  # blanks opening a thought go
 
+    def prime(self, text: str) -> None:
+        """The reply's start, given (a prefill): read as if the model had written it, then not told,
+        so that the split goes on from where it leaves the reply (inside its thoughts or after
+        them) and the pieces and the whole tell only what follows it."""
+        if text:
+            self.feed(text)
+            self._reasoning, self._answer = [], []
+
     @property
     def in_thought(self) -> bool:
         """Whether the text so far ends inside a thought."""

@@ -77,6 +77,10 @@ class Job:
     post_sampling_probs: bool = False  # llama-server's: probabilities after the samplers, not log-probabilities
     tools: Tools | None = None  # the functions its reply may call (tool_calls.py)
     thinking: Thinking = DEFAULT_THINKING  # a chat's thoughts, budget and template variables
+    # a last assistant message continued (llama-server's prefill; `continue_final_message`), or a
+    # new turn after it; the template's generation prompt at the end (`add_generation_prompt`)
+    continue_final: bool = True
+    add_generation_prompt: bool = True
 
     def choice_params(self, index: int) -> SamplingParams:
         """Choice `index` samples with a seed of its own (the request's seed plus the index)."""
@@ -116,6 +120,7 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC, thinking: T
     if len(raw) > MAX_MESSAGES:
         raise BadRequest(f"at most {MAX_MESSAGES} messages in one request; got {len(raw)}", "messages")
     _refuse_unsupported(body, CHAT_HONOURS)
+    continue_final, add_generation_prompt, raw = continuation(body, raw)
     tools, grammar = honoured(parse_tools, body, syntax), honoured(grammar_of, body)
     messages = chat_messages(raw, tools)
     conversation_id = _conversation_of(messages)  # before the tools' description: the chat's own opening
@@ -129,10 +134,42 @@ def parse_chat(body: dict, n_ctx_seq: int, syntax: Syntax = GENERIC, thinking: T
         conversation_id=conversation_id,
         tools=tools,
         thinking=thinks,
+        continue_final=continue_final,
+        add_generation_prompt=add_generation_prompt,
         **_streaming(body),
         **_choices(body),
     )
     return _check_kept_probs(job, n_ctx_seq)
+
+
+CONTINUE_WORDS = ("content", "reasoning_content")  # llama-server's: what of the last message goes on
+
+
+def continuation(body: dict, raw: list) -> tuple[bool, bool, list]:
+    """(continue_final, add_generation_prompt, messages): whether a last assistant message is the
+    reply's start, as llama-server reads it (a prefill unless `continue_final_message` is false)
+    and vLLM (`continue_final_message`, `add_generation_prompt: false`); "reasoning_content"
+    continues its thoughts alone."""
+    given = body.get("continue_final_message")
+    if given is not None and not isinstance(given, bool) and given not in CONTINUE_WORDS:
+        raise BadRequest(
+            f'\'continue_final_message\' must be true, false, "content" or "reasoning_content"; got {shown(given)}',
+            "continue_final_message",
+        )
+    add = get_field(body, "add_generation_prompt", bool, None)
+    last = raw[-1] if isinstance(raw[-1], dict) else {}
+    final = last.get("role") == "assistant" and not last.get("tool_calls")
+    if given:
+        if add:
+            raise BadRequest("'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message")
+        if not final:
+            raise BadRequest(
+                "'continue_final_message' needs a last assistant message without tool calls to continue",
+                "continue_final_message",
+            )
+        if given == "reasoning_content":
+            raw = [*raw[:-1], {**last, "content": ""}]
+    return given is not False, add is not False, raw
 
 
 def parse_thinking(body: dict, defaults: Thinking, effort: str | None = None) -> Thinking:

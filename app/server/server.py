@@ -31,6 +31,7 @@ from .api.models import models
 from .api.responses import create_response, delete_response, get_response
 from .api.status import health, metrics
 from .api.submit import SERVER
+from .api.template import apply_template
 from .api.tokens import detokenize, tokenize
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
@@ -176,6 +177,8 @@ class ApiServer:
             template_kwargs=thinking.template_kwargs or None,
             separate_thoughts=thinking.separate,
             reasoning_budget=thinking.budget,
+            continue_final=job.continue_final,
+            add_generation_prompt=job.add_generation_prompt,
         )
 
     def _app(self) -> web.Application:
@@ -194,6 +197,7 @@ class ApiServer:
         app.router.add_get("/metrics", metrics)
         app.router.add_post("/tokenize", tokenize)
         app.router.add_post("/detokenize", detokenize)
+        app.router.add_post("/apply-template", apply_template)
         return app
 
     @web.middleware

@@ -19,7 +19,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.client import EngineClient
 from app.default_model import default_model_path
-from app.engine.errors import EngineError
+from app.engine.errors import EngineError, ModelLoadError
+from app.engine.prompt.template_file import read_template_file
 from app.ui.docks.batching_demo import DEMO_PROMPT, show_batching
 from app.ui.window.fan_out import SETTINGS, Sweep, parse_values
 from app.ui.window.layout_report import write_layout_report
@@ -83,17 +84,25 @@ async def _main(args) -> int:
         config = config.with_(model_path=args.model)
     if args.panes:
         config = config.with_(capacity=max(config.capacity, args.panes))
-    config = config.with_(**getattr(args, "engine_overrides", {}))  # llama.cpp's flags on the command line
+    overrides = getattr(args, "engine_overrides", {})  # llama.cpp's flags on the command line
+    notices: list[str] = []  # template files kept for a model that no longer serve
+
+    def template_for(path: str) -> str | None:
+        return usable_template(settings.chat_template_for(path), path, notices)
+
+    config = config.with_(**{"chat_template_file": template_for(config.model_path), **overrides})
     client = EngineClient(config)
     await client.start()  # a bad model raises ModelLoadError here: the command line prints it
-    settings.set_engine_config(config)
+    kept = settings.chat_template_for(config.model_path) if "chat_template_file" not in overrides else None
+    settings.set_engine_config(config.with_(chat_template_file=config.chat_template_file or kept))  # kept if it comes back
     # more models: those on the command line, else those loaded beside the first when the window closed
     models = getattr(args, "models", None)  # the demo's parser has none
     more = models[1:] if models else settings.extra_models
-    not_loaded = await load_more_models(client, config, more)
+    not_loaded = await load_more_models(client, config, more, template_for)
     window = MainWindow(client, ChatStore(data_dir()), settings, pane_count=args.panes)
-    if not_loaded:
-        window.statusBar().showMessage("Not loaded: " + "; ".join(not_loaded), 20000)
+    said = notices + (["Not loaded: " + "; ".join(not_loaded)] if not_loaded else [])
+    if said:
+        window.statusBar().showMessage("; ".join(said), 20000)
     closed = asyncio.Event()
     window.sigClosed.connect(closed.set)
     window.show()
@@ -145,15 +154,29 @@ class CloseOnSigterm:
             window.close()
 
 
-async def load_more_models(client: EngineClient, config, paths: list[str]) -> list[str]:
-    """Load each model beside the first, with its settings; what could not be loaded, and why."""
+async def load_more_models(client: EngineClient, config, paths: list[str], template_for=lambda _path: None) -> list[str]:
+    """Load each model beside the first, with its settings and its own chat template file
+    (`template_for`, None: the model's template); what could not be loaded, and why."""
     failed = []
     for path in paths:
         try:
-            await client.load_model(config.for_other_model(path))
+            await client.load_model(config.for_other_model(path).with_(chat_template_file=template_for(path)))
         except (EngineError, ValueError) as e:  # a file gone or broken, a name taken
             failed.append(f"{Path(path).name}: {e}")
     return failed
+
+
+def usable_template(path: str | None, model_path: str, notices: list[str]) -> str | None:
+    """A template file kept for a model, if it still serves; else None (the model's own template)
+    and a notice saying why, so that a file gone since never keeps the model from loading."""
+    if path is None:
+        return None
+    try:
+        read_template_file(path)
+    except ModelLoadError as e:
+        notices.append(f"{Path(model_path).name} chats with its own template: {e}")
+        return None
+    return path
 
 
 def freeze_startup_objects() -> None:

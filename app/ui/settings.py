@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import typing
@@ -19,6 +20,7 @@ from app.workspace.workspace import MAX_PANES
 ORGANISATION = "batch-playground"
 APPLICATION = "batch-playground"
 HOME_ENV = "BATCH_PLAYGROUND_HOME"  # one folder for chats and settings.ini (tests, demos)
+PER_MODEL = ("chat_template_file",)  # engine settings kept per model (chat_template_for), not in the engine's group
 WINDOW_STATE_VERSION = 2  # of the saved dock layout (QMainWindow.saveState): 1 stacked the docks of an area, 2 tabs them
 
 
@@ -122,6 +124,25 @@ class AppSettings:
     def extra_models(self, paths: list[str]) -> None:
         self._set_or_remove("library/extra_models", "\n".join(paths))
 
+    def chat_template_for(self, model_path: str) -> str | None:
+        """The chat template file a model is used with instead of its own (chosen in the Engine panel), or None."""
+        return self._chat_templates().get(os.path.realpath(model_path)) if model_path else None
+
+    def set_chat_template_for(self, model_path: str, template_path: str | None) -> None:
+        templates = self._chat_templates()
+        if template_path:
+            templates[os.path.realpath(model_path)] = template_path
+        else:
+            templates.pop(os.path.realpath(model_path), None)
+        self._set_or_remove("library/chat_templates", json.dumps(templates) if templates else "")
+
+    def _chat_templates(self) -> dict[str, str]:
+        try:
+            stored = json.loads(self._get("library/chat_templates", "", str) or "{}")
+        except ValueError:  # an edited file: no template files
+            return {}
+        return {k: v for k, v in stored.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(stored, dict) else {}
+
     def _paths(self, key: str) -> list[str]:
         """A list of paths kept a line each (a path may hold commas, which QSettings' lists split at)."""
         return [x for x in self._get(key, "", str).split("\n") if x]
@@ -178,20 +199,25 @@ class AppSettings:
     # -- engine --------------------------------------------------------------------------------
 
     def engine_config(self, default_model: str) -> EngineConfig:
-        """The saved engine settings (config_fields.py); one missing or unreadable keeps its default."""
+        """The saved engine settings (config_fields.py), with the chat template file kept for their
+        model; one missing or unreadable keeps its default."""
         base = EngineConfig(model_path=default_model, capacity=MAX_PANES)  # threads: the engine's default
         self.q.beginGroup("engine")
         try:
-            texts = {key: self._get(key, "", str) for key in self.q.childKeys()}
+            texts = {key: self._get(key, "", str) for key in self.q.childKeys() if key not in PER_MODEL}
         finally:
             self.q.endGroup()
-        return config_from_texts(texts, base)
+        config = config_from_texts(texts, base)
+        return config.with_(chat_template_file=self.chat_template_for(config.model_path))
 
     def set_engine_config(self, config: EngineConfig) -> None:
+        """The engine settings; the chat template file is kept for its model (chat_template_for)."""
         self.q.beginGroup("engine")
         for key, text in config_texts(config).items():
-            self.q.setValue(key, text)
+            if key not in PER_MODEL:
+                self.q.setValue(key, text)
         self.q.endGroup()
+        self.set_chat_template_for(config.model_path, config.chat_template_file)
 
     def sync(self) -> None:
         self.q.sync()

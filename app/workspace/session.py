@@ -34,12 +34,19 @@ LENGTH_NOTE = "cut at Max tokens"  # the notice after a reply that max tokens cu
 
 @dataclass(frozen=True)
 class Branch:
-    """A reply's first tokens, the last one a rival of the token drawn there, and the turns before it."""
+    """A reply's first tokens, the last one a rival of the token drawn there, and the turns before it;
+    or (no tokens) the text a reply starts with, as given ("Start the reply with…"): sent as a last
+    assistant message, which the model continues."""
 
     tokens: tuple[int, ...]
     text: str
     probs: tuple[TokenProbs, ...]  # how likely each of them was
     messages: tuple[dict[str, str], ...] = ()
+
+    @property
+    def is_given(self) -> bool:
+        """A start given as text (no tokens drawn, no probabilities)."""
+        return bool(self.text) and not self.tokens
 
     @classmethod
     def at(cls, probs: list[TokenProbs], index: int, rival: TokenChoice, messages) -> Branch:
@@ -92,6 +99,7 @@ class PaneSession:
         self._params = params
         self.draft = ""  # typed in the pane and not sent
         self.attached: list[Image] = []  # pictures attached and not sent: they go with the next message
+        self.reply_start = ""  # what each reply starts with, given (a prefill the model continues); "": none
         self.sampling_override: SamplingParams | None = None  # exact params instead of the sliders (benchmarks)
         self.measure_logprobs = False  # the replies' log-probabilities are wanted (a fan-out compares them)
         self.reply_probs: list[TokenProbs] = []  # the running or last reply's tokens, how likely each was
@@ -194,7 +202,7 @@ class PaneSession:
             self.attachments_changed.emit([])
         else:
             return False
-        self._start_reply()
+        self._start_reply(self._given_start())
         return True
 
     def stop(self) -> None:
@@ -204,8 +212,11 @@ class PaneSession:
     def regenerate(self) -> bool:
         if self.is_busy or self._format_refused() or self.chat.drop_last_reply() is None:
             return False
-        self._start_reply()
+        self._start_reply(self._given_start())
         return True
+
+    def _given_start(self) -> Branch | None:
+        return Branch((), self.reply_start, ()) if self.reply_start else None
 
     def go_on_from(self, branch: Branch) -> None:
         """Start a reply from `branch`'s tokens (the chat holds the turns before it)."""
@@ -273,8 +284,11 @@ class PaneSession:
 
     def _request(self, request_id: str) -> Request:
         p = self._params
-        completion = {"prompt": self.chat.as_text(p.system_prompt)} if p.completion else {}  # one text, no chat template
+        start = self._prefix.text if self._prefix.is_given else ""  # the model continues it
+        completion = {"prompt": self.chat.as_text(p.system_prompt) + start} if p.completion else {}  # no chat template
         messages = None if p.completion else tuple(self.chat.for_model(p.system_prompt))
+        if messages is not None and start:
+            messages += ({"role": "assistant", "content": start},)
         return Request(
             request_id,
             self._sampling(),
@@ -353,7 +367,7 @@ class PaneSession:
                 thought = self.thinking.thought(final.reasoning, final.stats.reasoning_tokens)
             if text.strip() or thought.text:
                 self.chat.add("assistant", text, json=self._reply_is_json, thoughts=thought)
-                if self.reply_probs:  # drawn token by token when the pane shows probabilities
+                if self.reply_probs and not self._prefix.is_given:  # drawn token by token when the pane shows probabilities
                     self.turn_probs[len(self.chat.messages) - 1] = (text, self.reply_probs)
             note = final.notice if final is not None else None
             if final is None or (final.reason is FinishReason.CANCELLED and not note):

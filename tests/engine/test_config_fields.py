@@ -58,6 +58,7 @@ CHANGED = EngineConfig(
     spec_draft_model="/models/small, draft.gguf",
     spec_draft_p_min=0.25,
     mmproj="/models/mmproj, vision.gguf",
+    chat_template_file="/templates/mine, 2.jinja",
 )
 # what a flag given alone sets beside its own field (-md alone drafts with that model)
 IMPLIED = {"spec_draft_model": {"spec_type": SpecType.DRAFT}}

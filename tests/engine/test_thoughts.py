@@ -117,3 +117,24 @@ def test_any_chunking_of_a_harmony_reply_splits_as_the_whole(pieces, cuts, opene
         at += n
     chunks.append(text[at:])
     assert split(HARMONY, chunks, opened)[:2] == split(HARMONY, [text], opened)[:2]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "opened", "prefill", "reply", "expected"),
+    [
+        # a prefill inside the thoughts: the reply's thoughts go on, then the answer
+        (THINK_TAGS, True, "Two and", " two make four.\n</think>\n\nFour.", (" two make four.", "Four.")),
+        (THINK_TAGS, False, "<think>Two and", " two.</think>Four.", (" two.", "Four.")),
+        # after the thoughts: all answer
+        (THINK_TAGS, True, "Sums.\n</think>\n\nIt is", " four.", ("", " four.")),
+        (THINK_TAGS, False, "It is", " four.", ("", " four.")),
+        (HARMONY, True, "Sums.<|end|><|start|>assistant<|channel|>final<|message|>It is", " four.<|return|>", ("", " four.")),
+        (APRIEL, True, "Sums.", " More.\n[BEGIN FINAL RESPONSE]Four.[END FINAL RESPONSE]", (" More.", "Four.")),
+    ],
+)
+def test_a_prefill_is_read_first_and_the_reply_tells_only_what_follows(fmt, opened, prefill, reply, expected):
+    thoughts = Thoughts(fmt, opened)
+    thoughts.prime(prefill)
+    thoughts.feed(reply)
+    thoughts.finish()
+    assert (thoughts.reasoning, thoughts.answer) == expected

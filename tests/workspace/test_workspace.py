@@ -226,6 +226,30 @@ def test_a_message_is_sent_as_the_chat_with_the_system_prompt_and_the_reply_is_a
     assert session.chat.model == "other" and ws.store.load(session.key).messages == session.chat.messages
 
 
+def test_a_reply_started_with_given_text_is_sent_as_a_last_assistant_message_and_kept_as_one_reply(tmp_path):
+    ws, source, *_ = make(tmp_path)
+    session, completing = ws.add_pane(), ws.add_pane()
+    completing.set_params(completing.params.with_(completion=True))
+    session.reply_start = completing.reply_start = "Sure,"
+
+    async def scenario():
+        assert session.send("Hi") and completing.send("Once")
+        await settle(ws)
+        assert session.regenerate()  # the start stays for the next replies
+        await settle(ws)
+        session.reply_start = ""
+        assert session.send("Again")
+        await settle(ws)
+
+    run(scenario())
+    first, done, again, cleared = source.requests
+    assert first.messages == ({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure,"})
+    assert done.prompt == "OnceSure," and again.messages == first.messages
+    assert cleared.messages[-1] == {"role": "user", "content": "Again"}
+    assert [m["content"] for m in session.chat.messages] == ["Hi", "Sure,Hello there", "Again", "Hello there"]
+    assert completing.chat.messages[-1]["content"] == "Sure,Hello there"
+
+
 def test_only_a_pane_set_to_high_priority_sends_high_priority_requests(tmp_path):
     ws, source, *_ = make(tmp_path)
     high, normal = ws.add_pane(), ws.add_pane()

@@ -299,6 +299,7 @@ class LlamaBackend:
             has_chat_template=self.chat_template is not None,
             projector=self.vision.path if self.vision else "",
             image_decode=self._image_decode_text(),
+            chat_template_file=self.config.chat_template_file or "",
             notices=tuple(self.notices) + tuple(place.get("notices", ())),
             drafts_refused=self.drafts_refused or "",
             build=self.build,

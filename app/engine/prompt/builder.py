@@ -16,6 +16,7 @@ from ..kv.history import TokenHistory, kept_prefix
 from ..params import OverflowPolicy
 from ..sequence import Request
 from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
+from ..thoughts import Thoughts
 from .chat_template import ChatTemplate, ChatTemplateError, Message
 from .encoded_images import EncodedImage, EncodedImages
 
@@ -39,6 +40,9 @@ class Prompt:
     # the pictures whose placeholder ids the tokens hold: their embeddings by key (images.py)
     images: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     encode_s: float = 0.0  # what encoding its pictures took now (none: each was encoded before)
+    # the reply's start, given (a last assistant message continued), as the model would have written it
+    # (with the markers of its thoughts): the split reads it first, and the reply tells only what follows
+    prefill: str = ""
 
 
 # llama.cpp finds control-token texts in a prompt in time that grows with the square of their
@@ -78,6 +82,7 @@ class PromptBuilder:
         self._lead = tokenize("") if spell else []  # what the tokenizer puts before any text (a BOS)
         self._interrupted = False  # the request being prepared was cancelled: render no more for it
         self._tail = ""  # the end of the last prompt rendered: does it open the reply's thoughts?
+        self._prefill = ""  # the last prompt's prefill (its continued last message), after its end
         self._thinking: dict[int, ThinkingFormat | None] = {}  # by template, found at its first chat
         self._marker_tokens: dict[ThinkingFormat, tuple[frozenset[int], tuple[int, ...]]] = {}
 
@@ -96,6 +101,7 @@ class PromptBuilder:
         """build() that never raises: a request it cannot read gets a Prompt with the reason."""
         self._interrupted = False  # a cancel of the request before this one, come late
         self._encoded, self._encode_s = {}, 0.0
+        self._prefill = ""
         try:
             tokens, notice = self.build(request)
         except ChatTemplateError as e:
@@ -108,7 +114,7 @@ class PromptBuilder:
             return Prompt(tokens, notice)
         template = self.template_for(request)
         images = {key: self._encoded[key].embd for key in {image_key(t)[0] for t in tokens if t < 0}}
-        prompt = Prompt(tokens, notice, stop=template.stop_strings, images=images, encode_s=self._encode_s)
+        prompt = Prompt(tokens, notice, stop=template.stop_strings, images=images, encode_s=self._encode_s, prefill=self._prefill)
         return self._with_thinking(prompt, request, template)
 
     def thinking_of(self, template: ChatTemplate) -> ThinkingFormat | None:
@@ -142,15 +148,26 @@ class PromptBuilder:
             self._marker_tokens[fmt] = (self._markers_of(fmt), tuple(self._tokenize(fmt.closing, add_special=False)))
         markers, close = self._marker_tokens[fmt]
         opened, closed = fmt.opened_by(self._tail), fmt.closed_by(self._tail)
-        tokens = prompt.tokens
+        tokens, prefill = prompt.tokens, prompt.prefill
         # no thought at all: a budget of 0, or a grammar that holds the reply from its first token
         # (it would hold the thoughts instead of the answer)
         held = request.params.grammar is not None and not request.params.grammar_triggers
-        if opened and (request.reasoning_budget == 0 or held) and not request.reply_prefix:
-            tokens, opened, closed = tokens + list(close), False, True
+        if (request.reasoning_budget == 0 or held) and not request.reply_prefix and _thinks_after(fmt, opened, closed, prefill):
+            tokens = tokens + list(close)
+            if prefill:  # the split reads the marker after the prefill's thoughts
+                prefill += fmt.closing
+            else:
+                opened, closed = False, True
             self._check_fits(len(tokens))
         return dataclasses.replace(
-            prompt, tokens=tokens, thinking=fmt, opened=opened, closed=closed, marker_tokens=markers, close_tokens=close
+            prompt,
+            tokens=tokens,
+            thinking=fmt,
+            opened=opened,
+            closed=closed,
+            marker_tokens=markers,
+            close_tokens=close,
+            prefill=prefill,
         )
 
     def _markers_of(self, fmt: ThinkingFormat) -> frozenset[int]:
@@ -212,7 +229,23 @@ class PromptBuilder:
     def _history_of(self, request: Request):
         return self._history.get(request.conversation_id) if self._history is not None else None
 
+    def text_of(self, request: Request) -> str:
+        """A chat's prompt as text (llama-server's /apply-template): the template's render and a
+        continued last message's start, not tokenized; ChatTemplateError or RequestError where it fails."""
+        self._interrupted = False
+        self._check_markers(request)
+        return self._text(self.template_for(request), list(request.messages or ()), request)
+
     def _render(self, template: ChatTemplate, messages: list[Message], request: Request, history=None) -> list[int]:
+        text = self._text(template, messages, request)
+        images = [image for m in messages for image in images_of(m)]
+        if images:
+            return self._encode_with_images(text, images, history)
+        if history:
+            return self._encode_after(history, text)
+        return self._encode(text)
+
+    def _text(self, template: ChatTemplate, messages: list[Message], request: Request) -> str:
         if not messages:
             raise RequestError("the conversation is empty")
         if self._interrupted:  # cancelled between two renders (dropping turns to fit)
@@ -221,16 +254,34 @@ class PromptBuilder:
         kwargs = dict(request.template_kwargs or {})
         budget = self._render_budget(messages) + 2 * len(request.params.tools or "") + 2 * len(json.dumps(kwargs))
         fmt = self.thinking_of(template) if any(m.get("reasoning_content") for m in messages) else None
-        images = [image for m in messages for image in images_of(m)]
-        shown = [_without_images(m) for m in messages]
+        shown = [_without_images(m) for m in messages]  # each picture a marker in its place
         shown = [fmt.for_template(m) for m in shown] if fmt is not None else shown
-        text = template.render(shown, max_chars=budget, tools=tools, kwargs=kwargs)
+        continued = continues(messages, request)
+        if continued:  # the chat before it, its reply's opening, then the reply's start as given
+            text = template.render(shown[:-1], True, max_chars=budget, tools=tools, kwargs=kwargs)
+        else:
+            text = template.render(shown, request.add_generation_prompt, max_chars=budget, tools=tools, kwargs=kwargs)
         self._tail = text[-256:]
-        if images:
-            return self._encode_with_images(text, images, history)
-        if history:
-            return self._encode_after(history, text)
-        return self._encode(text)
+        self._prefill = self._prefill_text(template, messages[-1]) if continued else ""
+        return text + self._prefill
+
+    def _prefill_text(self, template: ChatTemplate, message: Message) -> str:
+        """A continued assistant message as the model would have written it after the prompt's end
+        (as llama.cpp composes it): its thoughts opened where the prompt did not open them, closed
+        where an answer follows, and the answer; where the template thinks, else its content."""
+        content, reasoning = _text(message.get("content")), _text(message.get("reasoning_content"))
+        fmt = self.thinking_of(template) if content or reasoning else None
+        if fmt is None:
+            return content
+        opened = fmt.opened_by(self._tail)
+        if fmt.harmony and not reasoning and not opened:
+            return "<|channel|>final<|message|>" + content if content else ""
+        if reasoning:
+            text = ("" if opened else fmt.start) + reasoning
+            return text + fmt.closing + content if content else text
+        if opened and content.lstrip().startswith(fmt.start) and fmt.start:  # the thoughts, opened twice
+            return content.lstrip()[len(fmt.start) :]
+        return fmt.closing + content if opened and content else content
 
     def _encode_with_images(self, text: str, images: list, history) -> list[int]:
         """The rendered chat's texts tokenized and each picture's tokens in its marker's place; a text
@@ -314,8 +365,10 @@ class PromptBuilder:
         template = self.template_for(request)
         head = [m for m in messages[:1] if m.get("role") == "system"]
         body = messages[len(head) :]
-        # where a kept run may start: at a user message (a turn), or the last message alone
-        cuts = sorted({i for i, m in enumerate(body) if i > 0 and m.get("role") == "user"} | {len(body) - 1})
+        # where a kept run may start: at a user message (a turn), or the last message alone (with
+        # the one before it, where it is a reply's start to continue)
+        last = max(0, len(body) - (2 if continues(messages, request) else 1))
+        cuts = sorted({i for i, m in enumerate(body) if 0 < i < last and m.get("role") == "user"} | {last})
         tried: dict[int, list[int]] = {}
 
         def fits(k: int) -> bool:
@@ -341,6 +394,30 @@ class PromptBuilder:
             if self._fits(int(kept), request):
                 return k
         return len(cuts) - 1
+
+
+def continues(messages, request: Request) -> bool:
+    """Whether the last message is the reply's start, which the reply continues: an assistant's,
+    without tool calls (llama-server's prefill), unless the request says a new turn follows it."""
+    last = messages[-1] if messages else {}
+    return request.continue_final and last.get("role") == "assistant" and not last.get("tool_calls")
+
+
+def _thinks_after(fmt: ThinkingFormat, opened: bool, closed: bool, prefill: str) -> bool:
+    """Whether the reply starts inside its thoughts: the prompt opened them, and its prefill (read
+    as the reply's own start) leaves them open."""
+    if not prefill:
+        return opened
+    thoughts = Thoughts(fmt, opened, closed=closed)
+    thoughts.feed(prefill)
+    return thoughts.in_thought
+
+
+def _text(value: object) -> str:
+    """A message's content (or thoughts) as text: its text parts joined, where it holds parts."""
+    if isinstance(value, list):
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return value if isinstance(value, str) else ""
 
 
 def _texts_of(message: Message) -> str:

@@ -7,12 +7,14 @@ template, while the model goes on serving. The built-in ChatML template is ours 
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import RequestError
+from .caps import ALL, TemplateCaps, polyfill
 from .sandbox import SandboxFault, TemplateSandbox
 from .worker import cut
 
@@ -26,6 +28,7 @@ CHATML = (
 CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
 # a render of a real template takes milliseconds: seconds more is a loop
 RENDER_SECONDS = 2.0
+CAPS_SECONDS = 5.0  # for the dozen renders that find what a template can render, once per template
 FALLBACK_ADVICE = "chat with the built-in template (ChatML) instead"
 
 Message = dict[str, object]  # role and content; an assistant turn may hold tool_calls, a tool result its call's id
@@ -61,6 +64,7 @@ class ChatTemplate:
         self._eos = eos_token
         # the model's is compiled by its first render (the sandbox imports Jinja while the model loads)
         self._sandbox = TemplateSandbox() if self.source is not CHATML else None
+        self._caps: TemplateCaps | None = None  # found by the first render
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         self._chatml = env.from_string(CHATML)
@@ -87,15 +91,11 @@ class ChatTemplate:
         writes more than `max_chars`. `tools`: OpenAI's list of functions, for a template that renders
         them; `kwargs`: more variables for the template (`chat_template_kwargs`: `enable_thinking`,
         `reasoning_effort`, ...), which llama.cpp lets override the others. `enable_thinking` is true
-        unless they say otherwise, as llama.cpp renders it."""
-        variables = {
-            "messages": list(messages),
-            "add_generation_prompt": add_generation_prompt,
-            "bos_token": self._bos,
-            "eos_token": self._eos,
-            "enable_thinking": True,
-            **(kwargs or {}),
-        }
+        unless they say otherwise, as llama.cpp renders it. The conversation is first made fit for
+        what the template renders (caps.py: a system message folded where it refuses one, ...)."""
+        shown, extra = polyfill(self.caps(), list(messages), tools)
+        variables = {**self._variables(), "messages": shown, "add_generation_prompt": add_generation_prompt, **extra}
+        variables.update(kwargs or {})
         if tools:  # else undefined, as with Hugging Face's renderer: templates test `if tools`
             variables["tools"] = tools
         if self._sandbox is not None:
@@ -108,6 +108,38 @@ class ChatTemplate:
             return self._chatml.render(**variables)
         except TemplateError as e:
             raise ChatTemplateError(f"the built-in chat template rejected this conversation: {e}", refused=True) from e
+
+    def caps(self) -> TemplateCaps:
+        """What the template renders, found by a few renders in its process the first time (the
+        built-in template, and one that cannot be read, render everything)."""
+        if self._caps is not None:
+            return self._caps
+        if self._sandbox is None:
+            return ALL
+        job = {"source": self.source, "caps": True, "variables": self._variables(), "max_chars": 1 << 16}
+        try:
+            answer = self._sandbox.run(job, CAPS_SECONDS)
+        except SandboxFault as e:
+            if e.kind in ("interrupted", "closed"):  # the request went: the next one asks again
+                raise ChatTemplateError(self._fault_message(e.kind, CAPS_SECONDS)) from None
+            answer = {}  # it looped or crashed: the chat's own render says so
+        if answer.get("kind") == "syntax":
+            self._fall_back()
+            return ALL
+        self._caps = TemplateCaps.from_json(answer.get("caps"))
+        return self._caps
+
+    def _variables(self) -> dict:
+        """What every render gets beside the chat: the model's tokens, thinking on (as llama.cpp
+        renders), and llama.cpp's dates (`datetime`, `date_string`), which some templates print."""
+        now = datetime.datetime.now()
+        return {
+            "bos_token": self._bos,
+            "eos_token": self._eos,
+            "enable_thinking": True,
+            "datetime": now.strftime("%b %d %Y"),
+            "date_string": now.strftime("%d %b %Y"),
+        }
 
     @property
     def interrupted_message(self) -> str:

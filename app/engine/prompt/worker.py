@@ -3,8 +3,9 @@
 A chat template is a program from a model file, so it runs here, where a loop cannot stall the
 server and a memory bomb hits this process's limit, not the app's; the parent kills it when a
 render overruns its time (sandbox.py). Frames on stdin/stdout: 4-byte big-endian length,
-then JSON. It answers {"ready": true} once, then per job {"text": ...} or {"error": ..., "kind": ...}.
-Imports nothing of the app, so it starts in the time Jinja takes to import.
+then JSON. It answers {"ready": true} once, then per job {"text": ...} or {"error": ..., "kind": ...};
+a job with "caps" is answered {"caps": ...}: what the template renders (caps.py), found by rendering it.
+Imports nothing of the app but caps.py (which imports nothing), so it starts in the time Jinja takes to import.
 """
 
 from __future__ import annotations
@@ -74,15 +75,41 @@ class OverBudget(Exception):
     """The render wrote more characters than its budget."""
 
 
+def generation_tag():
+    """Hugging Face's `{% generation %}…{% endgeneration %}` (it marks the assistant's text for
+    training): its body written as it is."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        @staticmethod
+        def _body(caller):
+            return caller()
+
+    return Generation
+
+
 class Renderer:
     def __init__(self):
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.sandbox import SandboxedEnvironment
 
-        self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        # what Hugging Face's renderer reads: {% break %} and {% continue %}, {% generation %}; not
+        # its immutable sandbox, as templates build lists with append (Kimi K2): the values a render
+        # changes are this process's copies, and Jinja's sandbox still guards every attribute
+        extensions = ["jinja2.ext.loopcontrols", generation_tag()]
+        self._env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
         self._env.globals["raise_exception"] = self._raise
         # what Hugging Face's renderer gives templates, which tool-calling templates use
         self._env.globals["strftime_now"] = _strftime_now
         self._env.filters["tojson"] = _tojson
+        self._env.filters["from_json"] = json.loads  # llama.cpp's, for arguments given as JSON text (DeepSeek V3.2)
         self._compiled: dict[str, object] = {}  # source -> template: one model's template, compiled once
 
     @staticmethod
@@ -100,6 +127,8 @@ class Renderer:
             return MEMORY
         except Exception as e:  # a syntax this Jinja cannot read, or nesting too deep to compile
             return _error(str(e), "syntax")
+        if job.get("caps"):
+            return self._caps(job["source"], template, job["variables"], job["max_chars"])
         try:
             return {"text": self._render(template, job["variables"], job["max_chars"])}
         except OverBudget as e:
@@ -112,6 +141,35 @@ class Renderer:
             return _error("it recursed too deeply", "template")
         except Exception as e:  # any other fault of the template's code: still a reason, not a crash
             return _error(f"{type(e).__name__}: {e}", "template")
+
+    def _caps(self, source: str, template, variables: dict, max_chars: int) -> dict:
+        """The template's capabilities from a few renders of made-up conversations (caps.py)."""
+        from jinja2 import meta
+
+        from app.engine.prompt.caps import detect_caps
+
+        try:
+            read = meta.find_undeclared_variables(self._env.parse(source))
+        except Exception:  # compiled above, so parsed: only a resource limit lands here
+            read = set()
+
+        def render(messages: list, tools: list | None) -> str:
+            given = {**variables, "messages": messages, "add_generation_prompt": False}
+            if tools:
+                given["tools"] = tools
+            if "functions" in read and "tools" not in read:
+                given["functions"] = json.dumps(tools, indent=2) if tools else ""
+            try:
+                return self._render(template, given, max_chars)
+            except MemoryError:
+                raise
+            except Exception:  # a conversation it refuses tells what it cannot render
+                return ""
+
+        try:
+            return {"caps": detect_caps(render, read).as_json()}
+        except MemoryError:
+            return MEMORY
 
     def _template(self, source: str):
         template = self._compiled.get(source)

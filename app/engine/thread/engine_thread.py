@@ -116,11 +116,19 @@ class EngineThread:
     def read_vocab(self, fn: Callable[[Any], Any], model: str | None = None) -> Future:
         """Run fn(the tokenizer of `model`, None: the default) on the prompt thread, where a model
         replaced or unloaded is freed only after the task before it: tokens read beside the steps."""
+        return self._on_prompt_thread(lambda: fn(self.named(model).backend.vocab))
+
+    def read_prompts(self, fn: Callable[[Any], Any], model: str | None = None) -> Future:
+        """Run fn(the PromptBuilder of `model`, None: the default) on the prompt thread, between
+        two requests' prompts (its chat template renders one job at a time)."""
+        return self._on_prompt_thread(lambda: fn(self.named(model).intake.prompts))
+
+    def _on_prompt_thread(self, fn: Callable[[], Any]) -> Future:
         future: Future = Future()
 
         def read() -> None:
             try:
-                future.set_result(fn(self.named(model).backend.vocab))
+                future.set_result(fn())
             except Exception as e:  # an unknown model, a bad token: the caller hears why
                 future.set_exception(e)
 

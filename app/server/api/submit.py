@@ -4,6 +4,9 @@ names, its choices submitted together, their events as they come, and a failed r
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+from pathlib import Path
 
 from aiohttp import web
 
@@ -15,14 +18,35 @@ from ..image_input import ImageInputError, fetch_pictures
 from ..protocol import BadRequest
 from ..shaping import dumps, error_body
 from ..tool_calls import asks_for_tools
-from ..tool_syntax import GENERIC, Syntax, model_syntax
+from ..tool_syntax import GENERIC, Syntax, detect, model_syntax
 
 SERVER = web.AppKey("server", object)  # the ApiServer: client, model name, request observer
 
 
 async def tool_syntax(body: dict, info: ModelInfo) -> Syntax:
-    """The tool-call syntax of the model's template: its file's header is read once (off the loop), then kept."""
-    return await asyncio.to_thread(model_syntax, info.path) if asks_for_tools(body) and info.has_chat_template else GENERIC
+    """The tool-call syntax of the model's template (a template file's, where one is used instead):
+    its file is read once (off the loop), then kept."""
+    if not asks_for_tools(body) or not info.has_chat_template:
+        return GENERIC
+    if info.chat_template_file:
+        return await asyncio.to_thread(_template_file_syntax, info.chat_template_file)
+    return await asyncio.to_thread(model_syntax, info.path)
+
+
+def _template_file_syntax(path: str) -> Syntax:
+    try:
+        status = os.stat(path)
+    except OSError:  # gone since the model loaded: the template in use is still its text, read then
+        return GENERIC
+    return _read_file_syntax(path, status.st_mtime_ns, status.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_file_syntax(path: str, _mtime_ns: int, _size: int) -> Syntax:
+    try:
+        return detect(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return GENERIC
 
 
 async def pictures_of(messages, info: ModelInfo, model: str, allow_urls: bool) -> dict:

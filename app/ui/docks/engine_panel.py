@@ -124,12 +124,14 @@ class EnginePanel(QWidget):
     def __init__(self, client: EngineClient, parent=None):
         super().__init__(parent)
         self.client = client
+        self.template_for = lambda _model_path: None  # the window's: a model's own template file, kept in the settings
         self.error_box: QMessageBox | None = None
         self.last_error = ""
         body = QWidget()
         form = QFormLayout(body)
         form.setContentsMargins(6, 6, 6, 6)
         _add(form, "model_path", self._model_row())
+        _add(form, "chat_template_file", self._template_row())
         self.model_facts = QLabel()
         self.model_facts.setWordWrap(True)
         form.addRow("", self.model_facts)
@@ -233,8 +235,21 @@ class EnginePanel(QWidget):
 
     def _model_row(self) -> QWidget:
         self.model_path = QLineEdit()
+        self.model_path.editingFinished.connect(self._show_template_of_model)
         browse = QToolButton(text="…", toolTip="Pick a GGUF model file", clicked=self._browse)
         return _row((self.model_path, 1), (browse, 0))
+
+    def _template_row(self) -> QWidget:
+        """A .jinja file instead of the model's own chat template; cleared (its ✕): the model's own."""
+        self.chat_template_file = QLineEdit(placeholderText="the model's own")
+        self.chat_template_file.setClearButtonEnabled(True)
+        pick = QToolButton(text="…", toolTip="Pick a Jinja chat template file", clicked=self._browse_template)
+        return _row((self.chat_template_file, 1), (pick, 0))
+
+    def _show_template_of_model(self) -> None:
+        """Another model typed or picked: the template file kept for it, or its own."""
+        if self.model_path.text().strip() != self.client.config.model_path:
+            self.chat_template_file.setText(self.template_for(self.model_path.text().strip()) or "")
 
     def _mode_row(self) -> QWidget:
         self.batched = QRadioButton("Continuous", toolTip="Continuous batching: every step refills the batch")
@@ -265,6 +280,7 @@ class EnginePanel(QWidget):
 
     def show_config(self, config: EngineConfig) -> None:
         self.model_path.setText(config.model_path)
+        self.chat_template_file.setText(config.chat_template_file or "")
         self.capacity.setValue(config.capacity)
         self.n_ctx.setValue(config.n_ctx)
         self.n_batch.setValue(config.n_batch)
@@ -324,6 +340,8 @@ class EnginePanel(QWidget):
             lines.append(f"Drafting with {escape(os.path.basename(config.spec_draft_model))} (speculative decoding)")
         if info.sees_images:
             lines.append(f"Sees images: projector {escape(os.path.basename(info.projector))}; {escape(info.image_decode)}")
+        if info.chat_template_file:
+            lines.append(f"Chat template: {escape(os.path.basename(info.chat_template_file))}, instead of the model's own")
         if info.build is not None:
             lines.append(f"Build: {escape(info.build.summary())}")
             self.gpu_layers.setPlaceholderText("automatic: all" if info.build.gpu_offload else "automatic: 0 (CPU-only build)")
@@ -345,6 +363,7 @@ class EnginePanel(QWidget):
         """The settings as edited; ValueError with a one-line reason for what llama.cpp cannot take."""
         config = self.client.config.with_(
             model_path=self.model_path.text().strip(),
+            chat_template_file=FIELDS["chat_template_file"].text.parse(self.chat_template_file.text()),
             capacity=self.capacity.value(),
             n_ctx=self.n_ctx.value(),
             n_batch=max(self.n_batch.value(), self.capacity.value()),
@@ -388,6 +407,15 @@ class EnginePanel(QWidget):
 
     def _browse(self) -> None:
         _pick_gguf(self, "Pick a GGUF model", self.model_path)
+        self._show_template_of_model()
+
+    def _browse_template(self) -> None:
+        start = os.path.dirname(self.chat_template_file.text()) or os.path.dirname(self.model_path.text())
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Pick a chat template", start, "Jinja chat templates (*.jinja *.j2 *.txt);;All files (*)"
+        )
+        if path:
+            self.chat_template_file.setText(path)
 
     def _browse_mmproj(self) -> None:
         _pick_gguf(self, "Pick the model's vision projector (an mmproj GGUF)", self.mmproj)

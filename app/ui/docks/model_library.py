@@ -207,7 +207,7 @@ class ModelLibrary(QWidget):
                 QUANT: meta.quantization,
                 SIZE: format_size(entry.size_bytes),
                 CONTEXT: f"{meta.context_length:,}" if meta.context_length else "?",
-                TEMPLATE: "yes" if meta.has_chat_template else "none: a base model",
+                TEMPLATE: self._template_text(entry),
             }
         tooltip = self._tooltip(entry)
         for column, text in cells.items():
@@ -226,6 +226,20 @@ class ModelLibrary(QWidget):
         button.clicked.connect(lambda _=False, path=entry.path: self._on_button(path))
         self.table.setCellWidget(row, LOAD, button)
         self._show_row_state(row, entry)
+
+    def _template_text(self, entry: ModelEntry) -> str:
+        """Its own template, none (a base model), or the file chosen for it in the Engine panel."""
+        chosen = self.settings.chat_template_for(entry.path)
+        if chosen:
+            return f"{os.path.basename(chosen)} (instead of its own)"
+        return "yes" if entry.meta.has_chat_template else "none: a base model"
+
+    def show_templates(self) -> None:
+        """The chat template column again (a template file was chosen for a model, or given up)."""
+        for row, entry in enumerate(self.entries):
+            item = self.table.item(row, TEMPLATE)
+            if item is not None and not entry.problem:
+                item.setText(self._template_text(entry))
 
     def _tooltip(self, entry: ModelEntry) -> str:
         meta = entry.meta

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QMenu,
     QPlainTextEdit,
     QPushButton,
@@ -212,9 +213,18 @@ class ChatPane(QFrame):
         )
         self.clear_button = _icon_button(icons.SP_DialogResetButton, "Clear", "Clear the chat", self._on_clear)
         self.export_button = _icon_button(icons.SP_DialogSaveButton, "Export…", "Export the chat to a file…", self._on_export)
+        # a prefill: each reply starts with this and the model goes on from it, until it is cleared
+        self.reply_start = QLineEdit(placeholderText="Start the reply with…")
+        self.reply_start.setToolTip(
+            "Each reply begins with this text and the model continues it (a prefill); "
+            "it stays for the next replies until you clear it"
+        )
+        self.reply_start.setClearButtonEnabled(True)
+        self.reply_start.setMinimumWidth(60)
+        self.reply_start.textChanged.connect(self._on_reply_start)
         for b in (self.send_button, self.stop_button, self.attach_button):
             row.addWidget(b)
-        row.addStretch(1)
+        row.addWidget(self.reply_start, 1)
         for b in (self.regenerate_button, self.clear_button, self.export_button):
             row.addWidget(b)
         return row
@@ -374,6 +384,9 @@ class ChatPane(QFrame):
         )
 
     # -- actions -------------------------------------------------------------------------------
+
+    def _on_reply_start(self, text: str) -> None:
+        self.session.reply_start = text
 
     def _on_send(self) -> None:
         if self.session.send(self.input.toPlainText()):

@@ -74,7 +74,8 @@ class LoadedModels:
         """The library's Load: the model beside those loaded, with the first one's settings; the
         panes pick it in their header. One that cannot be loaded is said in the library."""
         try:
-            name = await self.client.load_model(self.client.config.for_other_model(path))
+            config = self.client.config.for_other_model(path).with_(chat_template_file=self.settings.chat_template_for(path))
+            name = await self.client.load_model(config)
         except (EngineError, ValueError) as e:  # a bad file, a name taken, no memory for it
             self.library.set_loaded(self.paths, str(e))
             return

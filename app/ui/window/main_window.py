@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         self.plots_dock = self._dock("Live plots", self.plots, Qt.DockWidgetArea.RightDockWidgetArea)
         self.plots.setMinimumWidth(320)
         self.engine_panel = EnginePanel(self.client)
+        self.engine_panel.template_for = self.settings.chat_template_for
         self.engine_panel.sigConfigApplied.connect(self._on_config_applied)
         self.engine_panel.sigLiveChanged.connect(self.settings.set_engine_config)
         self.engine_dock = self._dock("Engine", self.engine_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -476,7 +477,8 @@ class MainWindow(QMainWindow):
     # -- engine reloads and restarts -----------------------------------------------------------
 
     def _on_config_applied(self, config) -> None:
-        self.settings.set_engine_config(config)
+        self.settings.set_engine_config(config)  # and the template file, kept for its model
+        self.library.show_templates()
         for pane in self.panes:
             pane.show_engine_drafts(self.engine_drafts)
         self.workspace.set_capacity(self.client.config.capacity)
