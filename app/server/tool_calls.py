@@ -248,9 +248,13 @@ def with_instructions(messages: tuple[dict, ...], tools: Tools) -> tuple[dict, .
 def reply_of(text: str, tools: Tools) -> tuple[str | None, list[dict]]:
     """(content, tool_calls) of a whole reply, as OpenAI's message has them."""
     found: Scan = scan(text, tools.syntax)
+    named = [c for c in found.calls if c.name is not None]
     calls = [
-        {"id": tools.new_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in found.calls
-        if c.name is not None
+        {
+            "id": tools.syntax.id_of(c.name, k, tools.new_id),
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},
+        }
+        for k, c in enumerate(named)
     ]
     return found.content or (None if calls else ""), calls

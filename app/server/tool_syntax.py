@@ -80,6 +80,9 @@ class Syntax:
     calls_in_content: bool = False
     # its template shows the tools; else a system message describes them, and how to call them
     describes_tools: bool = True
+    # a call's id made of its name and its index in the reply, as the family writes it (Kimi's
+    # `functions.{name}:{index}`, which its template shows again beside the call's result)
+    call_id: str | None = None
     # (function, argument) of the request's arguments whose values are strings: a syntax that writes
     # arguments as text writes those raw (with_functions)
     string_args: frozenset[tuple[str, str]] = frozenset()
@@ -108,6 +111,10 @@ class Syntax:
         """The texts a reply must show written out where the model's vocabulary holds them as
         control tokens (llama.cpp's preserved tokens): the parser reads them."""
         return self.form.markers if self.form is not None else self.preserved
+
+    def id_of(self, name: str, index: int, new_id) -> str:
+        """The id of a reply's call `index`: the family's own (`call_id`), else `new_id()`."""
+        return self.call_id.format(name=name, index=index) if self.call_id else new_id()
 
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
@@ -207,7 +214,7 @@ GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
 MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
 DEEPSEEK_V3_1 = Syntax("DeepSeek V3.1", Wrapper.FORM, form=DEEPSEEK_V3_1_FORM, trigger=DEEPSEEK_V3_1_FORM.openings[0])
 DEEPSEEK_R1 = Syntax("DeepSeek R1", Wrapper.FORM, form=DEEPSEEK_R1_FORM, trigger=DEEPSEEK_R1_FORM.openings[0])
-KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0])
+KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0], call_id="functions.{name}:{index}")
 MINISTRAL_3 = Syntax(
     "Ministral 3 / Magistral / Devstral",
     Wrapper.FORM,
