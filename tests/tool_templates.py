@@ -457,6 +457,18 @@ LFM2 = """{{- bos_token -}}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- "<|im_start|>assistant\\n" -}}{%- endif -%}"""
 
+# Mistral Small 3.2: as Ministral's, each call with its id ([CALL_ID], 9 letters and digits) and its
+# arguments as an object; a result under its call's id
+MISTRAL_SMALL_3_2 = """{#- Mistral Small 3.2 -#}[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]
+{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' %}{{ m.content or '' }}
+{%- for call in m.tool_calls or [] %}{% if call.id | length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}[TOOL_CALLS]{{ call.function.name }}[CALL_ID]{{ call.id }}[ARGS]{{ call.function.arguments | tojson }}{% endfor %}</s>
+{%- elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.tool_call_id }}[TOOL_CONTENT]{{ m.content }}[/TOOL_RESULTS]
+{%- endif %}
+{%- endfor %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -474,6 +486,7 @@ FAMILIES = {
     "deepseek_r1": DEEPSEEK_R1,
     "kimi_k2": KIMI_K2,
     "ministral": MINISTRAL_3,
+    "mistral_small": MISTRAL_SMALL_3_2,
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
     "lfm2": LFM2,

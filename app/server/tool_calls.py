@@ -29,7 +29,7 @@ from app.engine.sampling.constraints import ConstraintError, schema_grammar
 
 from .output_format import FieldError
 from .tool_parse import Scan, scan
-from .tool_syntax import GENERIC, MISTRAL_NEMO, Syntax, call_grammar
+from .tool_syntax import GENERIC, MISTRAL_NEMO, MISTRAL_SMALL_3_2, Syntax, call_grammar
 
 MAX_TOOLS = 128  # tools described in one request: each one's description goes into the prompt
 MAX_CALLS_IN_TURN = 128  # calls one assistant turn of the conversation may hold
@@ -96,7 +96,7 @@ class Tools:
 
     def new_id(self) -> str:
         """A call's id; Mistral's templates take back only ids of 9 letters and digits."""
-        if self.syntax.family == MISTRAL_NEMO.family:
+        if self.syntax.family in (MISTRAL_NEMO.family, MISTRAL_SMALL_3_2.family):
             return "".join(secrets.choice(_ALNUM) for _ in range(9))
         return f"call_{uuid.uuid4().hex[:24]}"
 
@@ -248,9 +248,13 @@ def with_instructions(messages: tuple[dict, ...], tools: Tools) -> tuple[dict, .
 def reply_of(text: str, tools: Tools) -> tuple[str | None, list[dict]]:
     """(content, tool_calls) of a whole reply, as OpenAI's message has them."""
     found: Scan = scan(text, tools.syntax)
+    named = [c for c in found.calls if c.name is not None]
     calls = [
-        {"id": tools.new_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in found.calls
-        if c.name is not None
+        {
+            "id": tools.syntax.id_of(c.name, k, tools.new_id),
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},
+        }
+        for k, c in enumerate(named)
     ]
     return found.content or (None if calls else ""), calls

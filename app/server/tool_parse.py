@@ -343,7 +343,7 @@ class ToolStream:
             if call.name is None:
                 break
             if index == len(self._arguments_sent):  # its name is whole: the head goes first
-                self.ids.append(self._new_id())
+                self.ids.append(self._syntax.id_of(call.name, index, self._new_id))
                 self._arguments_sent.append(0)
                 head = {"id": self.ids[index], "type": "function", "function": {"name": call.name, "arguments": ""}}
                 deltas.append({"tool_calls": [{"index": index, **head}]})

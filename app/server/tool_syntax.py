@@ -17,6 +17,7 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - DeepSeek R1: the same with `function<｜tool▁sep｜>name\n```json\n{...}\n``` ` in each call
 - Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...`
 - Ministral 3, Magistral, Devstral: `[TOOL_CALLS]name[ARGS]{...}` a call
+- Mistral Small 3.2: `[TOOL_CALLS]name[CALL_ID]id[ARGS]{...}`, an id of 9 letters and digits
 - Apertus: `<|tools_prefix|>[{"name": {...}}, ...]<|tools_suffix|>`, a call's name its one key
 - Nemotron Nano v2: `<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>`
 - LFM2, LFM2.5: `<|tool_call_start|>[name(key="value", ...), ...]<|tool_call_end|>`, Python calls
@@ -39,7 +40,13 @@ from app.models.gguf_meta import read_gguf
 from .tool_syntaxes.form import Form
 from .tool_syntaxes.harmony import HARMONY_TRIGGERS, HarmonyForm
 from .tool_syntaxes.lark import json_value, literal, string_arguments
-from .tool_syntaxes.named import DEEPSEEK_R1_FORM, DEEPSEEK_V3_1_FORM, KIMI_K2_FORM, MINISTRAL_3_FORM
+from .tool_syntaxes.named import (
+    DEEPSEEK_R1_FORM,
+    DEEPSEEK_V3_1_FORM,
+    KIMI_K2_FORM,
+    MINISTRAL_3_FORM,
+    MISTRAL_SMALL_3_2_FORM,
+)
 from .tool_syntaxes.pythonic import PythonicForm
 from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
 
@@ -80,6 +87,9 @@ class Syntax:
     calls_in_content: bool = False
     # its template shows the tools; else a system message describes them, and how to call them
     describes_tools: bool = True
+    # a call's id made of its name and its index in the reply, as the family writes it (Kimi's
+    # `functions.{name}:{index}`, which its template shows again beside the call's result)
+    call_id: str | None = None
     # (function, argument) of the request's arguments whose values are strings: a syntax that writes
     # arguments as text writes those raw (with_functions)
     string_args: frozenset[tuple[str, str]] = frozenset()
@@ -108,6 +118,10 @@ class Syntax:
         """The texts a reply must show written out where the model's vocabulary holds them as
         control tokens (llama.cpp's preserved tokens): the parser reads them."""
         return self.form.markers if self.form is not None else self.preserved
+
+    def id_of(self, name: str, index: int, new_id) -> str:
+        """The id of a reply's call `index`: the family's own (`call_id`), else `new_id()`."""
+        return self.call_id.format(name=name, index=index) if self.call_id else new_id()
 
     def triggers_for(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """The lazy grammar's triggers for tools of these names."""
@@ -207,13 +221,17 @@ GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
 MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
 DEEPSEEK_V3_1 = Syntax("DeepSeek V3.1", Wrapper.FORM, form=DEEPSEEK_V3_1_FORM, trigger=DEEPSEEK_V3_1_FORM.openings[0])
 DEEPSEEK_R1 = Syntax("DeepSeek R1", Wrapper.FORM, form=DEEPSEEK_R1_FORM, trigger=DEEPSEEK_R1_FORM.openings[0])
-KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0])
+KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0], call_id="functions.{name}:{index}")
 MINISTRAL_3 = Syntax(
     "Ministral 3 / Magistral / Devstral",
     Wrapper.FORM,
     form=MINISTRAL_3_FORM,
     trigger=MINISTRAL_3_FORM.openings[0],
     arguments_as_text=True,  # its templates take a call's arguments as text or an object alike
+)
+# its template takes back only call ids of 9 letters and digits (Tools.new_id), as Mistral Nemo's
+MISTRAL_SMALL_3_2 = Syntax(
+    "Mistral Small 3.2", Wrapper.FORM, form=MISTRAL_SMALL_3_2_FORM, trigger=MISTRAL_SMALL_3_2_FORM.openings[0]
 )
 LFM2 = Syntax("LFM2 / LFM2.5", Wrapper.FORM, form=PythonicForm(), trigger="<|tool_call_start|>")
 GENERIC = Syntax("generic (any template)", Wrapper.GENERIC)
@@ -240,7 +258,7 @@ def _by_source(source: str) -> Syntax:
     if "<|tool_calls_section_begin|>" in source and "<|tool_call_begin|>" in source:
         return KIMI_K2
     if "[TOOL_CALLS]" in source and "[ARGS]" in source:
-        return MINISTRAL_3
+        return MISTRAL_SMALL_3_2 if "[CALL_ID]" in source else MINISTRAL_3
     if "<|tools_prefix|>" in source:
         return APERTUS
     if "<TOOLCALL>" in source:

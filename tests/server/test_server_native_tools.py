@@ -38,6 +38,7 @@ from app.server.tool_syntax import (
     MINIMAX_M2,
     MINISTRAL_3,
     MISTRAL_NEMO,
+    MISTRAL_SMALL_3_2,
     NEMOTRON_NANO_V2,
     QWEN3_CODER,
     SEED_OSS,
@@ -98,6 +99,7 @@ SYNTAXES = {
     "deepseek_r1": DEEPSEEK_R1,
     "kimi_k2": KIMI_K2,
     "ministral": MINISTRAL_3,
+    "mistral_small": MISTRAL_SMALL_3_2,
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
     "lfm2": dataclasses.replace(LFM2, calls_in_content=True),  # its template shows no `tool_calls`
@@ -191,11 +193,13 @@ def test_required_and_named_tools_yield_calls_in_the_familys_own_syntax(family_m
         assert choice.finish_reason == "tool_calls" and not choice.message.content, choice
         assert all(call.type == "function" and _follows_schema(call) for call in choice.message.tool_calls)
     assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
-    if family == "mistral":  # its template takes back only such ids
+    if family in ("mistral", "mistral_small"):  # its template takes back only such ids
         assert all(len(c.id) == 9 and c.id.isalnum() for c in named.choices[0].message.tool_calls)
     # streamed: each call's id, type and name first (arguments empty), then its arguments in fragments
     heads = [d for d in deltas if d.id]
     assert [d.index for d in heads] == list(range(len(heads))) and heads[0].function.name == "get_weather"
+    if family == "kimi_k2":  # its own ids, which its template shows again beside the result
+        assert named.choices[0].message.tool_calls[0].id == heads[0].id == "functions.get_weather:0"
     assert all(d.type == "function" and d.function.arguments == "" for d in heads)
     fragments = [d.function.arguments for d in deltas if not d.id and d.index == 0]
     assert len(fragments) > 1 and _follows_weather("".join(fragments))
@@ -233,6 +237,7 @@ def test_several_calls_in_one_reply_come_back_indexed_and_parallel_off_makes_one
 
 # the call get_weather(city="Paris", days=1) as a family of a syntax of its own writes it back
 WRITTEN_BACK = {
+    "mistral_small": '[TOOL_CALLS]get_weather[CALL_ID]abcDEF123[ARGS]{"city": "Paris", "days": 1}',
     "apertus": '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 1}}]<|tools_suffix|>',
     "gpt_oss": 'to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 1}<|call|>',
 }

@@ -38,6 +38,7 @@ from app.server.tool_syntax import (
     MINIMAX_M2,
     MINISTRAL_3,
     MISTRAL_NEMO,
+    MISTRAL_SMALL_3_2,
     NEMOTRON_NANO_V2,
     QWEN3_CODER,
     SEED_OSS,
@@ -53,7 +54,7 @@ pytestmark = pytest.mark.unit
 NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS, APERTUS, NEMOTRON_NANO_V2]
 XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
 NATIVE += XML
-NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3]
+NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3, MISTRAL_SMALL_3_2]
 NATIVE += NAMED
 NATIVE += [LFM2]
 ONE_BY_ONE = [*XML, LFM2]  # arguments written one by one, not as a JSON object
@@ -77,7 +78,7 @@ PIECES += ["<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "<minimax:tool
 PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
 PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"]
 PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
-PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]"]
+PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]", "[CALL_ID]", "abc123XYZ"]
 PIECES += ["<|tools_prefix|>", "<|tools_suffix|>", '{"f": ', "<TOOLCALL>", "</TOOLCALL>"]
 PIECES += ["<|tool_call_start|>[", "]<|tool_call_end|>", "f(", "a=", ")", "'x'", "True", "-", ".", "e"]
 # a syntax that writes arguments as text streams a string one as it comes: `a` is one
@@ -285,6 +286,7 @@ def test_the_family_is_told_from_the_template_source():
     assert detect(tool_templates.MINIMAX_M2) is MINIMAX_M2
     assert detect(tool_templates.DEEPSEEK_V3_1) is DEEPSEEK_V3_1 and detect(tool_templates.DEEPSEEK_R1) is DEEPSEEK_R1
     assert detect(tool_templates.KIMI_K2) is KIMI_K2 and detect(tool_templates.MINISTRAL_3) is MINISTRAL_3
+    assert detect(tool_templates.MISTRAL_SMALL_3_2) is MISTRAL_SMALL_3_2
     assert detect(tool_templates.APERTUS) is APERTUS and detect(tool_templates.NEMOTRON_NANO_V2) is NEMOTRON_NANO_V2
     assert detect(tool_templates.LFM2) == dataclasses.replace(LFM2, calls_in_content=True)  # it shows no tool_calls
     assert detect(tool_templates.LFM2 + "{# tool_calls #}") is LFM2

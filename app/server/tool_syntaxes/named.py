@@ -1,10 +1,11 @@
 """Tool calls as a name, then the arguments' JSON, between a family's markers (DeepSeek V3.1, DeepSeek
-R1, Kimi K2, Ministral 3 / Magistral / Devstral), in a section that holds them or one each:
+R1, Kimi K2, Ministral 3 / Magistral / Devstral, Mistral Small 3.2), in a section that holds them or one each:
 
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
     <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
     [TOOL_CALLS]NAME[ARGS]{...}
+    [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}
 
 Blanks between the markers are free when read; the grammar writes them as the template does."""
 
@@ -19,6 +20,7 @@ from .json_text import CallText, State, ValueReads, read_value, skip_ws
 from .lark import json_value, literal
 
 _DIGITS = re.compile(r"[0-9]+")
+_ID = re.compile(r"[A-Za-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class NamedForm:
     section_close: str = ""
     between: str = ""  # between two calls of a section
     numbered: bool = False  # `NAME:INDEX` (Kimi's call ids)
+    id_tag: str = ""  # before a call's id of 9 letters and digits, after its name (Mistral Small 3.2's [CALL_ID])
     markers: tuple[str, ...] = ()
 
     @property
@@ -74,6 +77,12 @@ class NamedForm:
             if number is None or number.end() == len(text):
                 return None, k, state or (State.OPEN if k == len(text) or number else State.NONE)
             k = number.end()
+        if self.id_tag:
+            k, state = expect_all(text, k, (self.id_tag,))
+            identity = _ID.match(text, k) if state is None else None
+            if identity is None or identity.end() == len(text):
+                return None, k, state or (State.OPEN if k == len(text) or identity else State.NONE)
+            k = identity.end()
         a, state = expect_all(text, k, tags(self.args_open))
         if state is not None:
             return None, a, state
@@ -94,7 +103,8 @@ class NamedForm:
 
     def write(self, calls: list[tuple[str, dict]]) -> str:
         written = [
-            f"{self.call_open}{name}{f':{k}' if self.numbered else ''}{self.args_open}{json.dumps(arguments)}{self.call_close}"
+            f"{self.call_open}{name}{f':{k}' if self.numbered else ''}{f'{self.id_tag}call{k:05d}' if self.id_tag else ''}"
+            f"{self.args_open}{json.dumps(arguments)}{self.call_close}"
             for k, (name, arguments) in enumerate(calls)
         ]
         return self.section_open + self.between.join(written) + self.section_close
@@ -104,6 +114,7 @@ class NamedForm:
         for k, function in enumerate(functions):
             head = self.call_open + function["name"]
             number = f"{literal(':')} /[0-9]{{1,3}}/ " if self.numbered else ""
+            number += f"{literal(self.id_tag)} /[A-Za-z0-9]{{9}}/ " if self.id_tag else ""
             closing = f" {literal(self.call_close)}" if self.call_close else ""
             lines.append(f"tc_call_{k}: {literal(head)} {number}{literal(self.args_open)} tc_args_{k}{closing}")
             lines.append(f"tc_args_{k}: {json_value(function['parameters'], lenient)}")
@@ -137,3 +148,4 @@ KIMI_K2_FORM = NamedForm(
              "<|tool_calls_section_end|>"),
 )  # fmt: skip
 MINISTRAL_3_FORM = NamedForm("[TOOL_CALLS]", "[ARGS]", markers=("[TOOL_CALLS]", "[ARGS]"))
+MISTRAL_SMALL_3_2_FORM = NamedForm("[TOOL_CALLS]", "[ARGS]", id_tag="[CALL_ID]", markers=("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"))
