@@ -28,7 +28,6 @@ CHATML = (
 CHATML_STOPS = ("<|im_end|>", "<|im_start|>")
 # a render of a real template takes milliseconds: seconds more is a loop
 RENDER_SECONDS = 2.0
-CAPS_SECONDS = 5.0  # for the dozen renders that find what a template can render, once per template
 FALLBACK_ADVICE = "chat with the built-in template (ChatML) instead"
 
 Message = dict[str, object]  # role and content; an assistant turn may hold tool_calls, a tool result its call's id
@@ -117,11 +116,11 @@ class ChatTemplate:
         if self._sandbox is None:
             return ALL
         job = {"source": self.source, "caps": True, "variables": self._variables(), "max_chars": 1 << 16}
-        try:
-            answer = self._sandbox.run(job, CAPS_SECONDS)
+        try:  # a dozen renders of a real template take milliseconds: a request waits for them no longer than for one
+            answer = self._sandbox.run(job, self.seconds)
         except SandboxFault as e:
             if e.kind in ("interrupted", "closed"):  # the request went: the next one asks again
-                raise ChatTemplateError(self._fault_message(e.kind, CAPS_SECONDS)) from None
+                raise ChatTemplateError(self._fault_message(e.kind, self.seconds)) from None
             answer = {}  # it looped or crashed: the chat's own render says so
         if answer.get("kind") == "syntax":
             self._fall_back()
