@@ -206,7 +206,10 @@ def calls_written(message: dict, syntax: Syntax) -> dict:
     if not calls or not syntax.calls_in_content or syntax.form is None:
         return message
     made = [(c["function"]["name"], _arguments_object(c["function"]["arguments"])) for c in calls]
-    return {**message, "content": message["content"] + syntax.form.write(made)}
+    # the calls are now the content's, in the model's own syntax: left as `tool_calls` too, the chat
+    # template's polyfill for a template that shows none would write them again over it, as JSON
+    written = {k: v for k, v in message.items() if k != "tool_calls"}
+    return {**written, "content": (message["content"] or "") + syntax.form.write(made)}
 
 
 def _arguments_object(arguments: object) -> dict:

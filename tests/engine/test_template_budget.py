@@ -169,7 +169,10 @@ def test_any_template_and_chat_give_a_prompt_or_a_reason_within_the_budget(piece
     assert took < 2 * (BUDGET_S + SLACK_S)
     if prompt.error is None:
         assert 0 < len(prompt.tokens) < 2048
-        assert template.source is not CHATML or bytes(prompt.tokens).endswith(b"<|im_start|>assistant\n")
+        # the reply's opening; a last assistant message is the reply's start, continued (a prefill)
+        last = messages[-1]
+        opening = b"<|im_start|>assistant\n" + (last["content"].encode() if last["role"] == "assistant" else b"")
+        assert template.source is not CHATML or bytes(prompt.tokens).endswith(opening)
     elif prompt.fault is Fault.TEMPLATE:
         assert prompt.error.startswith("the chat template of Any ")
     else:
