@@ -205,9 +205,9 @@ class ChatPane(QFrame):
         self.send_button = _text_button("Send", "Send the message (Enter)", self._on_send)
         self.stop_button = _text_button("Stop", "Stop the reply", self.session.stop)
         self.stop_button.setVisible(False)
-        self.attach_button = QToolButton(text="📎", toolTip=ATTACH_TIP, clicked=self._on_attach)
-        self.attach_button.setAccessibleName("Attach pictures")
-        icons = QStyle.StandardPixmap  # the desktop theme's view-refresh, edit-clear and document-save
+        icons = QStyle.StandardPixmap  # the desktop theme's open-folder, view-refresh, edit-clear and document-save
+        # an icon of the theme, not an emoji: a desktop without an emoji font drew an empty button
+        self.attach_button = _icon_button(icons.SP_DirOpenIcon, "Attach pictures", ATTACH_TIP, self._on_attach)
         self.regenerate_button = _icon_button(
             icons.SP_BrowserReload, "Regenerate", "Regenerate the last reply", self.session.regenerate
         )
