@@ -258,12 +258,24 @@ class PromptBuilder:
         shown = [fmt.for_template(m) for m in shown] if fmt is not None else shown
         continued = continues(messages, request)
         if continued:  # the chat before it, its reply's opening, then the reply's start as given
-            text = template.render(shown[:-1], True, max_chars=budget, tools=tools, kwargs=kwargs)
+            text = self._reopened(
+                template, template.render(shown[:-1], True, max_chars=budget, tools=tools, kwargs=kwargs), messages[-1]
+            )
         else:
             text = template.render(shown, request.add_generation_prompt, max_chars=budget, tools=tools, kwargs=kwargs)
         self._tail = text[-256:]
         self._prefill = self._prefill_text(template, messages[-1]) if continued else ""
         return text + self._prefill
+
+    def _reopened(self, template: ChatTemplate, text: str, message: Message) -> str:
+        """`text` without the empty thought its reply's opening closed (thinking off: Qwen3's switch,
+        Hy3's default), where the continued message's thoughts go on: llama.cpp cuts the generation
+        prompt at the opening marker there."""
+        fmt = self.thinking_of(template) if _text(message.get("reasoning_content")) else None
+        if fmt is None or fmt.harmony or not fmt.start or not fmt.closed_by(text):
+            return text
+        at = text.rfind(fmt.start, max(0, len(text) - 256))
+        return text[:at] if at >= 0 else text
 
     def _prefill_text(self, template: ChatTemplate, message: Message) -> str:
         """A continued assistant message as the model would have written it after the prompt's end
