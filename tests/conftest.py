@@ -70,6 +70,30 @@ def caps_models(model_path, tmp_path_factory) -> dict[str, str]:
     return _with_templates(model_path, tmp_path_factory.mktemp("caps"), caps_templates.FAMILIES)
 
 
+@pytest.fixture(scope="session")
+def marker_models(model_path, tmp_path_factory) -> dict[str, str]:
+    """The bundled model with a family's template (tool_templates.py) and its markers as the
+    family's vocabulary holds them: some of the bundled model's code-corpus control tokens
+    (<repo_name> on) renamed, so that a marker is one token. gpt-oss's Harmony markers (llama.cpp
+    then makes all but <|call|> and <|return|> ordinary tokens, as it does for gpt-oss) and
+    Ministral's [TOOL_CALLS] and [ARGS] (control tokens, which a grammar must draw as tokens)."""
+    import tool_templates
+    from gguf_files import with_tokens_renamed
+
+    families = {
+        "gpt_oss": (
+            tool_templates.GPT_OSS,
+            ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"),
+        ),
+        "ministral": (tool_templates.MINISTRAL_3, ("[TOOL_CALLS]", "[ARGS]")),
+    }
+    folder = tmp_path_factory.mktemp("markers")
+    return {
+        family: with_tokens_renamed(model_path, folder / f"{family}.gguf", dict(enumerate(markers, start=3)), template)
+        for family, (template, markers) in families.items()
+    }
+
+
 def _with_templates(model_path: str, folder: Path, templates: dict[str, str]) -> dict[str, str]:
     for family, template in templates.items():
         out = folder / f"{family}.gguf"

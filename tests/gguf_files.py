@@ -31,3 +31,23 @@ def copy_head(src: str, dst: Path, n_bytes: int) -> Path:
     with open(src, "rb") as f:
         dst.write_bytes(f.read(n_bytes))
     return dst
+
+
+def with_tokens_renamed(src: str, dst: Path, renames: dict[int, str], template: str) -> str:
+    """A copy of the model `src` whose tokens `renames` names spell new texts (their kind kept: a
+    control token stays one) and whose chat template is `template`: a family's control tokens
+    (gpt-oss's <|channel|>) in a model that has none, its weights as they were."""
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata, get_field_data
+
+    reader = gguf.GGUFReader(src, "r")
+    tokens = list(get_field_data(reader, gguf.Keys.Tokenizer.LIST))
+    for token, text in renames.items():
+        tokens[token] = text
+    writer = gguf.GGUFWriter(str(dst), arch=get_field_data(reader, gguf.Keys.General.ARCHITECTURE), endianess=reader.endianess)
+    array, string = gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
+    metadata = {
+        gguf.Keys.Tokenizer.LIST: MetadataDetails(array, tokens, sub_type=string),
+        gguf.Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(string, template),
+    }
+    copy_with_new_metadata(reader, writer, metadata, [])
+    return str(dst)

@@ -81,7 +81,9 @@ class Syntax:
     # its template adds a call's arguments to its text as they are: they reach it as JSON text, not an object
     arguments_as_text: bool = False
     form: Form | None = None  # Wrapper.FORM: its reader, grammar and writer
-    preserved: tuple[str, ...] = ()  # the markers of a syntax without a form (`markers`)
+    # the markers of a syntax without a form (`markers`): where a vocabulary holds one as a control
+    # token, a reply shows it written out and a grammar draws it as that token
+    preserved: tuple[str, ...] = ()
     # its template shows no assistant turn's `tool_calls` (LFM2's): they reach it written in its
     # syntax at the end of the turn's content (`Form.write`)
     calls_in_content: bool = False
@@ -136,6 +138,7 @@ HERMES = Syntax(
     trigger="<tool_call>",
     closer="</tool_call>",
     start_prefixes=("",),
+    preserved=("<tool_call>", "</tool_call>"),
 )
 # its templates raise on an assistant turn of several calls ("This model only supports single tool-calls at once!")
 LLAMA_3 = Syntax(
@@ -146,6 +149,7 @@ LLAMA_3 = Syntax(
     takes_several=False,
     # a call is the whole reply: it opens the reply, after blanks
     lazy_triggers=(r'^\s*(<\|python_tag\|>|\{\s*"name"\s*:)',),
+    preserved=("<|python_tag|>",),
 )
 MISTRAL_NEMO = Syntax(
     "Mistral Nemo",
@@ -153,6 +157,7 @@ MISTRAL_NEMO = Syntax(
     trigger="[TOOL_CALLS]",
     start_prefixes=("",),
     start_char="[",
+    preserved=("[TOOL_CALLS]",),
 )
 GRANITE = Syntax(
     "IBM Granite 3.x",
@@ -160,6 +165,7 @@ GRANITE = Syntax(
     trigger="<|tool_call|>",
     start_prefixes=("",),
     start_char="[",
+    preserved=("<|tool_call|>",),
 )
 COMMAND_R7B = Syntax(
     "Command R7B",
@@ -171,6 +177,7 @@ COMMAND_R7B = Syntax(
     closer="<|END_ACTION|>",
     start_prefixes=("",),
     start_char="[",
+    preserved=("<|START_ACTION|>", "<|END_ACTION|>"),
 )
 FUNCTIONARY_V3_2 = Syntax(
     "Functionary v3.2",

@@ -135,3 +135,34 @@ def test_a_control_token_a_request_preserves_is_written_out_in_its_reply(tiny_co
     plain, kept = run(main())
     assert plain.stats.gen_tokens == kept.stats.gen_tokens == 2 and "<|im_start|>" not in plain.text
     assert kept.text == "<|im_start|>" * 2
+
+
+def test_a_tool_syntaxs_marker_that_is_a_control_token_is_drawn_as_that_token_under_its_grammar(tiny_config):
+    """A grammar that writes a marker (SamplingParams.preserved) the vocabulary holds as one control
+    token draws it as that token, as a model is trained to write it, whole or after a lazy
+    grammar's trigger; without the marker named, the grammar's text is spelled in text pieces."""
+    grammar = 'start: "<file_sep>" "<filename>"'
+    markers = ("<file_sep>", "<filename>")
+
+    async def main():
+        async with Started(tiny_config) as client:
+            (opening,) = await client.tokenize("<file_sep>")
+            spelled = await client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=grammar))
+            whole = await client.complete(user("Well?"), GREEDY.with_(max_tokens=16, grammar=grammar, preserved=markers))
+            lazy = await client.complete(
+                user("Well?"),
+                GREEDY.with_(
+                    max_tokens=16,
+                    grammar=grammar,
+                    grammar_triggers=("<file_sep>",),
+                    preserved=markers,
+                    logit_bias=((opening, 100.0),),  # the free reply opens with the trigger's token
+                ),
+            )
+            return spelled, whole, lazy
+
+    spelled, whole, lazy = run(main())
+    assert spelled.text == "<file_sep><filename>" and spelled.stats.gen_tokens > 3
+    for final in (whole, lazy):
+        assert final.reason is FinishReason.STOP and final.text == "<file_sep><filename>", final.text
+        assert final.stats.gen_tokens == 3  # the two markers, then the end the grammar leaves

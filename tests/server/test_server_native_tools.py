@@ -314,3 +314,24 @@ def test_a_template_that_writes_calls_but_never_shows_the_tools_is_told_of_them_
     assert prompt.startswith("You can call these functions:") and "The weather now in a city" in prompt
     assert "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function_name<｜tool▁sep｜>" in prompt  # how to call, in its syntax
     assert _written_call("deepseek_v3_1") in prompt and "sunny, 21 C" in prompt
+
+
+@pytest.mark.model
+def test_a_familys_markers_that_are_one_token_each_are_drawn_as_those_tokens(marker_models):
+    """Where the vocabulary holds a family's markers as single tokens (as real Ministral and gpt-oss
+    models do), a call under `required` draws each marker as its one token, not spelled out in
+    pieces the model never learnt to write, and is read back as a call. Ministral's [TOOL_CALLS]
+    and [ARGS] are control tokens, which the grammar names as tokens (`with_tokens`)."""
+    asked = {"messages": ASK, "tools": [WEATHER], "tool_choice": "required", "logprobs": True, **GREEDY}
+    extra = {"gpt_oss": {"reasoning_budget_tokens": 3}}
+
+    def call(family: str):
+        body = {**asked, "extra_body": {**GREEDY["extra_body"], **extra.get(family, {})}, "max_tokens": 60}
+        return _serve(marker_models[family], lambda api: api.chat.completions.create(model="m", **body))
+
+    for family, markers in (("ministral", ["[TOOL_CALLS]", "[ARGS]"]), ("gpt_oss", ["<|channel|>", "<|message|>"])):
+        reply = call(family)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and _follows_schema(choice.message.tool_calls[0]), (family, choice)
+        drawn = [entry.token for entry in choice.logprobs.content]
+        assert all(marker in drawn for marker in markers), (family, drawn)

@@ -20,7 +20,7 @@ from llguidance.numpy import (
     fill_next_token_bitmask_par_with_draft_tokens,
 )
 
-from ..sampling.constraints import LIMITS, ConstraintError, lark_grammar, reason, trigger_patterns
+from ..sampling.constraints import LIMITS, ConstraintError, lark_grammar, reason, trigger_patterns, with_tokens
 from .vocab import Vocab
 
 # llguidance's thread pool fills the masks where cores are spare for it. On 2 cores, which the
@@ -40,6 +40,8 @@ class Constraint:
     waiting: bool = False  # no trigger yet: the reply is free
     free: bool = False  # the text from the trigger broke the grammar: the reply stays free
     text: bytearray = field(default_factory=bytearray)  # the reply while waiting, control tokens written out
+    drawn: list[int] = field(default_factory=list)  # its tokens while waiting
+    markers: frozenset[int] = frozenset()  # control tokens the grammar names as tokens (`with_tokens`)
 
     @property
     def holds(self) -> bool:
@@ -95,14 +97,30 @@ class Constraints:
                 self._tokenizer = _llg_tokenizer(self._vocab)
             return self._tokenizer
 
-    def new(self, grammar: str, triggers: tuple[str, ...] = ()) -> Constraint:
+    def new(self, grammar: str, triggers: tuple[str, ...] = (), markers: tuple[str, ...] = ()) -> Constraint:
         """A request's constraint for `grammar` (GBNF or llguidance's Lark), lazy when given `triggers`;
-        ConstraintError when it does not compile, or its matcher for this vocabulary is past LIMITS."""
+        the `markers` (a tool syntax's) that this vocabulary holds as control tokens drawn as those
+        tokens where the grammar writes them. ConstraintError when it does not compile, or its
+        matcher for this vocabulary is past LIMITS."""
         patterns = trigger_patterns(triggers)
-        matcher = LLMatcher(self._llg_tokenizer(), lark_grammar(grammar), log_level=0, limits=LIMITS)
+        tokens = self._control_tokens(markers)
+        lark = with_tokens(lark_grammar(grammar), tokens)
+        matcher = LLMatcher(self._llg_tokenizer(), lark, log_level=0, limits=LIMITS)
         if matcher.is_error():
             raise ConstraintError(f"the grammar cannot constrain a reply: {reason(matcher.get_error())}")
-        return Constraint(matcher, patterns, waiting=bool(patterns))
+        return Constraint(matcher, patterns, waiting=bool(patterns), markers=frozenset(tokens.values()))
+
+    def _control_tokens(self, texts: tuple[str, ...]) -> dict[str, int]:
+        """The texts of `texts` that are one control token each in this vocabulary, and that token."""
+        found = {}
+        for text in texts:
+            tokens = self._vocab.tokenize(text, add_special=False)
+            if len(tokens) == 1 and self._is_control(tokens[0]):
+                found[text] = tokens[0]
+        return found
+
+    def _is_control(self, token: int) -> bool:
+        return bool(ll.llama_vocab_get_attr(self._vocab.model_vocab, token) & ll.LLAMA_TOKEN_ATTR_CONTROL)
 
     def mask(self, rows: list[tuple[Constraint, np.ndarray]]) -> None:
         """Fill the masks of every constraint that holds together (in one call to llguidance's
@@ -166,16 +184,31 @@ class Constraints:
 
     def _watch(self, constraint: Constraint, token: int) -> None:
         """A lazy constraint's reply took `token`: once a trigger matches the text, the matcher reads
-        the text from the match on, tokenized as text (a control token's spelling too: the grammar
-        writes it as text), however the reply split it (llguidance reads the tokens' bytes)."""
+        the reply from the match on: the token the match starts in cut there and read as text, the
+        tokens after as drawn (a control token the grammar does not name as a token spelled out as
+        text, as the grammar writes it)."""
         if not constraint.waiting:
             return
         constraint.text += self._vocab.spell(token)
+        constraint.drawn.append(token)
         starts = [_trigger_start(m) for m in (p.search(constraint.text) for p in constraint.triggers) if m]
         if not starts:
             return
         constraint.waiting = False
-        tokens = self._llg_tokenizer().tokenize_bytes(bytes(constraint.text[min(starts) :]))
+        tokens = self._from(constraint, min(starts))
         constraint.text.clear()
+        constraint.drawn.clear()
         if constraint.matcher.try_consume_tokens(tokens) < len(tokens):
             constraint.free = True  # the trigger's own text breaks the grammar: let the reply be
+
+    def _from(self, constraint: Constraint, start: int) -> list[int]:
+        """The waiting reply's tokens from byte `start` of its text on, as the matcher reads them."""
+        tokenizer, offset, tokens = self._llg_tokenizer(), 0, []
+        for token in constraint.drawn:
+            spelled = self._vocab.spell(token)
+            end = offset + len(spelled)
+            if end > start:
+                whole = offset >= start and (token in constraint.markers or not self._is_control(token))
+                tokens += [token] if whole else tokenizer.tokenize_bytes(spelled[max(start - offset, 0) :])
+            offset = end
+        return tokens

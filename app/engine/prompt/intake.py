@@ -42,7 +42,8 @@ class Intake:
         prompt = dataclasses.replace(self.prompts.prepare(request), logit_bias=logit_bias)
         if prompt.error is None and request.params.grammar is not None:
             try:  # compiled here, not on the engine thread; refused here when past llguidance's limits
-                grammar = self.backend.constraints.new(request.params.grammar, request.params.grammar_triggers)
+                params = request.params
+                grammar = self.backend.constraints.new(params.grammar, params.grammar_triggers, params.preserved)
                 prompt = dataclasses.replace(prompt, grammar=grammar)
             except ValueError as e:
                 return Prompt([], error=str(e))

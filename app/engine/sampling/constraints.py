@@ -131,6 +131,91 @@ def lark_only(text: object) -> str:
     return text if is_lark_syntax(text) else f"// Lark\n%llguidance {{}}\n{text}"
 
 
+def with_tokens(lark: str, tokens: dict[str, int]) -> str:
+    """`lark` with every text of `tokens` inside its string literals written as that token
+    (`<[id]>`): a model whose vocabulary holds a tool syntax's marker as a control token draws it
+    as that token, as it was trained to, not spelled out in text pieces; a lazy rule of any text up
+    to such a text (`name[lazy]: /(.|\\n)*TEXT/`) becomes any text, then the token. JSON bodies
+    (`%json {...}`), other regular expressions, comments and case-blind literals are left as they are."""
+    if not tokens:
+        return lark
+    lark = _LAZY_UNTIL.sub(lambda m: _until_token(m, tokens), lark)
+    out, i, n = [], 0, len(lark)
+    while i < n:
+        end = _skipped_end(lark, i)
+        if end > i:
+            out.append(lark[i:end])
+            i = end
+        elif lark[i] == '"':
+            end = _string_end(lark, i)
+            blind = lark.startswith("i", end) and not lark[end + 1 : end + 2].isalnum()  # "..."i
+            out.append(lark[i:end] if blind else _tokens_in_literal(lark[i:end], tokens))
+            i = end
+        else:
+            out.append(lark[i])
+            i += 1
+    return "".join(out)
+
+
+_LAZY_UNTIL = re.compile(r"^([ \t]*[\w-]+)\[lazy\]:[ \t]*/\(\.\|\\n\)\*((?:[^/\\\n]|\\.)+)/[ \t]*$", re.M)
+
+
+def _until_token(match: re.Match[str], tokens: dict[str, int]) -> str:
+    """A lazy rule of any text up to a closer that opens with a token's text, as any text then the
+    token and the closer's rest (a regular expression cannot match a control token: its bytes are
+    no text's, so the text ends where the token comes)."""
+    closer = re.sub(r"\\(.)", lambda e: {"n": "\n", "t": "\t", "r": "\r"}.get(e[1], e[1]), match[2])
+    opening = next((t for t in sorted(tokens, key=len, reverse=True) if closer.startswith(t)), None)
+    if opening is None:
+        return match[0]
+    rest = closer[len(opening) :]
+    return f"{match[1]}: /(.|\\n)*/ <[{tokens[opening]}]>" + (f" {_tokens_in_literal(json.dumps(rest), tokens)}" if rest else "")
+
+
+def _skipped_end(lark: str, i: int) -> int:
+    """Where a piece of `lark` at `i` that `with_tokens` leaves alone ends (i: none starts there)."""
+    if lark.startswith("//", i):
+        end = lark.find("\n", i)
+        return len(lark) if end < 0 else end
+    if lark[i] == "/":  # a regular expression, to its closing slash
+        j = i + 1
+        while j < len(lark) and lark[j] != "/":
+            j += 2 if lark[j] == "\\" else 1
+        return min(j + 1, len(lark))
+    if lark[i] == "%":  # a directive: its name, then a JSON body if one follows
+        j = i + 1
+        while j < len(lark) and (lark[j].isalnum() or lark[j] == "_"):
+            j += 1
+        while j < len(lark) and lark[j] in " \t":
+            j += 1
+        if j < len(lark) and lark[j] == "{":
+            try:
+                return json.JSONDecoder().raw_decode(lark, j)[1]
+            except ValueError:
+                return j
+        return j
+    return i
+
+
+def _string_end(lark: str, i: int) -> int:
+    j = i + 1
+    while j < len(lark) and lark[j] != '"':
+        j += 2 if lark[j] == "\\" else 1
+    return min(j + 1, len(lark))
+
+
+def _tokens_in_literal(literal: str, tokens: dict[str, int]) -> str:
+    try:
+        text = json.loads(literal)
+    except ValueError:  # an escape JSON does not have: left as it is
+        return literal
+    pattern = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+    parts = [p for p in re.split(f"({pattern})", text) if p]
+    if len(parts) == 1 and parts[0] not in tokens:
+        return literal
+    return "(" + " ".join(f"<[{tokens[p]}]>" if p in tokens else json.dumps(p) for p in parts) + ")"
+
+
 def regex_grammar(pattern: object) -> str:
     """The grammar of replies that match the regular expression `pattern` whole (Rust's regex syntax);
     ConstraintError says why not, with the line and column in the pattern that llguidance's regex
