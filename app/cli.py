@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from .engine.config_fields import CONFIG_FIELDS, FIELDS
 from .engine.errors import ModelLoadError
-from .engine.params import EngineConfig, Policy, ServingMode, SpecType
+from .engine.params import MMPROJ_NONE, EngineConfig, Policy, ServingMode, SpecType
 from .engine.sampling.params import SAMPLING_FIELDS
 
 EXIT_BAD_INPUT = 2
@@ -231,6 +231,10 @@ def _add_models_parser(sub) -> None:
     files.add_argument("repo", metavar="USER/REPO")
     pull = verbs.add_parser("pull", help="download USER/REPO[:QUANT] into the Hugging Face cache; prints its path")
     pull.add_argument("spec", metavar="USER/REPO[:QUANT]")
+    pull.add_argument(
+        "--mmproj", choices=("auto", "none"), default="auto",
+        help="auto: the repo's vision projector for it too, where it has one; none: the model alone (llama.cpp's --no-mmproj)",
+    )  # fmt: skip
 
 
 def _add_serve_parser(sub) -> None:
@@ -318,21 +322,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _resolve_hf(args) -> None:
-    """--hf models downloaded (or found in the cache) and added after --model's, before the engine starts."""
+    """--hf models downloaded (or found in the cache) and added after --model's, before the engine
+    starts, each with its repo's vision projector, as llama.cpp's -hf: not with --mmproj none, nor for
+    the first model when --mmproj names its projector (the others find theirs beside them)."""
+    mmproj = getattr(args, "mmproj", None)  # None: auto (or not given); MMPROJ_NONE; or a file
     for hf, models in (("hf", "models"), ("bench_hf", "bench_models"), ("serve_hf", "serve_models")):
         specs = getattr(args, hf, None)
         if specs:
-            paths = [_pull(spec) for spec in specs]
-            setattr(args, models, (getattr(args, models) or []) + paths)
+            before = getattr(args, models) or []
+            paths = []
+            for i, spec in enumerate(specs):
+                first = not before and i == 0
+                paths.append(_pull(spec, mmproj is None or (mmproj != MMPROJ_NONE and not first)))
+            setattr(args, models, before + paths)
 
 
-def _pull(spec: str) -> str:
+def _pull(spec: str, projector: bool = True) -> str:
     from .models.hub import HubError, pull
 
     try:
-        return pull(spec, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        return pull(spec, progress=_to_stderr, projector=projector)
     except HubError as e:
         raise ValueError(str(e)) from None
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _models(args) -> int:
@@ -357,7 +372,7 @@ def _models(args) -> int:
             ]
             _print_table(("quant", "MiB", "file"), rows)
         else:
-            print(hub.pull(args.spec, progress=lambda line: print(line, file=sys.stderr, flush=True)))
+            print(hub.pull(args.spec, progress=_to_stderr, projector=args.mmproj == "auto"))
     except hub.HubError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,10 +1,13 @@
-"""`check_gguf_file`: whether a path can be a GGUF model, from its `stat` and header, before llama.cpp opens it."""
+"""`check_gguf_file`: whether a path can be a GGUF model, from its `stat` and header, before llama.cpp opens it;
+`find_projector` (the model library's): the vision projector beside a model."""
 
 from __future__ import annotations
 
 import os
 import re
 import stat
+
+from app.models.library import find_projector as find_projector
 
 from .errors import ModelLoadError
 
@@ -55,29 +58,3 @@ def _file_kind(mode: int) -> str:
         (stat.S_ISBLK, "a device"),
     )
     return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-_PROJECTOR_NAME = re.compile(r"mmproj.*\.gguf", re.IGNORECASE)
-_QUANT_WORDS = ("f16", "bf16", "f32", "q8_0")  # projectors come in these; f16 is llama.cpp's usual pick
-
-
-def find_projector(model_path: str) -> str | None:
-    """The vision projector beside a model: a file named mmproj*.gguf in its folder (as Hugging Face
-    repos ship them, and `-hf` pulls them). Of several, the one whose name shares the most with the
-    model's (a repo of two models), then F16's, then the first by name. None when there is none."""
-    folder = os.path.dirname(os.path.abspath(model_path))
-    try:
-        names = sorted(n for n in os.listdir(folder) if _PROJECTOR_NAME.fullmatch(n))
-    except OSError:
-        return None
-    names = [n for n in names if os.path.isfile(os.path.join(folder, n)) and n != os.path.basename(model_path)]
-    if not names:
-        return None
-    stem = os.path.basename(model_path).lower()
-
-    def likeness(name: str) -> tuple[int, int]:
-        words = [w for w in re.split(r"[-_.]", name.lower()) if w and w not in ("mmproj", "gguf")]
-        shared = sum(1 for w in words if w not in _QUANT_WORDS and w in stem)
-        return shared, "f16" in words
-
-    return os.path.join(folder, max(names, key=likeness))

@@ -32,15 +32,11 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import http_get, repo_folder_name
 from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
-from .library import SPLIT_NAME
+from .library import SPLIT_NAME, choose_projector, is_projector, quant_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 # none named: Q4_K_M (llama.cpp's default tag), else the first of these the repo has, else the smallest
 QUANT_PREFERENCE = ("Q4_K_M", "Q4_K_S", "Q4_0", "IQ4_XS", "IQ4_NL", "Q5_K_M", "Q5_K_S", "Q5_0", "Q6_K", "Q8_0")
-QUANT = re.compile(
-    r"(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Z0-9]{1,4}){0,3}|TQ[12]_0|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32)(?![A-Za-z0-9])",
-    re.IGNORECASE,
-)
 WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM\d|LPT\d)(\..*)?$", re.IGNORECASE)
 MAX_NAME_BYTES = 255  # a path component, on most file systems
 
@@ -107,15 +103,6 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return repo, quant.strip()
 
 
-def quant_of(file_name: str) -> str:
-    """The quantization a GGUF file's name says (Q4_K_M, IQ4_XS, F16...), upper case; "" when none."""
-    stem = os.path.basename(file_name)
-    match = SPLIT_NAME.match(stem)
-    stem = match["stem"] if match else re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
-    found = QUANT.findall(stem)
-    return found[-1].upper() if found else ""
-
-
 def check_repo_path(name: str) -> None:
     """Refuse a repo file name that could leave the cache or that this OS cannot write."""
     why = ""
@@ -144,7 +131,7 @@ def group_models(files: list[tuple[str, int | None]]) -> list[HubModel]:
     groups: dict[str, list[tuple[str, int | None]]] = {}
     for name, size in files:
         base = os.path.basename(name)
-        if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+        if not base.lower().endswith(".gguf") or is_projector(base):
             continue
         match = SPLIT_NAME.match(base)
         key = f"{os.path.dirname(name)}/{match['stem']}-of-{match['count']}" if match else name
@@ -186,35 +173,54 @@ def search(text: str, limit: int = 20) -> list[RepoHit]:
 
 def list_models(repo_id: str) -> list[HubModel]:
     """The repo's GGUF models with their sizes; offline, those of its cached snapshot."""
+    return group_models(_repo_files(repo_id))
+
+
+def _repo_files(repo_id: str) -> list[tuple[str, int | None]]:
+    """The repo's files with their sizes where the hub says them; offline, the GGUF files of its cached snapshot."""
     if is_offline():
-        return group_models(_cached_files(repo_id))
+        return _cached_files(repo_id)
     with _hub_errors(repo_id):
         info = HfApi(endpoint=hub_endpoint()).model_info(repo_id, files_metadata=True)
-    return group_models([(s.rfilename, s.size) for s in info.siblings or []])
+    return [(s.rfilename, s.size) for s in info.siblings or []]
 
 
 def pull(
-    spec: str, progress: Callable[[str], None] | None = None, on_bytes: Callable[[int, int | None], None] | None = None
+    spec: str,
+    progress: Callable[[str], None] | None = None,
+    on_bytes: Callable[[int, int | None], None] | None = None,
+    projector: bool = True,
 ) -> str:
-    """Download `user/repo[:quant]` (every part of a split model) into the hub cache; the local path
-    of its (first) file. What is already cached is not fetched again; a dropped connection resumes.
-    `on_bytes(done, total)` is called as the bytes arrive (all parts together); what it raises stops the
-    download, whose partial blob stays for the next pull to resume."""
+    """Download `user/repo[:quant]` (every part of a split model) into the hub cache, with the repo's
+    vision projector for it where it has one (library.choose_projector's: in the model's folder or the
+    nearest above it, where the engine finds it; `projector=False`: not it, llama.cpp's --no-mmproj);
+    the local path of the model's (first) file. What is already cached is not fetched again (offline:
+    a projector not cached is left out); a dropped connection resumes. `on_bytes(done, total)` is
+    called as the bytes arrive (all files together); what it raises stops the download, whose partial
+    blob stays for the next pull to resume."""
     repo_id, quant = parse_spec(spec)
-    model = choose_model(list_models(repo_id), quant, repo_id)
-    for name in model.files:
+    files = _repo_files(repo_id)
+    model = choose_model(group_models(files), quant, repo_id)
+    sizes = dict(files)
+    mmproj = choose_projector(model.name, [(n, s) for n, s in files if is_projector(n)]) if projector else None
+    fetched = [(name, sizes[name]) for name in (*model.files, *([mmproj] if mmproj else []))]
+    for name, _ in fetched:
         check_repo_path(name)
     _check_parts_present(model)
+    total = None if any(size is None for _, size in fetched) else sum(size for _, size in fetched)
     cache = hub_cache_dir()
     if not is_offline():
-        _check_free_space(repo_id, model, cache)
+        _check_free_space(repo_id, model.name + (" with its projector" if mmproj else ""), fetched, cache)
     if progress:
         size = f", {model.size / 2**20:.1f} MiB" if model.size is not None else ""
         parts = f", {len(model.files)} parts" if len(model.files) > 1 else ""
-        progress(f"{repo_id}: {model.name} ({model.quant or 'no quant in its name'}{parts}{size})")
+        line = f"{repo_id}: {model.name} ({model.quant or 'no quant in its name'}{parts}{size})"
+        if mmproj:
+            line += f" + projector {mmproj}" + (f", {sizes[mmproj] / 2**20:.1f} MiB" if sizes[mmproj] is not None else "")
+        progress(line)
     paths, done = [], 0
-    for name in model.files:
-        bar = functools.partial(_ByteProgress, on_bytes, done, model.size) if on_bytes else None
+    for name, _ in fetched:
+        bar = functools.partial(_ByteProgress, on_bytes, done, total) if on_bytes else None
         with _hub_errors(repo_id, name):
             if not is_offline():
                 _fetch_blob(repo_id, name, cache, bar)
@@ -224,7 +230,7 @@ def pull(
         paths.append(path)
         done += os.path.getsize(path)
         if on_bytes:
-            on_bytes(done, model.size)
+            on_bytes(done, total)
     return paths[0]
 
 
@@ -311,12 +317,15 @@ def _check_parts_present(model: HubModel) -> None:
         raise HubError(f"{model.name}: the repo has {len(model.files)} of its {int(match['count'])} parts")
 
 
-def _check_free_space(repo_id: str, model: HubModel, cache: Path) -> None:
-    """Refuse before downloading what the disk cannot hold (what is already cached does not count)."""
+def _check_free_space(repo_id: str, what: str, files: list[tuple[str, int | None]], cache: Path) -> None:
+    """Refuse before downloading what the disk cannot hold (what is already cached does not count);
+    `files` with their sizes, None where the listing did not say it (asked of the file then)."""
     needed = 0
-    for name in model.files:
-        size = _remote_size(repo_id, name, model)
-        if size is not None and not _cached_path(cache, repo_id, name):
+    for name, listed in files:
+        if _cached_path(cache, repo_id, name):
+            continue
+        size = listed if listed is not None else _remote_size(repo_id, name)
+        if size is not None:
             needed += size
     needed -= _partial_bytes(cache, repo_id)
     folder = cache
@@ -324,7 +333,7 @@ def _check_free_space(repo_id: str, model: HubModel, cache: Path) -> None:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise HubError(f"{model.name} needs {needed / 2**30:.2f} GiB, and {folder} has {free / 2**30:.2f} GiB free")
+        raise HubError(f"{what} needs {needed / 2**30:.2f} GiB, and {folder} has {free / 2**30:.2f} GiB free")
 
 
 def _partial_bytes(cache: Path, repo_id: str) -> int:
@@ -334,9 +343,7 @@ def _partial_bytes(cache: Path, repo_id: str) -> int:
     return sum(p.stat().st_size for p in found if re.fullmatch(r"[0-9a-f]+\.incomplete", p.name))
 
 
-def _remote_size(repo_id: str, name: str, model: HubModel) -> int | None:
-    if model.size is not None and len(model.files) == 1:
-        return model.size
+def _remote_size(repo_id: str, name: str) -> int | None:
     with _hub_errors(repo_id, name):
         return get_hf_file_metadata(hf_hub_url(repo_id, name, endpoint=hub_endpoint())).size
 

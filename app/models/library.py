@@ -17,6 +17,14 @@ from pathlib import Path
 from .gguf_meta import GgufMeta, format_params, read_gguf
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+QUANT = re.compile(
+    r"(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Z0-9]{1,4}){0,3}|TQ[12]_0|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32)(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+PROJECTOR_NAME = re.compile(r"mmproj[^/\\]*\.gguf", re.IGNORECASE)  # a vision projector, as repos name them
+# of several projectors for a model, once the name and the quant have not told: F16 (llama.cpp's
+# converter writes it and repos ship it first), BF16, Q8_0, F32; then the smallest
+PROJECTOR_PREFERENCE = ("F16", "BF16", "Q8_0", "F32")
 MAX_DEPTH = 6  # LM Studio: models/publisher/repo/file; the hub cache: hub/models--x--y/snapshots/rev/sub/file
 MAX_DIRS = 5000  # a folder as big as a home directory is cut short rather than walked for minutes
 
@@ -178,6 +186,91 @@ def group_parts(files: list[str]) -> list[list[str]]:
         key = (os.path.dirname(f), f"{match['stem']}-of-{match['count']}") if match else (f, "")
         groups.setdefault(key, []).append(f)
     return [sorted(g) for _, g in sorted(groups.items(), key=lambda kv: kv[1][0].lower())]
+
+
+def quant_of(file_name: str) -> str:
+    """The quantization a GGUF file's name says (Q4_K_M, IQ4_XS, F16...), upper case; "" when none."""
+    stem = os.path.basename(file_name)
+    match = SPLIT_NAME.match(stem)
+    stem = match["stem"] if match else re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    found = QUANT.findall(stem)
+    return found[-1].upper() if found else ""
+
+
+def is_projector(name: str) -> bool:
+    """Whether a file is named as a vision projector (mmproj*.gguf, any case), in whatever folder."""
+    return bool(PROJECTOR_NAME.fullmatch(re.split(r"[/\\]", name)[-1]))
+
+
+def choose_projector(model: str, projectors: Iterable[tuple[str, int | None]]) -> str | None:
+    """Which of `projectors` (paths, or a repo's file names, with their sizes where known) `model`
+    loads with. Only those in the folder nearest the model's count: its own, else the nearest one
+    above it (a repo with its quants in folders and one projector at its root); one in another folder
+    is never the model's. Of those, the one whose name shares the most words with the model's (a
+    folder of two models' projectors), then the one of the model's quant, then PROJECTOR_PREFERENCE's
+    first, then the smallest, then by name. None when none is near."""
+    below = _folders(os.path.dirname(model))
+    near: dict[int, list[tuple[str, int | None]]] = {}
+    for name, size in projectors:
+        folder = _folders(os.path.dirname(name))
+        if below[: len(folder)] == folder:
+            near.setdefault(len(below) - len(folder), []).append((name, size))
+    if not near:
+        return None
+    words, quant = _name_words(model), quant_of(model)
+
+    def rank(item: tuple[str, int | None]) -> tuple:
+        name, size = item
+        own = quant_of(name)
+        preferred = PROJECTOR_PREFERENCE.index(own) if own in PROJECTOR_PREFERENCE else len(PROJECTOR_PREFERENCE)
+        return -len(_name_words(name) & words), not quant or own != quant, preferred, size is None, size or 0, name
+
+    return min(near[min(near)], key=rank)[0]
+
+
+def find_projector(model_path: str) -> str | None:
+    """The vision projector beside a model: an mmproj*.gguf in its folder (as repos ship them, and
+    `models pull` fetches them); for a model in a folder of a Hugging Face cache snapshot, else one in
+    the nearest folder above it up to the snapshot's root (where `models pull` fetched the repo's root
+    projector). choose_projector picks of several. None when there is none."""
+    path = Path(os.path.abspath(model_path))
+    root = _snapshot_root(path)
+    for folder in path.parents:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            names = []
+        found = [
+            (str(folder / n), os.path.getsize(folder / n))
+            for n in names
+            if PROJECTOR_NAME.fullmatch(n) and n != path.name and os.path.isfile(folder / n)
+        ]
+        if found:
+            return choose_projector(str(path), found)
+        if root is None or folder == root:
+            return None
+    return None
+
+
+def _snapshot_root(path: Path) -> Path | None:
+    """The snapshot folder of the hub cache (models--org--name/snapshots/<commit>) that `path` lies in, if any."""
+    parts = path.parts
+    for i in range(1, len(parts) - 2):
+        if parts[i] == "snapshots" and parts[i - 1].startswith("models--") and re.fullmatch(r"[0-9a-f]{40}", parts[i + 1]):
+            return Path(*parts[: i + 2])
+    return None
+
+
+def _folders(folder: str) -> list[str]:
+    return [part for part in re.split(r"[/\\]", folder) if part]
+
+
+def _name_words(name: str) -> set[str]:
+    """The words of a file's name that tell one model from another: not its quant, nor mmproj, nor gguf."""
+    base = re.split(r"[/\\]", name)[-1]
+    match = SPLIT_NAME.match(base)
+    stem = match["stem"] if match else re.sub(r"\.gguf$", "", base, flags=re.IGNORECASE)
+    return {w for w in re.split(r"[-_.\s]+", QUANT.sub(" ", stem).lower()) if w and w != "mmproj"}
 
 
 def _first_sight(path: str, seen: set[str]) -> bool:
