@@ -469,6 +469,41 @@ MISTRAL_SMALL_3_2 = """{#- Mistral Small 3.2 -#}[SYSTEM_PROMPT]You are a helpful
 {%- endif %}
 {%- endfor %}"""
 
+# DeepSeek V3.2 (DSML): the tools in the system text, a block of invokes, each argument's tag
+# saying whether its value is a string, the results in <function_results>
+DEEPSEEK_V3_2 = """{%- set dsml = '｜DSML｜' -%}{{ bos_token }}
+{%- if tools %}## Tools
+Call them in a "<{{ dsml }}function_calls>" block:
+<{{ dsml }}function_calls>
+<{{ dsml }}invoke name="$FUNCTION_NAME">
+<{{ dsml }}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{{ dsml }}parameter>
+</{{ dsml }}invoke>
+</{{ dsml }}function_calls>
+<functions>
+{% for tool in tools %}{{ tool.function | tojson }}
+{% endfor %}</functions>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'user' %}<｜User｜>{{ m.content }}
+{%- elif m.role == 'assistant' %}<｜Assistant｜></think>{{ m.content or '' }}
+{%- if m.tool_calls %}
+
+<{{ dsml }}function_calls>
+{% for call in m.tool_calls %}<{{ dsml }}invoke name="{{ call.function.name }}">
+{% set args = call.function.arguments %}{% if args is string %}{% set args = args | from_json %}{% endif %}
+{%- for k, v in args | items %}{% if v is string %}<{{ dsml }}parameter name="{{ k }}" string="true">{{ v }}</{{ dsml }}parameter>
+{% else %}<{{ dsml }}parameter name="{{ k }}" string="false">{{ v | tojson }}</{{ dsml }}parameter>
+{% endif %}{% endfor %}</{{ dsml }}invoke>
+{% endfor %}</{{ dsml }}function_calls>{% endif %}<｜end▁of▁sentence｜>
+{%- elif m.role == 'tool' %}
+
+<function_results>
+<result>{{ m.content }}</result>
+</function_results>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<｜Assistant｜><think></think>{% endif %}"""
+
 FAMILIES = {
     "hermes": HERMES,
     "llama3": LLAMA_3,
@@ -490,4 +525,5 @@ FAMILIES = {
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
     "lfm2": LFM2,
+    "deepseek_v3_2": DEEPSEEK_V3_2,
 }

@@ -12,7 +12,9 @@ llama.cpp's common/chat.cpp does), and the grammar that makes a reply a call in 
 - Seed-OSS: the same in `<seed:tool_call>`, a value without line breaks around it
 - GLM 4.5 / 4.6 / 4.7: `<tool_call>name\n<arg_key>key</arg_key>\n<arg_value>value</arg_value>\n</tool_call>`
 - MiniMax M2: `<minimax:tool_call>\n<invoke name="name">\n<parameter name="key">value</parameter>\n</invoke>\n</minimax:tool_call>`
-  (these four write a string argument raw, any other as JSON)
+- DeepSeek V3.2 / V4 (DSML): MiniMax's shape in `<｜DSML｜function_calls>` (V4: `tool_calls`), tags `<｜DSML｜invoke name=...>`,
+  `<｜DSML｜parameter name="key" string="true|false">`, the tag saying whether the value is a string
+  (these six write a string argument raw, any other as JSON)
 - DeepSeek V3.1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`
 - DeepSeek R1: the same with `function<｜tool▁sep｜>name\n```json\n{...}\n``` ` in each call
 - Kimi K2: `<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...`
@@ -48,7 +50,16 @@ from .tool_syntaxes.named import (
     MISTRAL_SMALL_3_2_FORM,
 )
 from .tool_syntaxes.pythonic import PythonicForm
-from .tool_syntaxes.xml import GLM_4_5_FORM, GLM_4_7_FORM, MINIMAX_M2_FORM, QWEN3_CODER_FORM, SEED_OSS_FORM, XmlForm
+from .tool_syntaxes.xml import (
+    DEEPSEEK_V3_2_FORM,
+    DEEPSEEK_V4_FORM,
+    GLM_4_5_FORM,
+    GLM_4_7_FORM,
+    MINIMAX_M2_FORM,
+    QWEN3_CODER_FORM,
+    SEED_OSS_FORM,
+    XmlForm,
+)
 
 
 class Wrapper(Enum):
@@ -226,6 +237,8 @@ SEED_OSS = _xml("Seed-OSS", SEED_OSS_FORM)
 GLM_4_5 = _xml("GLM 4.5 / 4.6", GLM_4_5_FORM)
 GLM_4_7 = _xml("GLM 4.7", GLM_4_7_FORM)
 MINIMAX_M2 = _xml("MiniMax M2", MINIMAX_M2_FORM)
+DEEPSEEK_V3_2 = _xml("DeepSeek V3.2 (DSML)", DEEPSEEK_V3_2_FORM)
+DEEPSEEK_V4 = _xml("DeepSeek V4 (DSML)", DEEPSEEK_V4_FORM)
 DEEPSEEK_V3_1 = Syntax("DeepSeek V3.1", Wrapper.FORM, form=DEEPSEEK_V3_1_FORM, trigger=DEEPSEEK_V3_1_FORM.openings[0])
 DEEPSEEK_R1 = Syntax("DeepSeek R1", Wrapper.FORM, form=DEEPSEEK_R1_FORM, trigger=DEEPSEEK_R1_FORM.openings[0])
 KIMI_K2 = Syntax("Kimi K2", Wrapper.FORM, form=KIMI_K2_FORM, trigger=KIMI_K2_FORM.openings[0], call_id="functions.{name}:{index}")
@@ -260,6 +273,8 @@ def detect(source: str | None) -> Syntax:
 def _by_source(source: str) -> Syntax:
     if "<|channel|>" in source:
         return GPT_OSS
+    if "｜DSML｜" in source:
+        return DEEPSEEK_V3_2 if "function_calls>" in source else DEEPSEEK_V4
     if "<｜tool▁calls▁begin｜>" in source and "<｜tool▁sep｜>" in source:
         return DEEPSEEK_R1 if "```json" in source else DEEPSEEK_V3_1
     if "<|tool_calls_section_begin|>" in source and "<|tool_call_begin|>" in source:

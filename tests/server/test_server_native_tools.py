@@ -26,6 +26,7 @@ from app.server.tool_syntax import (
     COMMAND_R7B,
     DEEPSEEK_R1,
     DEEPSEEK_V3_1,
+    DEEPSEEK_V3_2,
     FUNCTIONARY_V3_2,
     GLM_4_5,
     GLM_4_7,
@@ -103,6 +104,7 @@ SYNTAXES = {
     "apertus": APERTUS,
     "nemotron_v2": NEMOTRON_NANO_V2,
     "lfm2": dataclasses.replace(LFM2, calls_in_content=True),  # its template shows no `tool_calls`
+    "deepseek_v3_2": DEEPSEEK_V3_2,
 }
 # what a family's replies need beyond the rest: gpt-oss thinks first (the grammar lets it write an
 # analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's

@@ -25,6 +25,8 @@ from app.server.tool_syntax import (
     COMMAND_R7B,
     DEEPSEEK_R1,
     DEEPSEEK_V3_1,
+    DEEPSEEK_V3_2,
+    DEEPSEEK_V4,
     FUNCTIONARY_V3_2,
     GENERIC,
     GLM_4_5,
@@ -52,7 +54,7 @@ from app.server.tool_syntaxes.json_text import ValueReads, read_value, value_end
 pytestmark = pytest.mark.unit
 
 NATIVE = [HERMES, LLAMA_3, MISTRAL_NEMO, GRANITE, COMMAND_R7B, FUNCTIONARY_V3_2, GPT_OSS, APERTUS, NEMOTRON_NANO_V2]
-XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2]
+XML = [QWEN3_CODER, SEED_OSS, GLM_4_5, GLM_4_7, MINIMAX_M2, DEEPSEEK_V3_2, DEEPSEEK_V4]
 NATIVE += XML
 NAMED = [DEEPSEEK_V3_1, DEEPSEEK_R1, KIMI_K2, MINISTRAL_3, MISTRAL_SMALL_3_2]
 NATIVE += NAMED
@@ -76,6 +78,8 @@ PIECES += [
 ]
 PIECES += ["<arg_key>a</arg_key>", "<arg_value>", "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
 PIECES += ['<invoke name="f">', "</invoke>", '<parameter name="a">']
+PIECES += ["<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜tool_calls>", '<｜DSML｜invoke name="f">']
+PIECES += ['<｜DSML｜parameter name="a" string="true">', '" string="false">', "</｜DSML｜parameter>", "</｜DSML｜invoke>"]
 PIECES += ["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"]
 PIECES += ["function<｜tool▁sep｜>", "\n```json\n", "\n```", "<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.f:0"]
 PIECES += ["<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "[ARGS]", "[CALL_ID]", "abc123XYZ"]
@@ -297,6 +301,8 @@ def test_the_family_is_told_from_the_template_source():
     assert detect("{% if tools %}<tool_call>{{ name }}<arg_key>k</arg_key><arg_value>v</arg_value>{% endif %}") is GLM_4_7
     assert detect("{% if tools %}<seed:tool_call>\n<function=x>\n<parameter=y>{% endif %}") is SEED_OSS
     assert detect('{% if tools %}<minimax:tool_call>\n<invoke name="x">{% endif %}') is MINIMAX_M2
+    dsml = "{%- set dsml_token = '｜DSML｜' -%}{% if tools %}{{ '<' + dsml_token + 'function_calls>' }}{% endif %}"
+    assert detect(dsml) is DEEPSEEK_V3_2 and detect(dsml.replace("function_calls", "tool_calls")) is DEEPSEEK_V4
     assert detect("{% if tools %}<|start|>assistant<|channel|>final<|message|>{% endif %}") is GPT_OSS
 
 
@@ -514,3 +520,33 @@ def test_tags_that_only_look_like_a_call_are_content():
     # malformed after the name: the call stands as far as it went, the rest is content
     broken = scan("<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\noops", QWEN3_CODER)
     assert broken.calls[0].name == "f" and broken.calls[0].arguments == '{"a": 1' and broken.content == "oops"
+
+
+def test_dsml_arguments_say_whether_their_value_is_a_string():
+    """DeepSeek V3.2's and V4's tags: `string="true"` a value written raw, `string="false"` JSON, whatever
+    the function's parameters say (here none), whole and streamed."""
+    text = (
+        'Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n'
+        '<｜DSML｜parameter name="a" string="true">12</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="b" string="false">12</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="c" string="false">[1, "x"]</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>'
+    )
+    found = scan(text, DEEPSEEK_V3_2)
+    assert found.content == "Checking." and json.loads(found.calls[0].arguments) == {"a": "12", "b": 12, "c": [1, "x"]}
+    assert stream(text, DEEPSEEK_V3_2, list(range(0, len(text), 7)))[1] == [{"name": "f", "arguments": found.calls[0].arguments}]
+    v4 = text.replace("function_calls>", "tool_calls>")
+    assert scan(v4, DEEPSEEK_V4).calls[0].arguments == found.calls[0].arguments
+    assert scan(v4, DEEPSEEK_V3_2).calls == []  # V3.2's block is another
+    # the writer and the grammar say it the same way
+    made = [("f", {"a": "x y", "n": 3})]
+    written = DEEPSEEK_V3_2.form.write(made)
+    assert 'name="a" string="true">x y<' in written and 'name="n" string="false">3<' in written
+    function = {
+        "name": "f",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["a", "n"],
+        },
+    }
+    assert follows(call_grammar(DEEPSEEK_V3_2, (function,), "required"), written)

@@ -1,9 +1,11 @@
 """Tool calls as tags, an argument a tag (Qwen3-Coder, Nemotron 3 Nano, Seed-OSS, GLM 4.5-4.7,
-MiniMax M2): a string value written raw, any other as JSON, as the family's template writes them:
+MiniMax M2, DeepSeek V3.2 and V4's DSML): a string value written raw, any other as JSON, as the
+family's template writes them:
 
     <tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>
     <tool_call>NAME\\n<arg_key>KEY</arg_key>\\n<arg_value>VALUE</arg_value>\\n</tool_call>
     <minimax:tool_call>\\n<invoke name="NAME">\\n<parameter name="KEY">VALUE</parameter>\\n</invoke>\\n</minimax:tool_call>
+    <｜DSML｜function_calls>\\n<｜DSML｜invoke name="NAME">\\n<｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>\\n...
 
 A call's arguments come back as JSON: `{"KEY": VALUE, ...}`, a string value (by the function's
 parameters) streamed as it is written, any other once whole (JSON where it reads as JSON, else a
@@ -35,6 +37,8 @@ class XmlForm:
     block_close: str  # "</tool_call>"
     markers: tuple[str, ...] = ()
     calls_a_block: bool = False  # several calls in one block (MiniMax), else a block a call
+    # DSML's: the argument's tag says whether its value is a string, (key_close) or this one (JSON)
+    key_close_json: str = ""
     between: str = "\n"  # between two blocks
 
     @property
@@ -102,7 +106,7 @@ class XmlForm:
     def _argument(self, text: str, p: int, final: bool, values: _Values, reads: ValueReads | None) -> tuple[int, State | None]:
         """An argument from after its opening tag: its name, then its value as far as it goes (a
         stream's `reads` keeps how far its closing tag was looked for and its text escaped so far)."""
-        closing = tags(self.key_close)
+        closing = tags(self.key_close)  # a typed syntax's two closings begin alike
         e = text.find(closing[0], p, p + MAX_KEY + len(closing[0]))
         if e < 0:  # the name goes on (less a closing tag that may be coming), or is none
             rest = text[p:]
@@ -111,10 +115,10 @@ class XmlForm:
         key = text[p:e]
         if not key.strip() or "<" in key or "\n" in key:
             return p, State.NONE
-        v, state = expect_all(text, e, closing)
+        v, state, is_string = self._key_closed(text, e)
         if state is not None:
             return v, state
-        values.start(key)
+        values.start(key, is_string)
         if self.key_close.endswith("\n") and text.startswith("\n", v):
             v += 1  # the template's line break before the value
         close = tags(self.value_close)[0]
@@ -135,6 +139,20 @@ class XmlForm:
         values.close(raw[:-1] if self.value_close.startswith("\n") and raw.endswith("\n") else raw)
         return expect_all(text, c, tags(self.value_close))
 
+    def _key_closed(self, text: str, e: int) -> tuple[int, State | None, bool | None]:
+        """After an argument's name, its closing tag: (where it ends, None, whether the tag says the
+        value is a string: None where the syntax does not say), else (where, OPEN or NONE, None)."""
+        v, state = expect_all(text, e, tags(self.key_close))
+        if not self.key_close_json or state is None:
+            return v, state, True if self.key_close_json and state is None else None
+        w, other = expect_all(text, e, tags(self.key_close_json))
+        if other is None:
+            return w, None, False
+        return v, State.OPEN if State.OPEN in (state, other) else State.NONE, None
+
+    def _key_close(self, string: bool) -> str:
+        return self.key_close if string or not self.key_close_json else self.key_close_json
+
     # -- writing
 
     def write(self, calls: list[tuple[str, dict]]) -> str:
@@ -142,7 +160,7 @@ class XmlForm:
             written = [self._head(name)]
             for key, value in arguments.items():
                 raw = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-                written.append(f"{self.key_open}{key}{self.key_close}{raw}{self.value_close}")
+                written.append(f"{self.key_open}{key}{self._key_close(isinstance(value, str))}{raw}{self.value_close}")
             return "".join(written) + self.call_close
 
         if self.calls_a_block:
@@ -180,7 +198,7 @@ class XmlForm:
             else:
                 lines.append(f"tc_value_{k}_{m}: {json_value(schema, lenient)}")
                 value = f"tc_value_{k}_{m} {literal(self.value_close)}"
-            piece = f"{literal(self.key_open + key + self.key_close)} {value}"
+            piece = f"{literal(self.key_open + key + self._key_close(is_string(schema)))} {value}"
             pieces.append(piece if required else f"({piece})?")
         if not isinstance(parameters.get("properties"), dict) and parameters.get("additionalProperties") is not False:
             pieces.append(f"({literal(self.key_open)} /[A-Za-z0-9_.-]+/ {literal(self.key_close)} tc_text)*")  # any names
@@ -203,8 +221,9 @@ class _Values:
         self._values: list[str] = []  # and its value's text so far
         self._is_string = False
 
-    def start(self, key: str) -> None:
-        self._is_string = (self._function, key) in self._strings
+    def start(self, key: str, is_string: bool | None = None) -> None:
+        """An argument begins; a string value by its tag where the syntax says (`is_string`), else by the function's parameters."""
+        self._is_string = (self._function, key) in self._strings if is_string is None else is_string
         self._keys.append(json.dumps(key, ensure_ascii=False) + ": ")
         self._values.append('"' if self._is_string else "")
 
@@ -253,3 +272,18 @@ MINIMAX_M2_FORM = XmlForm(
     "<minimax:tool_call>\n", '<invoke name="', '">\n', '<parameter name="', '">', "</parameter>\n", "</invoke>\n",
     "</minimax:tool_call>", markers=("<minimax:tool_call>", "</minimax:tool_call>"), calls_a_block=True,
 )  # fmt: skip
+_DSML_MARKERS = ("<｜DSML｜", "</｜DSML｜")
+
+
+def _dsml(block: str) -> XmlForm:
+    """DeepSeek's DSML (V3.2: `function_calls`, V4: `tool_calls`): MiniMax's shape, each argument's tag
+    saying whether its value is a string."""
+    return XmlForm(
+        f"<｜DSML｜{block}>\n", '<｜DSML｜invoke name="', '">\n', '<｜DSML｜parameter name="', '" string="true">',
+        "</｜DSML｜parameter>\n", "</｜DSML｜invoke>\n", f"</｜DSML｜{block}>", markers=_DSML_MARKERS, calls_a_block=True,
+        key_close_json='" string="false">',
+    )  # fmt: skip
+
+
+DEEPSEEK_V3_2_FORM = _dsml("function_calls")
+DEEPSEEK_V4_FORM = _dsml("tool_calls")
