@@ -23,6 +23,7 @@ from .engine.errors import EngineError, UnknownModelError
 from .engine.events import Event, FinishEvent, refused
 from .engine.model_info import ModelInfo
 from .engine.params import EngineConfig, Policy, Priority, ServingMode
+from .engine.prompt.caps import TemplateCaps
 from .engine.sampling.params import SamplingParams
 from .engine.sequence import Request
 from .engine.stats import EngineSnapshot, StepStats
@@ -327,6 +328,11 @@ class EngineClient:
         thread; a RequestError (a ChatTemplateError where the template failed) says why there is none."""
         self._check_running()
         return await asyncio.wrap_future(self._thread.read_prompts(lambda prompts: prompts.text_of(request), request.model))
+
+    async def template_facts(self, model: str | None = None) -> tuple[str, TemplateCaps]:
+        """`model`'s chat template and its capabilities (PromptBuilder.template_facts), read on the prompt thread."""
+        self._check_running()
+        return await asyncio.wrap_future(self._thread.read_prompts(lambda prompts: prompts.template_facts(), model))
 
     async def detokenize(self, tokens: list[int], model: str | None = None) -> str:
         """The text of `tokens` (llama-server's /detokenize); a ValueError for an id the model does not have."""

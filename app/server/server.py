@@ -31,7 +31,7 @@ from .api.models import models
 from .api.responses import create_response, delete_response, get_response
 from .api.status import health, metrics
 from .api.submit import SERVER
-from .api.template import apply_template
+from .api.template import apply_template, props
 from .api.tokens import detokenize, tokenize
 from .connections import BACKLOG, KEEPALIVE_S, MAX_CONNECTIONS, Connections
 from .prometheus import ServedTotals
@@ -198,6 +198,7 @@ class ApiServer:
         app.router.add_post("/tokenize", tokenize)
         app.router.add_post("/detokenize", detokenize)
         app.router.add_post("/apply-template", apply_template)
+        app.router.add_get("/props", props)
         return app
 
     @web.middleware

@@ -58,6 +58,7 @@ class PaneMetrics:
 
     tok_rate: Ring = field(default_factory=Ring)  # tok_s at each sample
     ttft: Ring = field(default_factory=Ring)
+    answer: Ring = field(default_factory=Ring)  # a thinking reply's first answer token after its thoughts, from its submit
     itl: Ring = field(default_factory=Ring)
     kv_hit: Ring = field(default_factory=Ring)
     # a point per reply that drafted (speculative decoding): its accepted share of the drafted tokens,
@@ -174,6 +175,7 @@ class MetricsStore:
             m.thought_tokens += ev.n_tokens
         elif m.thought_tokens and math.isnan(m.answer_s) and ev.text:
             m.answer_s = ev.t - tracked.t_submit
+            m.answer.push(ev.t, m.answer_s)
         m.context_tokens = tracked.base_context + m.gen_tokens
 
     @staticmethod

@@ -245,3 +245,21 @@ def _urlopen(url: str, data: bytes | None = None):
 
     request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     return urllib.request.urlopen(request, timeout=60)
+
+
+def test_props_shows_the_template_what_it_renders_and_what_is_polyfilled_for_it(caps_models):
+    """`GET /props`, as llama-server's: the template, `chat_template_caps` found by rendering (here a
+    template that refuses a system message), the polyfill that follows from it in words, the slots."""
+
+    async def body(api, prompts):
+        async with prompts.http.get(f"{prompts.url}/props") as response:
+            assert response.status == 200
+            return await response.json()
+
+    props = _serve(caps_models["refuses_system"], body)
+    assert props["chat_template"] == caps_templates.FAMILIES["refuses_system"]
+    assert props["chat_template_caps"]["supports_system_role"] is False
+    assert props["chat_template_caps"]["supports_tools"] is True
+    assert props["chat_template_polyfills"] == ["system messages folded into the first user turn"]
+    assert props["total_slots"] == 4 and props["modalities"] == {"vision": False, "audio": False}
+    assert props["default_generation_settings"]["n_ctx"] > 0

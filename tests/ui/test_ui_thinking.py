@@ -4,6 +4,9 @@ fold; ⚙ Think and the thinking budget; the readout counts thoughts and answer 
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
@@ -74,6 +77,8 @@ def test_a_pane_shows_a_thinking_models_thoughts_folded_and_counts_them_apart(ru
         pane.refresh_readout()
         readout = pane.readout.text()
         window.grab().save(str(tmp_path / "thinking-pane.png"))
+        window.plots.refresh(time.monotonic())
+        answer_points = window.plots.points(pane.key, "answer")[1].tolist()
         folded = pane.transcript.toPlainText()
         click_fold(qtbot, pane.transcript)
         opened = pane.transcript.toPlainText()
@@ -82,11 +87,15 @@ def test_a_pane_shows_a_thinking_models_thoughts_folded_and_counts_them_apart(ru
         pane.params_editor.think.click()
         pane.session.send("And 3+3?")
         await until(lambda: not pane.session.is_busy and len(pane.chat.messages) == 4, what="the second reply")
-        return reply, readout, folded, opened, pane.chat.messages[3], pane.params_editor.budget_spin.isEnabled()
+        shown = (answer_points, pane.session.metrics.panes[pane.key].answer_s)
+        return reply, readout, folded, opened, pane.chat.messages[3], pane.params_editor.budget_spin.isEnabled(), shown
 
-    reply, readout, folded, opened, unthought, budget_enabled = run_thinking_window(scenario, panes=1)
+    reply, readout, folded, opened, unthought, budget_enabled, shown = run_thinking_window(scenario, panes=1)
     assert reply["reasoning"] and reply["content"].strip() and reply["reasoning_tokens"] == 3 + 5
     assert f"▸ Thought for {reply['reasoning_s']:.1f} s · 8 tokens" in folded and reply["reasoning"] not in folded
     assert reply["reasoning"] in opened
     assert "think 8 / answer" in readout and "answer at" in readout
+    # the latency plot's ▲: the first answer token, on its log axis, one point for the one reply that thought
+    (answer_y,), answer_s = shown
+    assert answer_y == pytest.approx(math.log10(answer_s))
     assert "reasoning" not in unthought and unthought["content"].strip() and not budget_enabled

@@ -17,6 +17,7 @@ from ..params import OverflowPolicy
 from ..sequence import Request
 from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
 from ..thoughts import Thoughts
+from .caps import TemplateCaps
 from .chat_template import ChatTemplate, ChatTemplateError, Message
 from .encoded_images import EncodedImage, EncodedImages
 
@@ -228,6 +229,11 @@ class PromptBuilder:
 
     def _history_of(self, request: Request):
         return self._history.get(request.conversation_id) if self._history is not None else None
+
+    def template_facts(self) -> tuple[str, TemplateCaps]:
+        """The model's chat template (its source) and what it renders (llama-server's /props), read
+        on the prompt thread: the capabilities take a few renders the first time."""
+        return self._template.source, self._template.caps()
 
     def text_of(self, request: Request) -> str:
         """A chat's prompt as text (llama-server's /apply-template): the template's render and a

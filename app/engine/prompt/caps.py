@@ -58,7 +58,7 @@ class TemplateCaps:
 
     @property
     def polyfilled(self) -> tuple[str, ...]:
-        """What is changed for this template, in words (the window and /props say it)."""
+        """What is changed for this template, in words (/props says it)."""
         said = {
             "system messages folded into the first user turn": not self.supports_system_role,
             "tools described in the system message": not self.supports_tools,

@@ -1,6 +1,7 @@
-"""`POST /apply-template`, as llama-server has it: a chat completion's body -> the prompt its model's
-chat template makes of it (`{"prompt": text}`), nothing generated: what the model reads, with the
-template's polyfills and a continued last message."""
+"""The chat template, as llama-server shows it: `POST /apply-template` (a chat completion's body ->
+the prompt its model's chat template makes of it, `{"prompt": text}`, nothing generated: what the
+model reads, with the template's polyfills and a continued last message) and `GET /props` (the
+template, what it renders and what is polyfilled for it, the model's slots and context)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,24 @@ async def apply_template(request: web.Request) -> web.Response:
     except RequestError as e:  # the template refused the chat, or ran over its budget
         raise BadRequest(str(e), "messages") from None
     return web.json_response({"prompt": prompt})
+
+
+async def props(request: web.Request) -> web.Response:
+    """llama-server's `/props` for a model (`?model=NAME`, else the default): its chat template and
+    `chat_template_caps` (what the template renders, found by rendering), our polyfills in words,
+    its parallel sequences, each one's context, whether it sees pictures."""
+    server = request.app[SERVER]
+    name, info = server.pick_model(request.query.get("model"))
+    source, caps = await server.client.template_facts(name)
+    return web.json_response(
+        {
+            "model_alias": name,
+            "model_path": info.path,
+            "total_slots": server.client.config_of(name).capacity,
+            "default_generation_settings": {"n_ctx": info.n_ctx_seq},
+            "chat_template": source,
+            "chat_template_caps": caps.as_json(),
+            "chat_template_polyfills": list(caps.polyfilled),
+            "modalities": {"vision": info.sees_images, "audio": False},
+        }
+    )

@@ -89,10 +89,11 @@ PLOTS = (
     ),
     PlotSpec(
         "latency",
-        "Latency per pane: TTFT ● / inter-token —",
+        "Latency per pane: TTFT ● / first answer ▲ / inter-token —",
         "s",
         per_pane=True,
-        series=(LineSpec("itl", "itl"), PointsSpec("ttft", "ttft", size=7)),
+        # a thinking reply's first answer token beside its first token: what the thoughts cost
+        series=(LineSpec("itl", "itl"), PointsSpec("ttft", "ttft", size=7), PointsSpec("answer", "answer", size=9, symbol="t1")),
         log_y=True,
         priority=4,
     ),
