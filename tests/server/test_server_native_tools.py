@@ -110,7 +110,7 @@ SYNTAXES = {
 # analysis message), which the bundled model would do to max_tokens; a budget closes it. DeepSeek's
 # markers (one token each in its vocabulary) are some 15 tokens each in the bundled model's
 FAMILY_EXTRA = {"gpt_oss": {"reasoning_budget_tokens": 3}}
-FAMILY_MAX_TOKENS = {"deepseek_v3_1": 160, "deepseek_r1": 200}
+FAMILY_MAX_TOKENS = {"deepseek_v3_1": 160, "deepseek_r1": 200, "deepseek_v3_2": 240}
 # greedy with no penalty (the API's default repeat_penalty is 1.1): each constrained draw starts from
 # the top token of its masked logits, read with the other greedy rows' in one pass; a chain's draw is
 # a pass over the whole vocabulary (10-16 ms a token)

@@ -258,8 +258,10 @@ def test_props_shows_the_template_what_it_renders_and_what_is_polyfilled_for_it(
 
     props = _serve(caps_models["refuses_system"], body)
     assert props["chat_template"] == caps_templates.FAMILIES["refuses_system"]
-    assert props["chat_template_caps"]["supports_system_role"] is False
-    assert props["chat_template_caps"]["supports_tools"] is True
-    assert props["chat_template_polyfills"] == ["system messages folded into the first user turn"]
+    caps = props["chat_template_caps"]
+    assert caps["supports_system_role"] is False and caps["supports_tools"] is False  # it shows no tools either
+    assert caps["requires_typed_content"] is False and caps["requires_functions"] is False
+    polyfills = props["chat_template_polyfills"]
+    assert polyfills[:2] == ["system messages folded into the first user turn", "tools described in the system message"]
     assert props["total_slots"] == 4 and props["modalities"] == {"vision": False, "audio": False}
     assert props["default_generation_settings"]["n_ctx"] > 0
