@@ -2,9 +2,10 @@
 
 In one pool llama.cpp places the cells itself, so their positions are not known here; what is known
 is each slot's count, which of its leading cells it shares with other slots (a prefix copied with
-seq_cp) and whose conversation it serves. `CellMap` says that, a small tuple per slot and per entry
-of the RAM tier, never an object per cell. The engine builds one at most ten times a second and
-replaces its `cell_map` whole, so the GUI thread reads it without a lock.
+seq_cp), which of its cells hold pictures' embeddings (runs in token order) and whose conversation
+it serves. `CellMap` says that, a small tuple per slot and per entry of the RAM tier, never an
+object per cell. The engine builds one at most ten times a second and replaces its `cell_map`
+whole, so the GUI thread reads it without a lock.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from .images import image_key, picture_runs
+from .kv.cells import Slot
 from .kv.layout import StreamPerSlot
 from .kv.manager import KVCacheManager
 from .kv.prefix import common_prefix_len
@@ -39,6 +42,12 @@ class SlotCells:
     own: int  # cells no lower slot holds: the pool's count of cells is the sum of these
     state: SlotState
     prompt_cells: int = 0  # a request using it: its prompt's tokens; the reply it writes comes after
+    # its cells that hold pictures' embeddings: a [first, end) run of tokens a picture, in token order
+    pictures: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def picture_cells(self) -> int:
+        return sum(end - first for first, end in self.pictures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +93,35 @@ class CellMap:
         return self.n_cells // max(len(self.slots), 1) if self.streams else self.n_cells
 
 
-def build_cell_map(kv: KVCacheManager, scheduler: Scheduler, steps: int) -> CellMap:
-    """The map of `kv`'s cells now (on the engine thread: a few comparisons per pair of slots)."""
+class PictureCells:
+    """Each slot's runs of picture cells, kept from one map to the next so that a map reads only the
+    tokens written since. A cell id is never given twice (a slot cut back gets new ids for what it
+    writes next), so while a slot's cell at the length seen last is the same cell, its tokens up to
+    there are the same tokens."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple[int, int, tuple[tuple[int, int], ...]]] = {}  # slot -> (tokens, last cell, runs)
+
+    def of(self, slot: Slot) -> tuple[tuple[int, int], ...]:
+        tokens, cells = slot.tokens, slot.cells
+        n = min(len(tokens), len(cells))
+        seen, runs = 0, ()
+        known = self._seen.get(slot.seq_id)
+        if known and 0 < known[0] <= n and cells[known[0] - 1] == known[1]:
+            seen, runs = known[0], known[2]
+        if n > seen:
+            new = picture_runs(tokens, seen, n)
+            if new and runs and runs[-1][1] == seen == new[0][0] and image_key(tokens[seen])[1]:
+                runs, new[0] = runs[:-1], (runs[-1][0], new[0][1])  # the same picture, read over two steps
+            runs = (*runs, *new)
+        self._seen[slot.seq_id] = (n, cells[n - 1] if n else -1, runs)
+        return runs
+
+
+def build_cell_map(kv: KVCacheManager, scheduler: Scheduler, steps: int, pictures: PictureCells | None = None) -> CellMap:
+    """The map of `kv`'s cells now (on the engine thread: a few comparisons per pair of slots, and
+    the tokens each slot wrote since the `pictures` kept last)."""
+    pictures = PictureCells() if pictures is None else pictures
     stepping = {id(seq) for seq in scheduler.stepping()}
     slots = kv.slots
     rows = []
@@ -110,6 +146,7 @@ def build_cell_map(kv: KVCacheManager, scheduler: Scheduler, steps: int) -> Cell
                 own=n - max(common[:i], default=0),
                 state=_state(slot, stepping),
                 prompt_cells=slot.sequence.num_prompt_tokens if slot.sequence is not None else 0,
+                pictures=pictures.of(slot),
             )
         )
     host = kv.host

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 
-from .cell_map import CellMap, build_cell_map
+from .cell_map import CellMap, PictureCells, build_cell_map
 from .kv.layout_move import LayoutMove
 from .kv.manager import KVCacheManager
 from .sched.plan import StepPlan
@@ -42,7 +42,8 @@ class Figures:
         self.last_step: StepStats | None = None
         self.snapshot = self.take_snapshot()
         self._cell_map_at = -math.inf
-        self.cell_map: CellMap = build_cell_map(kv, scheduler, 0)
+        self._pictures = PictureCells()  # each slot's picture cells, read from the tokens written since
+        self.cell_map: CellMap = build_cell_map(kv, scheduler, 0, self._pictures)
 
     @staticmethod
     def parts(plan: StepPlan) -> tuple[StepPart, ...]:
@@ -107,7 +108,7 @@ class Figures:
             self.rebuild_cell_map()
 
     def rebuild_cell_map(self) -> None:
-        self.cell_map = build_cell_map(self.kv, self.scheduler, self.n_steps)
+        self.cell_map = build_cell_map(self.kv, self.scheduler, self.n_steps, self._pictures)
 
     def take_snapshot(self) -> EngineSnapshot:
         kv, scheduler = self.kv, self.scheduler

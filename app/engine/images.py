@@ -13,7 +13,10 @@ prefix reuse finds its cells as it finds a text's (llama-server keys them by the
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
+
+import numpy as np
 
 # what stands for a picture in a message's text: llama.cpp's mtmd splits the rendered prompt on it
 IMAGE_MARKER = "<__image__>"
@@ -71,3 +74,17 @@ def image_tokens(key: int, n: int) -> list[int]:
 
 def count_image_tokens(tokens) -> int:
     return sum(1 for t in tokens if t < 0)
+
+
+def picture_runs(tokens, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """The [first, last + 1) runs of `tokens[start:end]` that are pictures' placeholders, a run a
+    picture (two pictures side by side are two runs), found with numpy rather than a loop a token."""
+    a = np.frombuffer(array("q", tokens[start:end]), np.int64)  # a list's ints to numpy at C speed
+    picture = a < 0
+    if not picture.any():
+        return []
+    first = picture.copy()  # a picture's token after a text's, or a picture's first token
+    first[1:] &= ~picture[:-1] | (((-1 - a[1:]) & _OFFSET_MASK) == 0)
+    last = picture.copy()  # a picture's token before a text's or before another picture's first
+    last[:-1] &= ~picture[1:] | first[1:]
+    return [(start + int(i), start + int(j) + 1) for i, j in zip(np.flatnonzero(first), np.flatnonzero(last), strict=True)]

@@ -1,14 +1,19 @@
 """A picture's way in without a model: its file checked from its headers (image_file.py), its
-placeholder ids (images.py), and how a step cuts a prompt with pictures into chunks (Sequence.chunk)."""
+placeholder ids (images.py), how a step cuts a prompt with pictures into chunks (Sequence.chunk), and
+where a slot's pictures lie for the KV map (runs found with numpy, kept from one map to the next)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from pictures import animated_png, bmp, gif, jpeg, png, png_header_only
 
+from app.engine.cell_map import PictureCells
 from app.engine.image_file import MAX_IMAGE_BYTES, ImageError, check_image
-from app.engine.images import IMAGE_MARKER, Image, image_key, image_token, image_tokens, with_images
+from app.engine.images import IMAGE_MARKER, Image, image_key, image_token, image_tokens, picture_runs, with_images
+from app.engine.kv.cells import CellLedger, Slot
 from app.engine.kv.history import TokenHistory, kept_prefix
 from app.engine.sampling.params import SamplingParams
 from app.engine.sequence import Request, Sequence
@@ -119,3 +124,58 @@ def test_a_picture_decoded_whole_is_taken_whole_or_not_at_all():
     assert at_picture.chunk(4, stretch=True) == 6  # past the step's budget: a decode of its own
     assert at_picture.chunk(7) == 7 and at_picture.chunk(100) == 8
     assert not _sequence(tokens, images, whole=True).at_whole_picture
+
+
+def runs_one_by_one(tokens: list[int]) -> list[tuple[int, int]]:
+    """A picture's run of placeholders, found a token at a time: it starts at its first token (offset
+    0) or after a text's token, and goes on while its offsets do."""
+    runs = []
+    for i, t in enumerate(tokens):
+        if t >= 0:
+            continue
+        if runs and runs[-1][1] == i and image_key(t)[1] != 0:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def test_a_slots_pictures_are_its_runs_of_placeholders_two_side_by_side_two_runs():
+    tokens = [1, 2, *image_tokens(1, 4), *image_tokens(2, 3), 5, *image_tokens(1, 4), 6]
+    assert picture_runs(tokens) == runs_one_by_one(tokens) == [(2, 6), (6, 9), (10, 14)]
+    assert picture_runs(tokens, 3, 8) == [(3, 6), (6, 8)]  # a part of a picture read so far is a run too
+    assert picture_runs([1, 2, 3]) == picture_runs([]) == []
+
+
+# what a slot's tokens go through: a chunk written (text, or a picture from its first token, or a
+# picture's next tokens), or cut back to a length (a new prompt reusing its start)
+_write = st.one_of(
+    st.lists(st.integers(0, 50), min_size=1, max_size=6).map(lambda t: ("text", t)),
+    st.tuples(st.integers(1, 3), st.integers(1, 9)).map(lambda kn: ("picture", image_tokens(*kn))),
+    st.integers(1, 5).map(lambda n: ("more", n)),
+)
+_step = st.one_of(_write, st.integers(0, 12).map(lambda n: ("cut", n)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.lists(_step, min_size=1, max_size=3), min_size=1, max_size=8))
+@example(steps=[[("text", [1, 2]), ("picture", image_tokens(1, 4))], [("cut", 1), ("text", [3, 4, 5, 6, 7, 8])]])
+def test_the_maps_pictures_read_only_new_tokens_and_match_a_full_read(steps):
+    """Between two maps a slot writes chunks and is cut back: the runs kept and extended are the
+    runs of its tokens read whole, a picture read over two maps one run."""
+    ledger, slot, pictures = CellLedger(), Slot(0), PictureCells()
+    for between_maps in steps:
+        for kind, value in between_maps:
+            if kind == "cut":
+                del slot.tokens[value:]
+                ledger.drop(slot, min(value, len(slot.cells)))
+                continue
+            if kind == "more":  # the picture being read goes on, if one is
+                last = slot.tokens[-1] if slot.tokens else 0
+                if last >= 0:
+                    continue
+                key, offset = image_key(last)
+                value = image_tokens(key, offset + 1 + value)[offset + 1 :]
+            slot.tokens.extend(value)
+            ledger.add(slot, len(value))
+        assert pictures.of(slot) == tuple(runs_one_by_one(slot.tokens))

@@ -1,6 +1,7 @@
 """The KV cell map the engine publishes: each slot's cells as the KV manager counts them, a shared
 prefix shown as shared, the RAM tier's entries as chats are evicted and restored, and for any
-requests the map's total equal to the engine's cells used."""
+requests the map's total equal to the engine's cells used; a picture's cells as runs where its
+placeholders lie."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import pytest
 from helpers import Started, collect, run, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pictures import png
 from test_host_cache import OTHER, STORY, chat
 from test_kv_cache import system_chat
 
 from app.engine.cell_map import CellMap, SlotState
+from app.engine.images import Image, with_images
+from app.engine.params import EngineConfig
 from app.engine.sampling.params import GREEDY
 
 pytestmark = pytest.mark.tiny
@@ -143,3 +147,38 @@ def test_for_any_requests_the_maps_cells_add_up_to_the_engines(small_engine, req
     assert [s.cells for s in m.slots] == cells
     assert all(s.own <= s.cells <= m.stream_cells and s.shared <= s.cells for s in m.slots)
     assert m.saves == snapshot.saves and m.restores == snapshot.restores and len(m.saved) == snapshot.saved_entries
+
+
+def test_a_pictures_cells_show_as_a_run_in_each_slot_that_holds_it(tiny_model_path, tiny_mmproj_path):
+    """Two chats with the same picture and one with two: each slot's map says where its pictures'
+    cells lie, as its tokens hold their placeholders; the next turn keeps the runs where they were."""
+    config = EngineConfig(
+        tiny_model_path, mmproj=tiny_mmproj_path, n_ctx=4096, n_batch=8, capacity=4, n_threads=2, kv_unified=True
+    )
+    same, other = Image.of(png(seed=2)), Image.of(png(seed=3))
+    params = GREEDY.with_(max_tokens=4)
+
+    async def main():
+        async with Started(config) as client:
+            asked = [with_images("Describe it.", [same])]
+            _, first = await collect(client.generate(asked, params, conversation_id="a"))
+            await client.complete([with_images("Describe it.", [same])], params, conversation_id="b")
+            await client.complete([with_images("Which differs?", [same, other])], params, conversation_id="c")
+            before = client.cell_map_of()
+            later = [*asked, {"role": "assistant", "content": first.text}, *user("And its colours?")]
+            await client.complete(later, params, conversation_id="a")
+            tokens = await client.call(lambda engine: {s.seq_id: list(s.tokens) for s in engine.kv.slots})
+            return before, client.cell_map_of(), tokens
+
+    before, after, tokens = run(main())
+    a, b, c = (next(s for s in before.slots if s.conversation_id == k) for k in "abc")
+    (start, end), *rest = a.pictures
+    assert not rest and end - start == 16 and a.picture_cells == 16  # the synthetic projector's 16 tokens
+    assert b.pictures == a.pictures and b.shared >= end  # the same picture, in the prefix the two share
+    assert len(c.pictures) == 2 and c.picture_cells == 32 and c.pictures[0] == a.pictures[0]
+    for s in after.slots:  # where each slot's tokens hold placeholders, and nowhere else
+        held = tokens[s.slot]
+        inside = {i for first, last in s.pictures for i in range(first, last)}
+        assert inside == {i for i, t in enumerate(held) if t < 0}
+    a_after = next(s for s in after.slots if s.conversation_id == "a")
+    assert a_after.pictures == a.pictures and a_after.cells > a.cells

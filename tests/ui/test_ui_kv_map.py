@@ -1,6 +1,7 @@
 """The KV cells dock: opened from the toolbar by mouse, it draws the engine's cell map at a scale that
 shows the used cells (a row per slot, as wide as the longest), each in its pane's colour, a shared
-prefix hatched, the whole pool as a bar, and says in words what the picture shows and whose a cell is."""
+prefix hatched, a picture's cells cross-hatched, the whole pool as a bar, and says in words what the
+picture shows and whose a cell is."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from pictures import png
 from PySide6.QtCore import QPointF, QRect, Qt
-from PySide6.QtWidgets import QPushButton, QToolBar, QToolButton
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QFileDialog, QPushButton, QToolBar, QToolButton
 from ui_fixtures import TINY_QUICK, set_params, until
 
 from app.engine.cell_map import CellMap, SavedChat, SlotCells, SlotState
@@ -149,3 +152,91 @@ def test_the_full_width_is_the_longest_row_rounded_up_and_no_more_than_a_stream(
     slots = tuple(SlotCells(i, f"c{i}", None, 100, 0, (), (), 100, SlotState.KEPT) for i in range(40))
     drawn = lay_out(CellMap(n_cells=40 * 512, streams=True, slots=slots), 300, 80)
     assert drawn.hidden and drawn.rows[-1].top + drawn.rows[-1].height <= drawn.bar_top < 80  # the rest said in words
+
+
+def colours_in(panel, row, first: int, end: int) -> set[tuple[int, int, int]]:
+    """The colours drawn in `row` over the columns of cells [first, end)."""
+    drawn = panel.layout_now
+    band = panel.picture.pixels[row.top : row.top + row.height, drawn.span(first) + 1 : drawn.span(end) - 1, :3]
+    return {tuple(int(v) for v in p) for p in band.reshape(-1, 3)}
+
+
+def longest_solid_run(panel, row, first: int, end: int, colour) -> int:
+    """The most pixels side by side in `colour` on one pixel row of `row` over cells [first, end)."""
+    drawn = panel.layout_now
+    band = panel.picture.pixels[row.top : row.top + row.height, drawn.span(first) + 1 : drawn.span(end) - 1, :3]
+    best = 0
+    for line in np.all(band == rgb(colour), axis=-1):
+        run = 0
+        for on in line:
+            run = run + 1 if on else 0
+            best = max(best, run)
+    return best
+
+
+def test_a_pictures_cells_are_cross_hatched_shared_or_not_and_say_so_on_hover(qtbot):
+    a = SlotCells(0, "c0", "r0", 400, 150, (1,), (150,), 400, SlotState.RUNNING, prompt_cells=320, pictures=((20, 84),))
+    b = SlotCells(1, "c1", None, 200, 150, (0,), (150,), 50, SlotState.KEPT, pictures=((20, 84),))
+    c = SlotCells(2, "c2", "r2", 300, 0, (), (), 300, SlotState.RUNNING, prompt_cells=280, pictures=((10, 74), (200, 216)))
+    panel = panel_on(qtbot, CellMap(n_cells=4096, streams=False, slots=(a, b, c)), size=(460, 300))
+    drawn = panel.layout_now
+    base = theme.current().base
+    row_a, _, row_c = drawn.rows
+    blue, green = panel.colour_of("c0"), panel.colour_of("c2")
+    faint = rgb(theme.blend(green, base, 0.7))
+    # a picture: the pane's colour in thin lines both ways over a faint fill; plain cells solid
+    assert colours_in(panel, row_c, 10, 74) == {rgb(green), faint}
+    assert colours_in(panel, row_c, 80, 190) == {rgb(green)}
+    assert longest_solid_run(panel, row_c, 10, 74, green) == 1  # lines, not stripes
+    # a picture in a shared prefix: the shared stripes stay over it, the cross-hatch between them
+    shared_picture = colours_in(panel, row_a, 20, 84)
+    assert shared_picture == {rgb(blue), rgb(theme.blend(blue, base, 0.7))}
+    assert longest_solid_run(panel, row_a, 20, 84, blue) >= 3
+    assert colours_in(panel, row_a, 90, 145) == {rgb(blue), rgb(theme.blend(blue, base, 0.6))}  # the shared hatch
+    # the words: on hover, under the picture, and row by row
+    middle = QPointF((drawn.span(20) + drawn.span(84)) / 2, row_a.top + 1)
+    text = panel.describe_at(middle)
+    assert "a picture: 64 cells (tokens 21–84)" in text and "the same cell as pane 2 “chat 2”" in text
+    second = panel.describe_at(QPointF((drawn.span(200) + drawn.span(216)) / 2, row_c.top + 1))
+    assert "picture 2 of 2: 16 cells (tokens 201–216)" in second
+    assert "picture" not in panel.describe_at(QPointF(drawn.span(150), row_c.top + 1))
+    assert "Cross-hatched: a picture's cells (striped too where shared)." in panel.explain_label.text()
+    legend = panel.legend_label.text()
+    assert "400 cells (slot 0), a picture in 64 of them" in legend and "2 pictures in 80 of them" in legend
+
+
+def test_a_picture_sent_from_two_panes_is_drawn_cross_hatched_in_both_rows(
+    run_tiny_window, tiny_mmproj_path, tmp_path, monkeypatch, qtbot
+):
+    picture = tmp_path / "red.png"
+    picture.write_bytes(png(40, 30, seed=1))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(lambda *a, **k: ([str(picture)], "")))
+
+    async def scenario(window):
+        qtbot.mouseClick(toolbar_button(window, window.kv_map_dock.toggleViewAction()), Qt.MouseButton.LeftButton)
+        set_params(window, TINY_QUICK.with_(max_tokens=4))
+        for pane in window.panes:  # the same picture attached by mouse in each pane, then sent
+            qtbot.mouseClick(pane.attach_button, Qt.MouseButton.LeftButton)
+            qtbot.keyClicks(pane.input, "What is in it?")
+            qtbot.mouseClick(pane.send_button, Qt.MouseButton.LeftButton)
+        await until(lambda: all(p.chat.messages and not p.is_busy for p in window.panes), what="replies")
+        m = window.client.cell_map_of()
+        await until(lambda: window.kv_map.shown is m, what="the idle map drawn")
+        return window, m
+
+    window, m = run_tiny_window(scenario, panes=2, mmproj=tiny_mmproj_path)
+    panel = window.kv_map
+    drawn = panel.layout_now
+    rows = {m.slots[r.slot].conversation_id: r for r in drawn.rows if r.slot >= 0}
+    for pane in window.panes:
+        s = next(s for s in m.slots if s.conversation_id == pane.session.key)
+        (first, end), *more = s.pictures
+        assert not more and end - first == 16  # the synthetic projector's tokens
+        row = rows[pane.session.key]
+        solid = tuple(int(v) for v in panel.picture.pixels[row.top, drawn.span(s.cells) - 1, :3])  # its last cell
+        fill = rgb(theme.blend(QColor(*solid), theme.current().base, 0.7))
+        assert colours_in(panel, row, first, end) == {solid, fill}  # cross-hatched
+        assert fill not in colours_in(panel, row, end, s.cells)  # the text after it: not
+        point = QPointF((drawn.span(first) + drawn.span(end)) / 2, row.top + 1)
+        assert f"a picture: 16 cells (tokens {first + 1}–{end})" in panel.describe_at(point)
+    assert "Cross-hatched: a picture's cells" in panel.explain_label.text()

@@ -3,7 +3,8 @@
 Each row of the picture is a slot (a llama.cpp sequence) holding cells: its cells in token order, in
 its pane's colour, the full width being the longest row rounded up, so 300 cells of a stream of 8,192
 fill a visible area; the free rest is said in words. A prefix several rows share (held once in the
-pool) is hatched; a chat saved to the RAM tier is a striped row; the bar under the rows is the whole
+pool) is hatched; a picture's cells (its embeddings) are cross-hatched, as the step timeline draws a
+picture's rows; a chat saved to the RAM tier is a striped row; the bar under the rows is the whole
 pool to scale (its streams side by side, or in one pool, where llama.cpp places the cells itself,
 each slot's cells as one run in slot order). The picture is one numpy image at the widget's pixel
 size, redrawn from the window's tick at most four times a second.
@@ -41,6 +42,8 @@ RAM_ROWS = 4  # the RAM tier's latest entries drawn as rows (the rest are listed
 ROW_PX, MIN_ROW_PX, GAP_PX = 18, 2, 2  # a row's height at most and at least, the gap between two
 BAR_GAP_PX, BAR_PX = 6, 8  # the whole-pool bar under the rows
 HATCH_PX = 6  # the period of a shared prefix's diagonal stripes
+PICTURE_PX = 6  # the period of a picture's cross-hatch: thin lines both ways over a faint fill
+PICTURE_FILL = 0.7  # under a picture's cross-hatch: its pane's colour this far toward the background
 
 # the counters in plain words: (CellMap field, words after the number, what it counts)
 COUNTERS = (
@@ -285,12 +288,32 @@ class KVMapPanel(QWidget):
             if m.streams:
                 band[:] = _rgba(free)  # the rest of its stream is free
             band[:, :end] = _rgba(colour)
+            y = np.arange(row.top, row.top + row.height)[:, None]
             shared = cells.span(row.shared)
             if shared:  # diagonal stripes
-                y = np.arange(row.top, row.top + row.height)[:, None]
                 band[:, :shared][(x[:shared] + y) % HATCH_PX < HATCH_PX // 2] = _rgba(theme.blend(colour, t.base, 0.6))
+            for first, end in self._picture_columns(m.slots[row.slot], cells):
+                self._cross_hatch(band[:, first:end], x[first:end], y, colour, shared, t.base)
         image[cells.bar_top : cells.bar_top + BAR_PX] = self._bar(m, cells.width, free)
         return image
+
+    @staticmethod
+    def _picture_columns(s: SlotCells, cells: CellLayout) -> list[tuple[int, int]]:
+        """The pixel columns of each of the slot's pictures, a picture at least one column wide."""
+        spans = []
+        for first, end in s.pictures:
+            left = min(cells.span(first), cells.width - 1)
+            spans.append((left, max(cells.span(end), left + 1)))
+        return spans
+
+    @staticmethod
+    def _cross_hatch(band: np.ndarray, x: np.ndarray, y: np.ndarray, colour: QColor, shared: int, base: QColor) -> None:
+        """A picture's cells: lines both ways in the pane's colour over a faint fill. Where they are a
+        shared prefix too, the shared stripes are drawn and the cross-hatch shows between them."""
+        stripe = (x < shared) & ((x + y) % (2 * HATCH_PX) < HATCH_PX // 2)  # the shared hatch's solid stripes, wider apart
+        band[:] = _rgba(theme.blend(colour, base, PICTURE_FILL))
+        band[((x + y) % PICTURE_PX == 0) | ((x - y) % PICTURE_PX == 0)] = _rgba(colour)
+        band[stripe] = _rgba(colour)
 
     def _bar(self, m: CellMap, width: int, free: QColor) -> np.ndarray:
         """The whole pool as one row of pixels: each slot's cells in its colour, the free ones pale."""
@@ -317,6 +340,9 @@ class KVMapPanel(QWidget):
             ]
         if any(r.shared for r in rows):
             parts.append("Hatched: a prefix shared with other rows, held once.")
+        if any(m.slots[r.slot].pictures for r in rows):
+            in_shared = any(first < r.shared for r in rows for first, _ in m.slots[r.slot].pictures)
+            parts.append(f"Cross-hatched: a picture's cells{' (striped too where shared)' if in_shared else ''}.")
         if any(m.slots[r.slot].state is SlotState.KEPT for r in rows):
             parts.append("Faded: kept for its next turn.")
         if any(r.saved >= 0 for r in cells.rows):
@@ -379,6 +405,9 @@ class KVMapPanel(QWidget):
 
     def _describe(self, m: CellMap, s: SlotCells) -> str:
         text = f"{self.name_of(s.conversation_id)}: {s.cells:,} cells (slot {s.slot})"
+        if s.pictures:
+            n = len(s.pictures)
+            text += f", {'a picture' if n == 1 else f'{n} pictures'} in {s.picture_cells:,} of them"
         if s.shared:
             text += f", the first {s.shared:,} shared with {self._sharers(m, s, 0)}"
         return f"{text}; {STATE_WORDS.get(s.state, s.state.value)}"
@@ -431,6 +460,7 @@ class KVMapPanel(QWidget):
                 return None
             return f"free: {m.stream_cells - s.cells:,} cells of {self.name_of(s.conversation_id)}'s stream"
         text = f"{self.name_of(s.conversation_id)}: token {cell + 1:,} of {s.cells:,}"
+        text += self._picture_at(s, cell)
         if s.prompt_cells and cell >= s.prompt_cells:
             text += f", in the reply being written (from token {s.prompt_cells + 1:,})"
         elif s.prompt_cells:
@@ -438,6 +468,15 @@ class KVMapPanel(QWidget):
         if cell < s.shared:
             text += f"; the same cell as {self._sharers(m, s, cell)} (a shared prefix, held once)"
         return f"{text}; {STATE_WORDS.get(s.state, s.state.value)}"
+
+    @staticmethod
+    def _picture_at(s: SlotCells, cell: int) -> str:
+        """The picture whose embedding the slot's `cell` holds, in words ("" where none does)."""
+        for k, (first, end) in enumerate(s.pictures):
+            if first <= cell < end:
+                which = "a picture" if len(s.pictures) == 1 else f"picture {k + 1} of {len(s.pictures)}"
+                return f", {which}: {end - first:,} cells (tokens {first + 1:,}–{end:,})"
+        return ""
 
     def _describe_bar(self, m: CellMap, cells: CellLayout, x: float) -> str:
         text = f"the whole pool: {m.cells_used:,} of {m.n_cells:,} cells used"
