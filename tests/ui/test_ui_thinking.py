@@ -79,6 +79,7 @@ def test_a_pane_shows_a_thinking_models_thoughts_folded_and_counts_them_apart(ru
         window.grab().save(str(tmp_path / "thinking-pane.png"))
         window.plots.refresh(time.monotonic())
         answer_points = window.plots.points(pane.key, "answer")[1].tolist()
+        answer_s = pane.session.metrics.panes[pane.key].answer_s
         folded = pane.transcript.toPlainText()
         click_fold(qtbot, pane.transcript)
         opened = pane.transcript.toPlainText()
@@ -87,7 +88,7 @@ def test_a_pane_shows_a_thinking_models_thoughts_folded_and_counts_them_apart(ru
         pane.params_editor.think.click()
         pane.session.send("And 3+3?")
         await until(lambda: not pane.session.is_busy and len(pane.chat.messages) == 4, what="the second reply")
-        shown = (answer_points, pane.session.metrics.panes[pane.key].answer_s)
+        shown = (answer_points, answer_s)
         return reply, readout, folded, opened, pane.chat.messages[3], pane.params_editor.budget_spin.isEnabled(), shown
 
     reply, readout, folded, opened, unthought, budget_enabled, shown = run_thinking_window(scenario, panes=1)

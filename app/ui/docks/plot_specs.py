@@ -89,7 +89,7 @@ PLOTS = (
     ),
     PlotSpec(
         "latency",
-        "Latency per pane: TTFT ● / first answer ▲ / inter-token —",
+        "Latency per pane: TTFT ● / answer ▲ / ITL —",
         "s",
         per_pane=True,
         # a thinking reply's first answer token beside its first token: what the thoughts cost
