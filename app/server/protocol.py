@@ -228,7 +228,7 @@ def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, .
     if tools is None:
         return {"grammar": grammar}, messages
     if grammar is not None:
-        raise BadRequest("send tools or a response format, not both", "tools")
+        tools = honoured(tools.answering, grammar)
     if not tools.syntax.is_native or not tools.syntax.describes_tools:
         messages = with_instructions(messages, tools)
     held = {
