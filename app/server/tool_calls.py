@@ -119,7 +119,12 @@ class Tools:
             example = self.syntax.form.write([("function_name", {"argument_name": "value"})])
             when = {"auto": "when one helps", "required": "now"}.get(self.choice, f"now: call {self.choice}")
             return f"You can call these functions:\n{listed}\nCall them {when}, in this format:\n{example}"
-        call = '{"tool_calls": [{"name": "<function name>", "arguments": {<the arguments>}}]}'
+        # the one function a reply must call is named in: a small model copies a placeholder into an
+        # argument called `name`
+        only = self.choice if self.choice not in ("auto", "required") else None
+        if self.choice == "required" and len(self.functions) == 1:
+            only = self.functions[0]["name"]
+        call = f'{{"tool_calls": [{{"name": "{only or "<function name>"}", "arguments": {{<the arguments>}}}}]}}'
         many = " (one or more calls)" if self.syntax.parallel else " (one call)"
         if self.choice == "auto":
             answer = '"<your answer>"' if self.answer is None else "<your answer, as JSON>"

@@ -292,3 +292,12 @@ def test_instructor_responses_tools_sends_a_named_tool_beside_its_format(config)
     (item,) = response.output
     assert item.type == "function_call" and item.name == "Person"
     Person.model_validate_json(item.arguments)
+
+
+@pytest.mark.unit
+def test_the_one_function_a_reply_must_call_is_shown_by_its_name():
+    # in the generic format; a placeholder name was copied into Person's own `name` by the 135M model
+    named = _required([PERSON_TOOL, WEATHER_TOOL], GENERIC, {"type": "function", "function": {"name": "Person"}})
+    assert '{"tool_calls": [{"name": "Person", ' in named.instructions()
+    assert '{"tool_calls": [{"name": "Person", ' in _required([PERSON_TOOL], GENERIC).instructions()
+    assert "<function name>" in _required([PERSON_TOOL, WEATHER_TOOL], GENERIC).instructions()
