@@ -224,11 +224,12 @@ def chat_messages(raw: list, tools: Tools | None) -> tuple[dict, ...]:
 
 def with_tools(tools: Tools | None, grammar: str | None, messages: tuple[dict, ...]) -> tuple[dict, tuple[dict, ...]]:
     """The sampling fields that hold a reply to `tools` (its grammar, triggers, the template's list
-    of them), and the messages with the generic format's description of them."""
+    of them; with a JSON format's `grammar` beside them, calls or an answer in the format), and the
+    messages with the generic format's description of them."""
     if tools is None:
         return {"grammar": grammar}, messages
     if grammar is not None:
-        raise BadRequest("send tools or a response format, not both", "tools")
+        tools = honoured(tools.answering, grammar)
     if not tools.syntax.is_native or not tools.syntax.describes_tools:
         messages = with_instructions(messages, tools)
     held = {

@@ -19,18 +19,21 @@ call allowed, so the reply ends there."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import string
 import uuid
 from dataclasses import dataclass
 
-from app.engine.sampling.constraints import ConstraintError, schema_grammar
+from app.engine.sampling.constraints import ConstraintError, check_grammar, schema_grammar
 
 from .output_format import FieldError
 from .tool_parse import Scan, scan
 from .tool_syntax import GENERIC, MISTRAL_NEMO, MISTRAL_SMALL_3_2, Syntax, call_grammar
 
+_ANSWER = {"type": "object", "required": ["response"], "additionalProperties": False}
+_JSON_FORMAT = "start: %json "  # how output_format.py's JSON formats open
 MAX_TOOLS = 128  # tools described in one request: each one's description goes into the prompt
 MAX_CALLS_IN_TURN = 128  # calls one assistant turn of the conversation may hold
 NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
@@ -43,6 +46,9 @@ class Tools:
     choice: str  # "auto", "required", or the one function's name that must be called
     syntax: Syntax = GENERIC  # how the model is told of them and writes its calls
     strict: frozenset[str] = frozenset()  # the names of the functions sent with `"strict": true`
+    # with `auto` and a JSON response format: the schema (with llguidance's options) of the answer
+    # of a reply that calls nothing, so the reply is calls or that answer, held from its first token
+    answer: dict | None = None
 
     def grammar(self) -> str:
         """The grammar the reply must follow (from a trigger on, when `triggers` says so). A strict
@@ -60,14 +66,43 @@ class Tools:
                         f"tools[{i}]",
                     ) from None
         lenient = any(f["name"] not in self.strict for f in self.functions)
+        functions = tuple({**f, "parameters": own_references(f["parameters"], f["name"])} for f in self.functions)
         try:
-            return call_grammar(self.syntax, self.functions, self.choice, lenient)
+            if self.answer is None:
+                return call_grammar(self.syntax, functions, self.choice, lenient)
+            return self._calls_or_answer(call_grammar(self.syntax, functions, "required", lenient))
         except ConstraintError as e:
             raise FieldError(f"the tools' parameters cannot constrain a reply: {e}", "tools") from None
 
+    def _calls_or_answer(self, calls: str) -> str:
+        """The grammar of calls (`calls`, whose first rule is `start`) or the answer: as llama.cpp,
+        in the generic format `{"response": <the answer>}`, in a family's own syntax the answer alone.
+        (One JSON each: llguidance's lexer would commit to a literal `{"response": ` before a JSON
+        that opens with `{` too.)"""
+        answer = self.answer
+        if not self.syntax.is_native:  # the answer's own references still point into it, nested
+            schema = {"$id": "urn:response-format", **{k: v for k, v in answer.items() if k != "x-guidance"}}
+            answer = {**_ANSWER, "properties": {"response": schema}, "x-guidance": answer["x-guidance"]}
+        return check_grammar(
+            f"start: tc_calls | tc_answer\ntc_answer: %json {json.dumps(answer)}\ntc_calls:{calls.removeprefix('start:')}"
+        )
+
     def triggers(self) -> tuple[str, ...]:
         """The patterns the grammar waits for (none: it holds the reply from its first token)."""
-        return self.syntax.triggers_for(tuple(f["name"] for f in self.functions)) if self.choice == "auto" else ()
+        if self.choice != "auto" or self.answer is not None:
+            return ()
+        return self.syntax.triggers_for(tuple(f["name"] for f in self.functions))
+
+    def answering(self, format_grammar: str) -> Tools:
+        """These tools beside a response format (`format_grammar`, output_format.py's): as OpenAI,
+        the format holds the reply's text, so with `auto` a reply calls or answers in the format;
+        with `required` or a named function it calls, and the format has nothing to hold. Only a
+        JSON format (json_object, json_schema) is taken with tools, as llama-server."""
+        if not format_grammar.startswith(_JSON_FORMAT):
+            raise FieldError("tools cannot be sent with a grammar; a json_object or json_schema response format can", "tools")
+        if self.choice != "auto":
+            return self
+        return dataclasses.replace(self, answer=json.loads(format_grammar.removeprefix(_JSON_FORMAT)))
 
     def template_tools(self) -> str | None:
         """The tools as the model's own template reads them (OpenAI's list, as JSON); None in the
@@ -84,10 +119,16 @@ class Tools:
             example = self.syntax.form.write([("function_name", {"argument_name": "value"})])
             when = {"auto": "when one helps", "required": "now"}.get(self.choice, f"now: call {self.choice}")
             return f"You can call these functions:\n{listed}\nCall them {when}, in this format:\n{example}"
-        call = '{"tool_calls": [{"name": "<function name>", "arguments": {<the arguments>}}]}'
+        # the one function a reply must call is named in: a small model copies a placeholder into an
+        # argument called `name`
+        only = self.choice if self.choice not in ("auto", "required") else None
+        if self.choice == "required" and len(self.functions) == 1:
+            only = self.functions[0]["name"]
+        call = f'{{"tool_calls": [{{"name": "{only or "<function name>"}", "arguments": {{<the arguments>}}}}]}}'
         many = " (one or more calls)" if self.syntax.parallel else " (one call)"
         if self.choice == "auto":
-            how = f'Reply with one JSON object: either {call}{many} to call functions, or {{"response": "<your answer>"}}.'
+            answer = '"<your answer>"' if self.answer is None else "<your answer, as JSON>"
+            how = f'Reply with one JSON object: either {call}{many} to call functions, or {{"response": {answer}}}.'
         elif self.choice == "required":
             how = f"Reply with one JSON object calling them: {call}{many}."
         else:
@@ -99,6 +140,16 @@ class Tools:
         if self.syntax.family in (MISTRAL_NEMO.family, MISTRAL_SMALL_3_2.family):
             return "".join(secrets.choice(_ALNUM) for _ in range(9))
         return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def own_references(parameters: dict, name: str) -> dict:
+    """A function's `parameters` whose `$ref`s (`#/$defs/Address`, as pydantic writes a nested
+    model, an enum or a recursive one) still point into them once the call's grammar nests them
+    in a larger schema: the parameters get a base URI of their own (`$id`), which JSON Schema
+    resolves a `#...` reference against. One that names its own `$id` keeps it."""
+    if "$id" in parameters or '"$ref"' not in json.dumps(parameters):
+        return parameters
+    return {"$id": f"urn:tool:{name}", **parameters}
 
 
 def asks_for_tools(body: dict) -> bool:

@@ -243,9 +243,25 @@ def _generic(text: str, syntax: Syntax, final: bool) -> Scan:
             return Scan("")  # it may still become one
         return Scan(text.strip())
     if head.group(1) == "response":
+        if text[head.end() : head.end() + 1] not in ('"', ""):
+            return Scan(_answer_json(text, head.end(), final))
         return Scan(_partial_string(text, head.end(), final))
     calls, _, _ = _array_block(text, head.end(), syntax) if head.end() < len(text) else ([], 0, State.OPEN)
     return Scan("", calls if syntax.parallel else calls[:1])
+
+
+def _answer_json(text: str, i: int, final: bool) -> str:
+    """The generic response that is JSON (under a response format: `{"response": {...}}`) as the
+    text written, less the wrapper's closing `}`: while the reply grows, its last character waits
+    (it may be that brace); a whole reply drops the brace where the wrapper closed."""
+    end = len(text.rstrip())
+    if not final:
+        return text[i : end - 1]
+    try:
+        json.loads(text)
+    except ValueError:  # cut short (max_tokens): no wrapper closed
+        return text[i:end]
+    return text[i:end].removesuffix("}")
 
 
 def _may_open_generic(text: str) -> bool:
@@ -397,6 +413,8 @@ class ToolStream:
         if head.group(1) == "tool_calls":
             calls = _array_block(text, head.end(), self._syntax, True, self._reads)[0] if head.end() < len(text) else []
             return "", calls, 0
+        if text[head.end() : head.end() + 1] not in ('"', ""):
+            return _answer_json(text, head.end(), False)[self._content_sent :], [], 0
         return self._response_on(text, head.end()), [], 0
 
     def _response_on(self, text: str, i: int) -> str:

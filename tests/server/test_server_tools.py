@@ -101,7 +101,7 @@ def test_bad_tool_specs_are_400s_naming_them(config):
         "nameless": {"tools": [nameless]},
         "too many": {"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(1000)]},
         "unknown choice": {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-        "tools and a format": {"tools": [WEATHER], "response_format": {"type": "json_object"}},
+        "tools and a grammar": {"tools": [WEATHER], "extra_body": {"grammar": 'root ::= "a"'}},
         "parallel not a boolean": {"tools": [WEATHER], "parallel_tool_calls": "yes"},
         "strict not a boolean": {"tools": [{"type": "function", "function": {"name": "f", "strict": "very"}}]},
         "a call back without a function": {
@@ -123,7 +123,7 @@ def test_bad_tool_specs_are_400s_naming_them(config):
     assert "function.name must be" in said["nameless"][0] and said["nameless"][1] == "tools[0]"
     assert "at most 128 tools" in said["too many"][0]
     assert "not in 'tools'" in said["unknown choice"][0] and said["unknown choice"][1] == "tool_choice"
-    assert "not both" in said["tools and a format"][0]
+    assert "tools cannot be sent with a grammar" in said["tools and a grammar"][0]  # a JSON format can
     assert (
         said["parallel not a boolean"][1] == "parallel_tool_calls"
         and "strict must be a boolean" in said["strict not a boolean"][0]

@@ -43,7 +43,35 @@ def properties(parameters: dict) -> list[tuple[str, dict, bool]]:
     if not isinstance(props, dict):
         return []
     required = parameters.get("required") or []
-    return [(name, schema if isinstance(schema, dict) else {}, name in required) for name, schema in props.items()]
+    return [(name, _resolved(schema, parameters), name in required) for name, schema in props.items()]
+
+
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def _resolved(schema: object, parameters: dict) -> dict:
+    """An argument's schema on its own: one that is a reference into the parameters' definitions
+    (`{"$ref": "#/$defs/Color"}`, as pydantic writes an enum or a nested model) is the schema it
+    names; one that refers to them anywhere inside takes them along, as its grammar is compiled
+    apart from the parameters that hold them."""
+    if not isinstance(schema, dict):
+        return {}
+    target = _definition(schema.get("$ref"), parameters)
+    if target is not None:
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    if '"$ref"' not in json.dumps(schema):
+        return schema
+    return {**{key: parameters[key] for key in _DEFINITIONS if isinstance(parameters.get(key), dict)}, **schema}
+
+
+def _definition(reference: object, parameters: dict) -> dict | None:
+    """The schema `#/$defs/Name` (or `#/definitions/Name`) names in the parameters, if it is one."""
+    for key in _DEFINITIONS:
+        prefix, definitions = f"#/{key}/", parameters.get(key)
+        if isinstance(reference, str) and reference.startswith(prefix) and isinstance(definitions, dict):
+            target = definitions.get(reference[len(prefix) :])
+            return target if isinstance(target, dict) else None
+    return None
 
 
 def is_string(schema: dict) -> bool:
