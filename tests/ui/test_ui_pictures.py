@@ -153,9 +153,12 @@ def test_the_library_says_which_models_see_images_and_a_pane_attaches_for_those(
         assert row_texts(library, "seeing")[ARCH] == "llama · sees images"
         assert "projector" in row_texts(library, "mmproj-seeing-F16")[ARCH]  # listed, not loadable as a model
         qtbot.mouseClick(library.load_button("seeing"), Qt.MouseButton.LeftButton)
-        await until(lambda: "seeing" in window.client.models, what="the model with its projector")
+        combo = pane.model_combo  # picked in the pane's header once it lists the model, as a person does
+        await until(lambda: combo.findData("seeing") >= 0, what="the model with its projector in the pane's picker")
         assert window.client.models["seeing"].sees_images
-        pane.session.set_params(pane.params.with_(model="seeing"))
-        assert pane.attach_button.isEnabled()
+        qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+        combo.view().setCurrentIndex(combo.model().index(combo.findData("seeing"), 0))
+        qtbot.keyClick(combo.view(), Qt.Key.Key_Return)
+        assert pane.params.model == "seeing" and pane.attach_button.isEnabled()
 
     run_tiny_window(scenario, panes=1)
