@@ -166,3 +166,30 @@ def test_a_tool_syntaxs_marker_that_is_a_control_token_is_drawn_as_that_token_un
     for final in (whole, lazy):
         assert final.reason is FinishReason.STOP and final.text == "<file_sep><filename>", final.text
         assert final.stats.gen_tokens == 3  # the two markers, then the end the grammar leaves
+
+
+def test_a_row_whose_grammar_allows_one_token_says_which_and_keeps_only_it(tiny_model_path):
+    """A JSON key's quotes and colon leave one token possible: the mask says which (the drawer takes
+    it without running a sampled reply's chain), its row left with that token only; a row with a
+    choice is masked as before and says nothing."""
+    import llama_cpp as ll
+    import numpy as np
+
+    from app.engine.llama.constraint import Constraints
+    from app.engine.llama.runtime import init_backend
+    from app.engine.llama.vocab import Vocab
+
+    init_backend()
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    model = ll.llama_model_load_from_file(tiny_model_path.encode(), params)
+    vocab = Vocab(model)
+    constraints = Constraints(vocab, 2)
+    one, two = constraints.new('start: "\\n" "yes"'), constraints.new('start: "yes" | "no"')
+    rows = np.zeros((2, vocab.n_vocab), dtype=np.float32)
+    forced = constraints.mask([(one, rows[0]), (two, rows[1])])
+    newline = vocab.tokenize("\n", add_special=False)[0]
+    assert forced == {one: newline}
+    assert np.flatnonzero(np.isfinite(rows[0])).tolist() == [newline]
+    assert np.isfinite(rows[1]).sum() >= 2 and vocab.tokenize("yes", add_special=False)[0] in np.flatnonzero(np.isfinite(rows[1]))
+    ll.llama_model_free(model)

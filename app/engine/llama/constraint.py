@@ -122,22 +122,27 @@ class Constraints:
     def _is_control(self, token: int) -> bool:
         return bool(ll.llama_vocab_get_attr(self._vocab.model_vocab, token) & ll.LLAMA_TOKEN_ATTR_CONTROL)
 
-    def mask(self, rows: list[tuple[Constraint, np.ndarray]]) -> None:
+    def mask(self, rows: list[tuple[Constraint, np.ndarray]]) -> dict[Constraint, int]:
         """Fill the masks of every constraint that holds together (in one call to llguidance's
         threads where cores are spare, else one after another; off the GIL either way), then set the
         logits of the tokens each refuses to -inf, in place. A matcher that meets a limit fills no
-        mask: its `error` says why, and its row is left as it was."""
+        mask: its `error` says why, and its row is left as it was. Returns the constraints that
+        allow one token only (a JSON key, its quotes and colon), with that token: any draw gives it."""
         held = [(c, logits) for c, logits in rows if c.holds]
         if not held:
-            return
+            return {}
         masks = self._rows(len(held))
         if self._executor is not None:
             fill_next_token_bitmask_par(self._executor, [(c.matcher, i) for i, (c, _) in enumerate(held)], masks)
         else:
             for i, (constraint, _) in enumerate(held):
                 fill_next_token_bitmask(constraint.matcher, masks, i)
+        forced = {}
         for i, (constraint, logits) in enumerate(held):
-            self._apply(constraint, masks[i], logits)
+            token = self._apply(constraint, masks[i], logits)
+            if token is not None:
+                forced[constraint] = token
+        return forced
 
     def mask_drafted(self, constraint: Constraint, rows: list[np.ndarray], draft: list[int]) -> None:
         """A drafting reply's rows (its next token's, then one after each guess): each row's mask as
@@ -163,10 +168,20 @@ class Constraints:
             self._masks = allocate_token_bitmask(n, self._n_vocab)
         return self._masks
 
-    def _apply(self, constraint: Constraint, mask: np.ndarray, logits: np.ndarray) -> None:
-        if not constraint.matcher.is_error():
-            allowed = np.unpackbits(mask.view(np.uint8), bitorder="little", count=self._n_vocab)
-            logits[allowed == 0] = -np.inf
+    def _apply(self, constraint: Constraint, mask: np.ndarray, logits: np.ndarray) -> int | None:
+        """-inf for the tokens the mask refuses; the token it allows where it allows one only."""
+        if constraint.matcher.is_error():
+            return None
+        words = np.flatnonzero(mask)
+        if len(words) == 1 and (word := int(mask[words[0]]) & 0xFFFFFFFF).bit_count() == 1:
+            token = int(words[0]) * 32 + word.bit_length() - 1
+            kept = logits[token]
+            logits[:] = -np.inf  # one fill: cheaper than unpacking the mask
+            logits[token] = kept
+            return token
+        allowed = np.unpackbits(mask.view(np.uint8), bitorder="little", count=self._n_vocab)
+        logits[allowed == 0] = -np.inf
+        return None
 
     def takes(self, constraint: Constraint, tokens: tuple[int, ...]) -> bool:
         """Whether a constraint that holds takes `tokens` next, the matcher left as it was."""

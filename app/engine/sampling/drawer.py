@@ -54,10 +54,10 @@ class Drawer:
         """Draw the next token of every sequence at its row: the constrained rows masked first, all
         their masks filled together; greedy ones from one pass over their rows' logits."""
         samplers = self.backend.samplers
-        drawn = []
+        drawn, forced = [], {}
         constrained = [(seq.grammar, samplers.row_logits(row)) for seq, row in rows.items() if seq.grammar is not None]
         if constrained:
-            self.backend.constraints.mask(constrained)
+            forced = self.backend.constraints.mask(constrained)
             refused = {seq for seq in rows if seq.grammar is not None and seq.grammar.error is not None}
             drawn = [Drawn(seq, error=constraint_error(seq)) for seq in refused]  # a limit of llguidance's
             rows = {seq: row for seq, row in rows.items() if seq not in refused}
@@ -65,11 +65,23 @@ class Drawer:
         top = dict(zip(greedy_rows, samplers.top_tokens(list(greedy_rows.values())), strict=True))
         for seq, row in rows.items():
             token, probs = top.get(seq), None
+            if token is None and self._takes_forced(seq, forced.get(seq.grammar)):
+                token = forced[seq.grammar]
+                samplers.accept(seq.sampler, token)  # its penalties see it, as after a draw
             if token is None or (seq.params.ignore_eos and self.backend.vocab.is_eog(token)):
                 token, probs = self._draw(seq, row)  # the chain bans end-of-generation tokens when told to
             error = self.refusal(seq, token)
             drawn.append(Drawn(seq, token, probs) if error is None else Drawn(seq, error=error))
         return drawn
+
+    def _takes_forced(self, seq: Sequence, token: int | None) -> bool:
+        """Whether a sampled reply takes the one token its grammar allows without running its chain
+        (about half a JSON reply's tokens: each draw skipped costs what a free row's does). Not where
+        the chain would say more: the probabilities asked for, Mirostat's surprise it learns from, an
+        end-of-generation token the chain bans under ignore EOS."""
+        if token is None or seq.draw is not Draw.CHAIN or seq.params.mirostat:
+            return False
+        return not (seq.params.ignore_eos and self.backend.vocab.is_eog(token))
 
     def mask_drafted(self, seq: Sequence, rows: list[int], draft: tuple[int, ...]) -> None:
         """A constrained draft's rows masked, each as the guesses before it leave the matcher."""
