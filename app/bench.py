@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from .client import EngineClient
 from .engine.events import FinishEvent
+from .engine.kv.layout import MIN_STREAM
 from .engine.params import EngineConfig, Policy, Priority, ServingMode
 from .engine.sampling.params import SamplingParams
 from .engine.stats import RequestStats, hit_rate, percentile
@@ -175,13 +176,15 @@ def cycled_note(s: BenchSettings) -> str | None:
 
 
 def engine_config(s: BenchSettings, conversations: list[Conversation]) -> EngineConfig:
-    """The engine a benchmark run builds: by default, cells enough for every conversation to stay."""
+    """The engine a benchmark run builds: by default, cells enough for every conversation to stay,
+    in the layout the window runs (a stream per lane, one pool when a chat outgrows its stream)."""
     n_ctx = s.n_ctx
     if n_ctx is None:
-        # each lane keeps its conversation: prompt, every turn and every reply
+        # each lane keeps its conversation: prompt, every turn and every reply; and its stream is no
+        # smaller than the automatic layout's least, else a tight pool would be measured, not streams
         longest = max(len(c.system or "") + sum(len(t) for t in c.turns) for c in conversations)
         per_lane = longest // 3 + len(conversations[0].turns) * (s.max_tokens + 48) + 128
-        n_ctx = max(2048, 256 * math.ceil(s.parallel * per_lane / 256))
+        n_ctx = max(2048, 256 * math.ceil(s.parallel * max(per_lane, MIN_STREAM) / 256))
     config = EngineConfig(
         model_path=s.model_path,
         n_ctx=n_ctx,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from helpers import run
 
-from app.bench import BenchSettings, Conversation, conversations_for, cycled_note, run_bench
+from app.bench import BenchSettings, Conversation, conversations_for, cycled_note, engine_config, run_bench
+from app.engine.kv.layout import MIN_STREAM, choose_layout
 
 
 @pytest.mark.unit
@@ -21,6 +22,17 @@ def test_a_prompt_file_holding_less_than_asked_is_cycled_and_the_run_says_so():
     )
     enough = BenchSettings("model.gguf", parallel=2, turns=1, prompts=prompts)
     assert [c.turns for c in conversations_for(enough)] == [["a", "b"], ["c"]] and cycled_note(enough) is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("parallel", [8, 32])
+def test_the_benchmark_measures_the_windows_layout_a_stream_per_lane_whatever_its_load(parallel):
+    """Short chats need few cells, but a pool sized to them would give streams too small for the
+    automatic layout, which would then measure one pool where the window runs streams."""
+    settings = BenchSettings("model.gguf", parallel=parallel, max_tokens=128)
+    config = engine_config(settings, conversations_for(settings))
+    assert config.n_ctx // config.capacity >= MIN_STREAM
+    assert not choose_layout(config.n_ctx, config.capacity, 8192, config.kv_unified, movable=True).unified
 
 
 @pytest.mark.tiny
