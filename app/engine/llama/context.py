@@ -307,7 +307,8 @@ class LlamaBackend:
             return (
                 f"each picture whole, in a decode of its own (its tokens attend both ways), up to {self.vision.max_tokens} tokens"
             )
-        return "beside the step's tokens, in a decode of the step's pictures (a batch holds token ids or embeddings)"
+        where = "beside the step's tokens, in a decode of the step's pictures (a batch holds token ids or embeddings)"
+        return where + (", their tokens placed in 2D (M-RoPE)" if self.vision.mrope else "")
 
     def layout_text(self) -> str:
         """The layout now, and why."""
