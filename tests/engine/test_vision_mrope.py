@@ -225,3 +225,25 @@ def test_a_decode_that_fails_after_its_pictures_went_through_takes_the_picture_b
         assert sum(s.n_image_tokens for s in engine.figures.steps.since(-math.inf)) == 2 * N_IMAGE  # its rows twice
     finally:
         engine.shutdown("done")
+
+
+def test_a_reply_between_two_pictures_keeps_its_own_tokens_on_the_next_turns(qwen_vl_paths):
+    """A turn's reply comes back between its picture and the next turn's: the prompt keeps the
+    tokens the model wrote (here six newlines, which the tokenizer reads as fewer), so each turn
+    finds every earlier token in its cells, the pictures' positions included."""
+    first_message = _chat(seed=1, text="What's this? I don't know.")[0]
+    six = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+
+    async def go():
+        async with Started(_config(qwen_vl_paths)) as client:
+            _, a = await collect(client.generate([first_message], six, conversation_id="a"))
+            later = [first_message, {"role": "assistant", "content": a.text}, *_chat(seed=2, text="And this one?")]
+            _, b = await collect(client.generate(later, six, conversation_id="a"))
+            last = [*later, {"role": "assistant", "content": b.text}, {"role": "user", "content": "Sure?"}]
+            _, c = await collect(client.generate(last, six, conversation_id="a"))
+            return a, b, c
+
+    a, b, c = run(go())
+    assert b.stats.image_tokens == c.stats.image_tokens == 2 * N_IMAGE
+    for before, after in ((a, b), (b, c)):
+        assert after.stats.cached_tokens == before.stats.prompt_tokens + six.max_tokens - 1
