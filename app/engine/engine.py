@@ -127,7 +127,7 @@ class Engine:
             seq.images = prompt.images
             seq.images_whole = self.backend.vision.non_causal
             self.positions.learn(prompt.layouts)
-            seq.positions = self.positions.table(prompt.tokens)
+            seq.positions = self.positions.table(prompt.tokens, prompt.layouts)
             text = [t for t in prompt.tokens if t >= 0]  # what the penalties look back at: the texts
             stats.image_tokens = len(prompt.tokens) - len(text)
             stats.images = len(prompt.images)

@@ -7,8 +7,8 @@ max(rows, columns) positions, fewer than its tokens (mtmd's n_pos), and the text
 from there (as llama.cpp's mtmd helper and llama-server place it). The KV cells hold the time
 position: `llama_memory_seq_rm/cp` cut by it, so a picture whose tokens share one is kept whole or
 not at all. This module is the one place that maps a token's index to its position: a `Positions`
-per model knows each picture's layout by its key (images.py), and a `PositionTable` per token list
-holds where its pictures sit (built once for a sequence, whose pictures are all in its prompt).
+per model knows each picture's span by its key (images.py), and a `PositionTable` per token list
+holds where its pictures begin (built once for a sequence, whose pictures are all in its prompt).
 """
 
 from __future__ import annotations
@@ -23,56 +23,73 @@ from .images import image_key, picture_runs
 SECTIONS = 4  # llama.cpp's positions per embedding row of an M-RoPE model: time, height, width, (unused)
 
 
+@dataclass(frozen=True)
+class PictureSpan:
+    """What a token list's positions need of a picture: its tokens, the positions it spans, and
+    whether its tokens share its first time position (M-RoPE's layout: its cells go whole or not
+    at all) or take one each (HunyuanVL's, within M-RoPE)."""
+
+    n_tokens: int
+    n_pos: int
+    shared: bool
+
+    def time(self, first: int, offset: int) -> int:
+        return first if self.shared else first + offset
+
+
 @dataclass(frozen=True, eq=False)
 class PictureLayout:
     """Where mtmd puts a picture's tokens (read once, from its chunk): `base` holds the positions of
     each token, (SECTIONS, n_tokens) in llama.cpp's section order (time, row, column, last), for a
     picture starting at position 0; `moves` says which of them follow the picture's first position
-    (mtmd's are base + first or base alone); `n_pos`, the positions the picture spans."""
+    (mtmd's are base + first or base alone); `n_pos`, the positions the picture spans. ValueError
+    for a time layout other than mtmd's two (all the first, or one a token)."""
 
     n_pos: int
     base: np.ndarray
     moves: np.ndarray
 
-    @property
-    def n_tokens(self) -> int:
-        return self.base.shape[1]
-
     def rows(self, first: int, offset: int, end: int) -> np.ndarray:
         """The positions of its tokens [offset, end) for a picture starting at `first`."""
         return self.base[:, offset:end] + self.moves[:, offset:end] * first
 
-    def cuttable(self, offset: int) -> bool:
-        """Whether its cells can be cut before its token `offset`: the tokens before it take earlier
-        time positions than it (never in M-RoPE's layout, where all share the first)."""
-        return offset == 0 or self.base[0, offset] > self.base[0, offset - 1]
+    def __post_init__(self):
+        time, moves = self.base[0], self.moves[0]
+        if not (moves == 1).all() or not ((time == 0).all() or (time == np.arange(len(time))).all()):
+            raise ValueError("its tokens' time positions are neither all the picture's first nor one a token")
+
+    @property
+    def span(self) -> PictureSpan:
+        n = self.base.shape[1]
+        return PictureSpan(n, self.n_pos, n > 1 and not self.base[0].any())
 
 
 class Positions:
-    """One model's pictures' layouts by their keys, kept for the engine's life (a key is never
-    reused: a few bytes a token of each picture). A model whose pictures take a position a token
-    (or that sees none) has none, and every position is the token's index."""
+    """One model's pictures' spans by their keys, kept for the engine's life as the keys are (a few
+    bytes a picture; the 2D layouts stay with the sequences that read them). A model whose pictures
+    take a position a token (or that sees none) has none, and every position is the token's index."""
 
     def __init__(self):
-        self._layouts: dict[int, PictureLayout] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._layouts)
+        self._spans: dict[int, PictureSpan] = {}
 
     def learn(self, layouts: dict[int, PictureLayout]) -> None:
-        self._layouts.update(layouts)
+        for key, layout in layouts.items():
+            if key not in self._spans:
+                self._spans[key] = layout.span
 
-    def table(self, tokens: list[int]) -> PositionTable | None:
-        """Where the pictures of `tokens` sit; None when every position is an index."""
-        if not self._layouts:
+    def table(self, tokens: list[int], layouts: dict[int, PictureLayout] | None = None) -> PositionTable | None:
+        """Where the pictures of `tokens` sit (with their 2D `layouts` where its pictures' rows are to
+        be decoded); None when every position is an index."""
+        if not self._spans:
             return None
         runs = []
         shift = 0  # tokens minus positions of the pictures before
         for start, _ in picture_runs(tokens):
-            layout = self._layouts.get(image_key(tokens[start])[0])
-            if layout is not None:  # else a picture that takes a position a token
-                runs.append((start, start - shift, layout))
-                shift += layout.n_tokens - layout.n_pos  # only the last run may be cut short: no text follows it
+            key = image_key(tokens[start])[0]
+            span = self._spans.get(key)
+            if span is not None:  # else a picture that takes a position a token
+                runs.append((start, start - shift, span, layouts.get(key) if layouts else None))
+                shift += span.n_tokens - span.n_pos  # only the last run may be cut short: no text follows it
         return PositionTable(runs) if runs else None
 
     def cut(self, tokens: list[int], n: int) -> tuple[int, int]:
@@ -88,15 +105,15 @@ class Positions:
 
 
 class PositionTable:
-    """The pictures of one token list: where each begins, its first position and its layout. A
-    picture's tokens are counted whole even where the list holds only its start (the list ends
-    there): the position asked for next is then its next token's."""
+    """The pictures of one token list: where each begins, its first position, its span (and 2D
+    layout, for a sequence's). A picture's tokens are counted whole even where the list holds only
+    its start (the list ends there): the position asked for next is then its next token's."""
 
-    def __init__(self, runs: list[tuple[int, int, PictureLayout]]):
+    def __init__(self, runs: list[tuple[int, int, PictureSpan, PictureLayout | None]]):
         self._runs = runs
         self._starts = [r[0] for r in runs]
 
-    def _run(self, i: int) -> tuple[int, int, PictureLayout] | None:
+    def _run(self, i: int):
         j = bisect.bisect_right(self._starts, i) - 1
         return self._runs[j] if j >= 0 else None
 
@@ -105,22 +122,22 @@ class PositionTable:
         run = self._run(i)
         if run is None:
             return i
-        start, first, layout = run
+        start, first, span, _ = run
         offset = i - start
-        if offset < layout.n_tokens:
-            return int(layout.base[0, offset] + layout.moves[0, offset] * first)
-        return first + layout.n_pos + offset - layout.n_tokens
+        if offset < span.n_tokens:
+            return span.time(first, offset)
+        return first + span.n_pos + offset - span.n_tokens
 
     def cut(self, n: int) -> tuple[int, int]:
         """As Positions.cut: (tokens kept, the first position that goes)."""
         run = self._run(n)
         if run is not None:
-            start, _, layout = run
-            if 0 < n - start < layout.n_tokens and not layout.cuttable(n - start):
-                return start, self.of(start)
+            start, first, span, _ = run
+            if span.shared and 0 < n - start < span.n_tokens:
+                return start, first
         return n, self.of(n)
 
     def rows(self, start: int, end: int) -> np.ndarray:
         """The positions (SECTIONS, end - start) of a picture's tokens [start, end) (within one picture)."""
-        run_start, first, layout = self._run(start)
+        run_start, first, _, layout = self._run(start)
         return layout.rows(first, start - run_start, end - run_start)

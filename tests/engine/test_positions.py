@@ -24,10 +24,10 @@ def mrope(nx: int, ny: int) -> PictureLayout:
 
 
 def test_text_after_a_picture_goes_on_from_its_last_position():
-    positions = Positions()
-    positions.learn({1: mrope(4, 3)})  # 12 tokens over 4 positions
+    positions, layouts = Positions(), {1: mrope(4, 3)}  # 12 tokens over 4 positions
+    positions.learn(layouts)
     tokens = [10, 11, *image_tokens(1, 12), 12, 13]
-    table = positions.table(tokens)
+    table = positions.table(tokens, layouts)
     assert [table.of(i) for i in range(len(tokens))] == [0, 1, *[2] * 12, 6, 7]
     assert table.of(len(tokens)) == 8 and positions.last(tokens) == 7
     rows = table.rows(2, 6)  # the first row of the picture: time 2, row 2, columns 2..5

@@ -156,11 +156,10 @@ class Vision:
                 raise RequestError("the projector cut one picture into several: this engine takes one chunk a picture")
         if image is None:
             raise RequestError("the projector gave no image tokens for the picture")
-        owned = mtmd.mtmd_input_chunk_copy(image)
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(owned)
-        n_pos = mtmd.mtmd_input_chunk_get_n_pos(owned)
-        layout = self._layout(owned, n_tokens, n_pos) if self.mrope else None
-        return ImageRead(tuple(before), n_tokens, tuple(after), n_pos, owned, layout)
+        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(image)
+        n_pos = mtmd.mtmd_input_chunk_get_n_pos(image)
+        layout = self._layout(image, n_tokens, n_pos) if self.mrope else None
+        return ImageRead(tuple(before), n_tokens, tuple(after), n_pos, mtmd.mtmd_input_chunk_copy(image), layout)
 
     @staticmethod
     def _layout(chunk, n_tokens: int, n_pos: int) -> PictureLayout:
@@ -176,7 +175,10 @@ class Vision:
             return np.stack([t, y, x, z])
 
         base = at(0)
-        return PictureLayout(n_pos, base, at(1) - base)
+        try:
+            return PictureLayout(n_pos, base, at(1) - base)
+        except ValueError as e:
+            raise RequestError(f"the projector places the picture's tokens in a way this engine does not read: {e}") from None
 
     def encode(self, read: ImageRead) -> tuple[np.ndarray, float]:
         """The picture's embeddings, (n_tokens, n_embd) float32, and the seconds the encode took;
