@@ -85,3 +85,16 @@ def test_positions_count_as_llama_server_does_and_every_cut_separates_them(parts
         kept, position = positions.cut(tokens, n)
         assert kept <= n and all(p < position for p in expected[:kept]) and all(p >= position for p in expected[kept:])
         assert kept == n or expected[kept] == expected[n - 1] == position  # only a picture sharing a position moves it back
+
+
+def test_a_picture_whose_tokens_take_a_time_position_each_can_be_cut_anywhere():
+    """HunyuanVL's layout within M-RoPE: its tokens' time positions go one a token (its rows and
+    columns apart); any other time layout is refused when the picture is read."""
+    i = np.arange(6)
+    each = PictureLayout(6, np.stack([i, i // 3, i % 3, 0 * i]).astype(np.int32), np.ones((4, 6), dtype=np.int32))
+    positions = Positions()
+    positions.learn({1: each})
+    tokens = [10, *image_tokens(1, 6), 11]
+    assert positions.cut(tokens, 4) == (4, 4) and positions.last(tokens) == 7
+    with pytest.raises(ValueError, match="time positions"):
+        PictureLayout(2, np.array([[0, 2], [0, 0], [0, 1], [0, 0]], dtype=np.int32), np.ones((4, 2), dtype=np.int32))
