@@ -128,6 +128,17 @@ def tiny_mmproj_path(tiny_model_path, tmp_path_factory) -> str:
     return write_projector(tiny_model_path, tmp_path_factory.mktemp("mmproj") / "mmproj-tiny-F16.gguf")
 
 
+@pytest.fixture(scope="session")
+def qwen_vl_paths(model_path, tmp_path_factory) -> tuple[str, str]:
+    """A tiny Qwen2-VL: the tiny model's shapes as a qwen2vl text model (its positions in 2D, M-RoPE)
+    and a qwen2vl_merger projector of random weights for it (4-pixel patches, 2x2 merged: a token
+    per 8x8 pixels, at least 8 a picture; a 24x16 picture is 4x3 tokens over 4 positions); (model, projector)."""
+    folder = tmp_path_factory.mktemp("qwen_vl")
+    model = write_tiny_model(model_path, folder / "qwen2vl-tiny.gguf", "--arch", "qwen2vl")
+    shapes = ("--patch-size", "4", "--image-size", "32", "--embd", "32", "--heads", "2", "--ff", "64")
+    return model, write_projector(model, folder / "mmproj-qwen2vl-tiny-F16.gguf", "--type", "qwen2vl", *shapes)
+
+
 def write_projector(model: str, path: Path, *flags: str) -> str:
     """A projector with random weights whose output fits `model` (scripts/synthetic-mmproj's `flags`)."""
     script = Path(__file__).parent.parent / "scripts" / "synthetic-mmproj"
@@ -161,6 +172,7 @@ MODEL_FIXTURES = {
     "thinking_models",
     "mmproj_path",
     "tiny_mmproj_path",
+    "qwen_vl_paths",
     "caps_models",
 }
 

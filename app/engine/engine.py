@@ -24,6 +24,7 @@ from .kv.manager import KVCacheManager
 from .llama.batch import seq_runs
 from .llama.context import LlamaBackend
 from .params import EngineConfig
+from .positions import Positions
 from .probs import TokenProbs
 from .prompt.builder import Prompt
 from .prompt.intake import Intake
@@ -64,7 +65,10 @@ class Engine:
         # cache never keeps an unloaded engine (and its saved cells) alive
         emit = weakref.WeakMethod(self._emit)
         host = HostCache(config.cache_ram_mib << 20, ram, lambda: emit()([])) if config.cache_ram_mib > 0 else None
-        self.kv = KVCacheManager(self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams)
+        self.positions = Positions()  # where pictures placed in 2D sit (M-RoPE); learnt from the prompts
+        self.kv = KVCacheManager(
+            self.backend, config.capacity, self.backend.n_ctx, config.kv_reuse, host, self.backend.streams, self.positions
+        )
         self.kv.check_cells = os.environ.get(CHECK_CELLS_ENV) == "1"
         self.scheduler = Scheduler(self.kv, config.n_batch, config.capacity, config.policy, n_ubatch=config.n_ubatch)
         self.scheduler.follow(config, adapt_afresh=True)
@@ -122,6 +126,8 @@ class Engine:
         if prompt.images:
             seq.images = prompt.images
             seq.images_whole = self.backend.vision.non_causal
+            self.positions.learn(prompt.layouts)
+            seq.positions = self.positions.table(prompt.tokens, prompt.layouts)
             text = [t for t in prompt.tokens if t >= 0]  # what the penalties look back at: the texts
             stats.image_tokens = len(prompt.tokens) - len(text)
             stats.images = len(prompt.images)
@@ -230,12 +236,12 @@ class Engine:
             start = seq.num_computed
             draft = plan.drafts.get(seq)
             if draft:  # its next token and the guesses after it, each with its logits
-                rows[seq] = batch.add_all(seq.slot_id, [seq.tokens[start], *draft], start)
+                rows[seq] = batch.add_all(seq.slot_id, [seq.tokens[start], *draft], seq.position(start))
                 continue
             wants_logits = start + n == len(seq.tokens)
             if seq.images:
                 start, n = self._add_pictures(seq, start, n)
-            row = batch.add(seq.slot_id, seq.tokens[start : start + n], start, wants_logits) if n else -1
+            row = batch.add(seq.slot_id, seq.tokens[start : start + n], seq.position(start), wants_logits) if n else -1
             if row >= 0:
                 rows[seq] = row
             if wants_logits and self.config.backend_sampling:  # else nothing is ever attached
@@ -251,7 +257,7 @@ class Engine:
         key, offset = image_key(tokens[start])
         embd = seq.images[key]
         stop = min(end, start - offset + len(embd))
-        self.backend.image_batch.add(seq.slot_id, embd[offset : offset + stop - start], start)
+        self.backend.image_batch.add(seq.slot_id, embd[offset : offset + stop - start], seq.picture_positions(start, stop))
         return stop, end - stop
 
     def _finish_step(self, plan: StepPlan, events: list[Event]) -> None:
@@ -392,7 +398,7 @@ class Engine:
         # decode before it may have gone through: their cells go, to be written again
         for seq in plan.seqs:
             if seq.images and seq.slot_id is not None:
-                self.backend.seq_rm(seq.slot_id, seq.num_computed, -1)
+                self.kv.drop_uncounted(seq)
         if rc == 1 and self.scheduler.relieve_pressure():
             return
         reason = "the KV cache is full" if rc == 1 else f"llama_decode failed with code {rc}"

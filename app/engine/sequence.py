@@ -9,8 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
+import numpy as np
+
 from .images import image_key
 from .params import Priority
+from .positions import PositionTable
 from .sampling.draw import Draw
 from .sampling.params import SamplingParams
 from .stats import RequestStats
@@ -87,6 +90,18 @@ class Sequence:
         self.thoughts_closed = False  # its budget's closing marker was put in (once a reply)
         self.images: dict[int, object] = {}  # its pictures' embeddings by key (numpy), where its tokens hold them
         self.images_whole = False  # its pictures' tokens attend both ways: each is decoded whole
+        self.positions: PositionTable | None = None  # where its pictures sit, when not a position a token (M-RoPE)
+
+    def position(self, i: int) -> int:
+        """Where its token `i` sits (positions.py): its index, but after a picture placed in 2D."""
+        return i if self.positions is None else self.positions.of(i)
+
+    def picture_positions(self, start: int, end: int) -> np.ndarray:
+        """The positions of its tokens [start, end) of one picture, (sections, end - start): one a
+        token, or M-RoPE's time, row, column and last."""
+        if self.positions is None:
+            return np.arange(start, end, dtype=np.int32)[None]
+        return self.positions.rows(start, end)
 
     def chunk(self, limit: int, stretch: bool = False) -> int:
         """How many of its pending tokens the next step may read, at most `limit`: a chunk is a

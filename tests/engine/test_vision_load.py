@@ -105,6 +105,18 @@ def test_a_projector_of_gemma_3s_kind_decodes_each_picture_whole(tmp_path, tiny_
         backend.close()
 
 
+@pytest.mark.tiny
+def test_a_projector_of_qwen_vls_kind_loads_and_places_pictures_in_2d(qwen_vl_paths):
+    model, mmproj = qwen_vl_paths
+    backend = _backend(model, mmproj=mmproj)
+    try:
+        assert backend.info.sees_images and backend.vision.mrope and not backend.vision.non_causal
+        assert backend.image_batch.pos.shape[0] == 4  # time, row, column, last: llama.cpp's M-RoPE sections
+        assert "placed in 2D (M-RoPE)" in backend.info.image_decode
+    finally:
+        backend.close()
+
+
 @pytest.mark.unit
 def test_the_projector_beside_is_chosen_by_name(tmp_path):
     model = _beside(tmp_path, "/models/gemma-3-4b-it-Q4_K_M.gguf", "mmproj-model-f16.gguf", "mmproj-model-Q8_0.gguf")

@@ -21,7 +21,7 @@ class Memory(StateMemory, Protocol):
 class Slot:
     def __init__(self, seq_id: int):
         self.seq_id = seq_id
-        self.tokens: list[int] = []  # tokens whose cells this slot holds; index = position
+        self.tokens: list[int] = []  # tokens whose cells this slot holds, in order (their positions: positions.py)
         self.cells: list[int] = []  # the ids of those cells (shared ids after a seq_cp)
         self.owner: str | None = None  # the name of the chat it last served (two chats may share one)
         self.sequence: Sequence | None = None  # the request using it now

@@ -30,7 +30,7 @@ class StateMemory(Protocol):
 
 @dataclass(frozen=True)
 class SavedCells:
-    tokens: list[int]  # the sequence's tokens, position = index
+    tokens: list[int]  # the sequence's tokens (their positions: positions.py)
     state: object  # llama.cpp's sequence state (an opaque buffer) of the cells from `start` on
     size: int  # its bytes
     start: int = 0  # cells before it were shared with another sequence: the pool gives them back

@@ -40,6 +40,9 @@ class Manager(Protocol):
     def truncate(self, slot: Slot, n: int) -> int:
         """Keep the first `n` tokens of a slot; return how many it really keeps."""
 
+    def cut(self, tokens: list[int], n: int) -> tuple[int, int]:
+        """Keeping the first `n` of `tokens`: how many can be kept, and the position where the rest begins."""
+
 
 class Layout(Protocol):
     """How the slots hold their cells: what room means, and how a prefix moves between slots."""
@@ -81,7 +84,8 @@ class OnePool:
         return True
 
     def copy(self, kv: Manager, src: Slot, dst: Slot, n: int) -> int:
-        kv.memory.seq_cp(src.seq_id, dst.seq_id, 0, n)
+        n, position = kv.cut(src.tokens, n)
+        kv.memory.seq_cp(src.seq_id, dst.seq_id, 0, position)
         dst.tokens = src.tokens[:n]
         kv.cells.share(src, dst, n)
         return n

@@ -13,12 +13,17 @@ The slots and the cells' reference counts are cells.py's; the layout is a strate
 It alone sets a sequence's `slot_id` and `num_computed`: `acquire`, `preempt` and `release` when
 the scheduler admits, preempts or ends it, `commit` when the engine's decode wrote its cells. It
 never changes a sequence's status.
+
+It counts tokens; llama.cpp's memory calls take positions, which differ from the tokens' indices
+after a picture placed in 2D (M-RoPE): `cut` (positions.py) turns the one into the other, and keeps
+such a picture's cells whole.
 """
 
 from __future__ import annotations
 
 from enum import Enum, auto
 
+from ..positions import Positions
 from ..sequence import Sequence
 from .cells import CellLedger, Memory, Slot
 from .computed import ComputedPrefixes
@@ -47,8 +52,10 @@ class KVCacheManager:
         reuse: bool = True,
         host: HostCache | None = None,
         streams: bool = False,
+        positions: Positions | None = None,
     ):
         self.memory = memory
+        self.positions = positions if positions is not None else Positions()
         self.layout: Layout = StreamPerSlot() if streams else OnePool()
         self.slots = [Slot(i) for i in range(n_slots)]
         self.n_cells = n_cells  # the pool's, every slot's together (llama_n_ctx)
@@ -244,7 +251,7 @@ class KVCacheManager:
         slot = self.slots[seq.slot_id]
         start = seq.num_computed
         kept = start + 1 + len(accepted)
-        if len(accepted) < drafted and not self.memory.seq_rm(slot.seq_id, kept, -1):
+        if len(accepted) < drafted and not self.memory.seq_rm(slot.seq_id, seq.position(kept), -1):
             # this memory cannot drop the wrong guesses alone (a recurrent state): the sequence
             # gives up its cells and reads its tokens again, rather than go on from wrong ones
             self.truncate(slot, 0)
@@ -261,9 +268,22 @@ class KVCacheManager:
 
     def _check(self, slot: Slot) -> None:
         """The slot's count of cells against llama.cpp's (a debug check, on in the tests)."""
-        held = self.memory.seq_pos_max(slot.seq_id) + 1
-        if held != len(slot.tokens) or len(slot.cells) != len(slot.tokens):
-            raise AssertionError(f"slot {slot.seq_id}: llama.cpp holds {held} positions, the manager {len(slot.tokens)}")
+        held, counted = self.memory.seq_pos_max(slot.seq_id), self.positions.last(slot.tokens)
+        if held != counted or len(slot.cells) != len(slot.tokens):
+            raise AssertionError(
+                f"slot {slot.seq_id}: llama.cpp's last position is {held}, the manager's {counted} ({len(slot.tokens)} tokens)"
+            )
+
+    def drop_uncounted(self, seq: Sequence) -> None:
+        """A decode failed after the step's pictures went through: the cells they wrote past the
+        sequence's count go, and a picture kept whole that they finished goes whole (counted again)."""
+        slot = self.slots[seq.slot_id]
+        kept, position = self.cut(slot.tokens, len(slot.tokens))
+        self.memory.seq_rm(slot.seq_id, position, -1)
+        if kept < len(slot.tokens):
+            self.cells.drop(slot, kept)
+            del slot.tokens[kept:]
+            seq.num_computed = kept
 
     def release(self, seq: Sequence) -> None:
         """The request is over; its cells stay for the conversation's next turn (if reuse is on)."""
@@ -338,12 +358,13 @@ class KVCacheManager:
         if self.host is None:
             return
         holder, start = self._sharing(slot)
-        if start < MIN_SHARED_PREFIX or not self.memory.seq_rm(slot.seq_id, 0, start):
+        start, position = self.cut(slot.tokens, start)
+        if start < MIN_SHARED_PREFIX or not self.memory.seq_rm(slot.seq_id, 0, position):
             holder, start = None, 0
         if self.host.worth_saving(len(slot.tokens) - start):
             self.host.save(self.memory, slot.seq_id, f"history {self._tick()}", slot.tokens, start, slot.owner)
         if holder is not None:
-            self.memory.seq_cp(holder.seq_id, slot.seq_id, 0, start)  # the slot holds its prefix again
+            self.memory.seq_cp(holder.seq_id, slot.seq_id, 0, position)  # the slot holds its prefix again
 
     def _sharing(self, slot: Slot) -> tuple[Slot | None, int]:
         """A slot sharing leading cells with `slot`, and how many: the longest prefix that at least
@@ -372,11 +393,17 @@ class KVCacheManager:
 
     # -- cells -----------------------------------------------------------------------------
 
+    def cut(self, tokens: list[int], n: int) -> tuple[int, int]:
+        """Keeping the first `n` of a slot's `tokens`: how many it can keep (fewer where n falls inside
+        a picture whose tokens share a position), and the position from which llama.cpp drops cells."""
+        return self.positions.cut(tokens, n)
+
     def truncate(self, slot: Slot, n: int) -> int:
         """Keep the first `n` tokens of a slot; return how many it really keeps."""
         if n >= len(slot.tokens):
             return len(slot.tokens)
-        if not self.memory.seq_rm(slot.seq_id, n, -1):
+        n, position = self.cut(slot.tokens, n)
+        if not self.memory.seq_rm(slot.seq_id, position, -1):
             # this memory cannot cut a sequence in the middle (e.g. recurrent state): drop it whole
             self.memory.seq_rm(slot.seq_id, -1, -1)
             n = 0

@@ -82,13 +82,16 @@ class Batch:
 
 
 class ImageBatch:
-    """A llama_batch of embeddings: pictures' rows, each with its sequence and position. llama.cpp's
-    batch holds token ids or embeddings, never both: a step's pictures are a decode of their own."""
+    """A llama_batch of embeddings: pictures' rows, each with its sequence and position(s). llama.cpp's
+    batch holds token ids or embeddings, never both: a step's pictures are a decode of their own.
+    A model that places pictures in 2D (M-RoPE) reads `sections` positions a row (time, y, x, z),
+    section by section: all the rows' first, then all their second... (llama_batch's `pos`)."""
 
-    def __init__(self, capacity: int, n_embd: int):
+    def __init__(self, capacity: int, n_embd: int, sections: int = 1):
         self.capacity = capacity
         self.embd = np.zeros((capacity, n_embd), dtype=np.float32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros((sections, capacity), dtype=np.int32)  # by section, filled row by row
+        self._pos_sections = np.zeros(sections * capacity, dtype=np.int32)  # what llama.cpp reads: section after section
         self.n_seq_id = np.ones(capacity, dtype=np.int32)
         self.seq_id = np.zeros(capacity, dtype=np.int32)
         self.logits = np.zeros(capacity, dtype=np.int8)  # a picture's rows never need logits
@@ -99,7 +102,7 @@ class ImageBatch:
             n_tokens=0,
             token=None,
             embd=self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-            pos=self.pos.ctypes.data_as(int_p),
+            pos=self._pos_sections.ctypes.data_as(int_p),
             n_seq_id=self.n_seq_id.ctypes.data_as(int_p),
             seq_id=self._seq_id_rows,
             logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
@@ -109,13 +112,19 @@ class ImageBatch:
     def clear(self) -> None:
         self.n_tokens = 0
 
-    def add(self, seq_id: int, rows: np.ndarray, start_pos: int) -> None:
-        """Append a picture's embedding rows (n, n_embd) for one sequence from `start_pos` on."""
+    def add(self, seq_id: int, rows: np.ndarray, positions: np.ndarray) -> None:
+        """Append a picture's embedding rows (n, n_embd) for one sequence at `positions` (sections, n)."""
         n = len(rows)
         i, end = self.n_tokens, self.n_tokens + n
         if end > self.capacity:
             raise ValueError(f"image batch overflow: {end} > {self.capacity}")
         self.embd[i:end] = rows
-        self.pos[i:end] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+        self.pos[:, i:end] = positions
         self.seq_id[i:end] = seq_id
         self.n_tokens = end
+
+    def seal(self) -> None:
+        """Lay the positions out as llama.cpp reads them, for the rows added (before the decode)."""
+        n = self.n_tokens
+        self._pos_sections[: self.pos.shape[0] * n] = self.pos[:, :n].ravel()
+        self.struct.n_tokens = n

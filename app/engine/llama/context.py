@@ -75,7 +75,7 @@ class LlamaBackend:
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)  # what one sequence may hold: all, or its stream
         self._placement = placement_from_log(load_log)
         self.batch = Batch(config.step_tokens_max)
-        self.image_batch = ImageBatch(self.decode_max, self.vision.n_embd) if self.vision else None
+        self.image_batch = ImageBatch(self.decode_max, self.vision.n_embd, self.vision.sections) if self.vision else None
         self.chat_template = meta_value(self.model, "tokenizer.chat_template")
         # llama.cpp's recurrent and hybrid memories refuse to remove part of a sequence: rejected
         # guesses would stay in the state, so such a model never drafts
@@ -136,11 +136,6 @@ class LlamaBackend:
 
             gpu = self.build.gpu_offload and self.n_gpu_layers != 0
             vision = Vision(path, self.model, config.threads_batch, gpu, _FLASH_ATTN_TYPES[config.flash_attn])
-            if vision.mrope:
-                vision.close()
-                raise ModelLoadError(
-                    f"the projector {name} places image tokens in 2D (M-RoPE, Qwen-VL's), which this engine does not decode yet"
-                )
         except (ModelLoadError, ImportError, OSError) as e:
             if not found:
                 ll.llama_model_free(self.model)
@@ -312,7 +307,8 @@ class LlamaBackend:
             return (
                 f"each picture whole, in a decode of its own (its tokens attend both ways), up to {self.vision.max_tokens} tokens"
             )
-        return "beside the step's tokens, in a decode of the step's pictures (a batch holds token ids or embeddings)"
+        where = "beside the step's tokens, in a decode of the step's pictures (a batch holds token ids or embeddings)"
+        return where + (", their tokens placed in 2D (M-RoPE)" if self.vision.mrope else "")
 
     def layout_text(self) -> str:
         """The layout now, and why."""
@@ -453,7 +449,7 @@ class LlamaBackend:
         ways (Gemma 3) are decoded with the causal mask off: the batch then holds one whole picture."""
         if not self.ctx:
             return -1
-        self.image_batch.struct.n_tokens = self.image_batch.n_tokens
+        self.image_batch.seal()
         both_ways = self.vision.non_causal
         if both_ways:
             ll.llama_set_causal_attn(self.ctx, False)

@@ -22,6 +22,7 @@ from ..errors import ModelLoadError, RequestError
 from ..image_file import ImageError, check_image
 from ..images import IMAGE_MARKER, Image
 from ..model_file import check_gguf_file
+from ..positions import SECTIONS, PictureLayout
 from .log_capture import forget_tail, last_error, on_log
 
 _MARKER = IMAGE_MARKER.encode()
@@ -32,13 +33,15 @@ _PROBE_SIZES = ((448, 448), (1024, 1024), (4096, 4096), (4096, 1024), (1024, 409
 @dataclass
 class ImageRead:
     """A picture cut into the model's tokens, ready to encode: mtmd's texts around it (Gemma 3's
-    <start_of_image>), how many image tokens, how many positions they take (M-RoPE: fewer)."""
+    <start_of_image>), how many image tokens, how many positions they take (M-RoPE: fewer), and
+    where they sit (M-RoPE's 2D layout; None: a position a token)."""
 
     before: tuple[int, ...]
     n_tokens: int
     after: tuple[int, ...]
     n_pos: int
     chunk: object = field(default=None, repr=False)  # mtmd's image chunk (owned), until encoded
+    layout: PictureLayout | None = None
 
 
 def _on_a_thread_of_its_own(call, *args):
@@ -89,7 +92,8 @@ class Vision:
         # the model's image tokens attend to each other both ways (Gemma 3): each image is decoded
         # whole, in a decode of its own
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(self.ctx, None))
-        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))  # Qwen-VL's 2D positions
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))  # Qwen-VL's 2D positions (positions.py)
+        self.sections = SECTIONS if self.mrope else 1  # positions an embedding row takes in a batch
         self.n_embd = ll.llama_model_n_embd_inp(model)
         # the most tokens a picture may take: a whole one must fit a decode when they attend both ways
         self.max_tokens = max(self._count(w, h) for w, h in _PROBE_SIZES) if self.non_causal else 0
@@ -152,10 +156,29 @@ class Vision:
                 raise RequestError("the projector cut one picture into several: this engine takes one chunk a picture")
         if image is None:
             raise RequestError("the projector gave no image tokens for the picture")
-        owned = mtmd.mtmd_input_chunk_copy(image)
-        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(owned)
-        n_pos = mtmd.mtmd_input_chunk_get_n_pos(owned)
-        return ImageRead(tuple(before), n_tokens, tuple(after), n_pos, owned)
+        n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(image)
+        n_pos = mtmd.mtmd_input_chunk_get_n_pos(image)
+        layout = self._layout(image, n_tokens, n_pos) if self.mrope else None
+        return ImageRead(tuple(before), n_tokens, tuple(after), n_pos, mtmd.mtmd_input_chunk_copy(image), layout)
+
+    @staticmethod
+    def _layout(chunk, n_tokens: int, n_pos: int) -> PictureLayout:
+        """Where mtmd places the picture's tokens, as llama.cpp's helper gives them to a decode
+        (`mtmd_helper_image_get_decoder_pos`, then `set_position_mrope_2d`'s sections: time, y, x, z),
+        asked at first positions 0 and 1: each is the one plus, or not, the picture's first position."""
+        image = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+
+        def at(first: int) -> np.ndarray:
+            out = (mtmd.mtmd_decoder_pos * n_tokens)()
+            mtmd.mtmd_helper_image_get_decoder_pos(image, first, out)
+            t, x, y, z = np.frombuffer(out, dtype=np.uint32).reshape(n_tokens, SECTIONS).astype(np.int32).T
+            return np.stack([t, y, x, z])
+
+        base = at(0)
+        try:
+            return PictureLayout(n_pos, base, at(1) - base)
+        except ValueError as e:
+            raise RequestError(f"the projector places the picture's tokens in a way this engine does not read: {e}") from None
 
     def encode(self, read: ImageRead) -> tuple[np.ndarray, float]:
         """The picture's embeddings, (n_tokens, n_embd) float32, and the seconds the encode took;

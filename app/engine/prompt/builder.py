@@ -14,6 +14,7 @@ from ..events import Fault
 from ..images import IMAGE_MARKER, image_key, images_of
 from ..kv.history import TokenHistory, kept_prefix
 from ..params import OverflowPolicy
+from ..positions import PictureLayout
 from ..sequence import Request
 from ..thinking import ProbeFailed, ThinkingFormat, detect_thinking
 from ..thoughts import Thoughts
@@ -40,6 +41,8 @@ class Prompt:
     logit_bias: tuple[tuple[int, float], ...] = ()  # the request's logit bias by token id, its texts made tokens here
     # the pictures whose placeholder ids the tokens hold: their embeddings by key (images.py)
     images: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    # where their tokens sit, by key, for a model that places them in 2D (positions.py; M-RoPE)
+    layouts: dict[int, PictureLayout] = dataclasses.field(default_factory=dict)
     encode_s: float = 0.0  # what encoding its pictures took now (none: each was encoded before)
     # the reply's start, given (a last assistant message continued), as the model would have written it
     # (with the markers of its thoughts): the split reads it first, and the reply tells only what follows
@@ -114,8 +117,18 @@ class PromptBuilder:
         if request.messages is None:
             return Prompt(tokens, notice)
         template = self.template_for(request)
-        images = {key: self._encoded[key].embd for key in {image_key(t)[0] for t in tokens if t < 0}}
-        prompt = Prompt(tokens, notice, stop=template.stop_strings, images=images, encode_s=self._encode_s, prefill=self._prefill)
+        shown = [self._encoded[key] for key in {image_key(t)[0] for t in tokens if t < 0}]
+        images = {e.key: e.embd for e in shown}
+        layouts = {e.key: e.layout for e in shown if e.layout is not None}
+        prompt = Prompt(
+            tokens,
+            notice,
+            stop=template.stop_strings,
+            images=images,
+            layouts=layouts,
+            encode_s=self._encode_s,
+            prefill=self._prefill,
+        )
         return self._with_thinking(prompt, request, template)
 
     def thinking_of(self, template: ChatTemplate) -> ThinkingFormat | None:

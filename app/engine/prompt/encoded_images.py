@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..images import Image, image_tokens
+from ..positions import PictureLayout
 
 DEFAULT_BUDGET = 512 << 20  # bytes of embeddings kept (a 576-token picture of a 4096-wide model: 9 MiB)
 
@@ -33,6 +34,7 @@ class EncodedImage:
     embd: np.ndarray  # (image tokens, the model's embedding size), float32
     after: tuple[int, ...]
     encode_s: float  # what encoding it took, once
+    layout: PictureLayout | None = None  # where its tokens sit, when not a position each (M-RoPE)
 
     @property
     def tokens(self) -> list[int]:
@@ -58,7 +60,7 @@ class EncodedImages:
         read = self._reader.read(image)
         embd, seconds = self._reader.encode(read)
         key = self._keys.setdefault(image.digest, len(self._keys) + 1)
-        encoded = EncodedImage(key, read.before, embd, read.after, seconds)
+        encoded = EncodedImage(key, read.before, embd, read.after, seconds, read.layout)
         self.encodes += 1
         self._keep(encoded)
         return encoded, True
