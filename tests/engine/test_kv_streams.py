@@ -117,9 +117,10 @@ def test_a_step_counts_the_ubatches_its_layout_cuts_it_into(tiny_streams, unifie
 
     async def main():
         async with Started(tiny_streams.with_(kv_unified=unified)) as client:
-            long = GREEDY.with_(max_tokens=24, ignore_eos=True)
+            long = GREEDY.with_(max_tokens=600, ignore_eos=True)  # decoding while the second's prompt is read
             first = asyncio.ensure_future(client.complete(user("Count to twenty."), long, conversation_id="a"))
-            await client.call(lambda e: None)  # the first is in before the second arrives
+            while not first.done() and not await client.call(lambda e: any(s.num_generated for s in e.scheduler.running)):
+                await asyncio.sleep(0.01)  # the first decodes before the second arrives (its prompt read, not beside it)
             second = client.complete(user("Name a colour. " * 40), GREEDY.with_(max_tokens=2), conversation_id="b")
             await asyncio.gather(first, second)
             return await client.call(lambda e: list(e.figures.steps.since()))
