@@ -56,6 +56,7 @@ class Figures:
                 seq.is_decoding,
                 len(plan.drafts.get(seq, ())),
                 sum(1 for t in seq.tokens[seq.num_computed : seq.num_computed + n] if t < 0) if seq.images else 0,
+                seq.num_computed,
             )
             for seq, n in plan.n_tokens.items()
         )
@@ -81,6 +82,7 @@ class Figures:
             n_ubatches=ubatches,
             n_image_tokens=n_image,
             image_s=image_s,
+            n_attended=sum(self.kv.layout.chunk_attention(p.start, p.n_tokens) for p in parts if not p.is_decode),
         )
         self.steps.append(step)
         self.last_step = step

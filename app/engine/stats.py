@@ -111,6 +111,7 @@ class StepPart:
     is_decode: bool  # its next token; else a chunk of its prompt
     drafted: int = 0  # of n_tokens, guesses after its next token, verified in this step
     image_tokens: int = 0  # of n_tokens, a picture's embedding rows (decoded before the step's tokens)
+    start: int = 0  # the sequence's tokens already in its cells: where a prompt chunk is read
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,9 @@ class StepStats:
     # consecutive sequences, and one more for a prompt chunk's rest (kv/layout.py's equal_splits)
     n_ubatches: int = 1
     n_image_tokens: int = 0  # of n_prefill_tokens, pictures' embedding rows
+    # the cells its prompt chunks attend beyond what a token's share costs, as the layout makes
+    # llama.cpp compute them (kv/layout.py's chunk_attention): a chunk deep in a long chat costs more
+    n_attended: int = 0
     image_s: float = 0.0  # of decode_s, the pictures' decode (a decode of their own, before the tokens')
 
     @property

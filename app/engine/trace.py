@@ -87,8 +87,16 @@ def _step_events(steps: Sequence[StepStats], pid: int, tid: int, origin: float, 
             "seqs": st.n_seqs,
             "batch_limit": st.batch_limit,
             "decode_ms": round(st.decode_s * 1e3, 3),
+            "ubatches": st.n_ubatches,
+            "attended": st.n_attended,
             "parts": [
-                {"request": p.request_id, "conversation": p.conversation_id, "tokens": p.n_tokens, "decode": p.is_decode}
+                {
+                    "request": p.request_id,
+                    "conversation": p.conversation_id,
+                    "tokens": p.n_tokens,
+                    "decode": p.is_decode,
+                    "start": p.start,
+                }
                 | ({"image_tokens": p.image_tokens} if p.image_tokens else {})
                 for p in st.parts
             ],

@@ -17,7 +17,7 @@ from app.engine.trace import NO_CONVERSATION, STEP_TRACK, trace_document, trace_
 from app.workspace.step_columns import PartKind, StepColumns, step_summary
 
 
-def _step(t_end: float, parts: tuple[StepPart, ...], step_s: float = 0.01, limit: int = 4) -> StepStats:
+def _step(t_end: float, parts: tuple[StepPart, ...], step_s: float = 0.01, limit: int = 4, ubatches: int = 1) -> StepStats:
     return StepStats(
         t_end=t_end,
         n_tokens=sum(p.n_tokens for p in parts),
@@ -28,12 +28,14 @@ def _step(t_end: float, parts: tuple[StepPart, ...], step_s: float = 0.01, limit
         decode_s=step_s / 2,
         batch_limit=limit,
         parts=parts,
+        n_ubatches=ubatches,
+        n_attended=sum(p.n_tokens * (p.start + p.n_tokens) for p in parts if not p.is_decode),
     )
 
 
 STEPS = (
     _step(10.01, (StepPart("r1", "a", 5, False),)),
-    _step(10.02, (StepPart("r1", "a", 1, True), StepPart("r2", "b", 7, False))),
+    _step(10.02, (StepPart("r1", "a", 1, True, start=5), StepPart("r2", "b", 7, False, start=3)), ubatches=2),
     _step(10.03, (StepPart("r1", "a", 1, True), StepPart("r2", "b", 1, True))),
 )
 
@@ -68,11 +70,12 @@ def test_steps_and_requests_become_tracks_of_complete_events_in_microseconds(tmp
     steps = tracks[STEP_TRACK]
     assert [(ev["ts"], ev["dur"]) for ev in steps] == [(0.0, 10000.0), (10000.0, 10000.0), (20000.0, 10000.0)]
     assert steps[1]["args"] | {"parts": None} == {
-        "tokens": 8, "decode": 1, "prefill": 7, "seqs": 2, "batch_limit": 4, "decode_ms": 5.0, "parts": None
+        "tokens": 8, "decode": 1, "prefill": 7, "seqs": 2, "batch_limit": 4, "decode_ms": 5.0, "parts": None,
+        "ubatches": 2, "attended": 7 * (3 + 7),
     }  # fmt: skip
     assert steps[1]["args"]["parts"] == [
-        {"request": "r1", "conversation": "a", "tokens": 1, "decode": True},
-        {"request": "r2", "conversation": "b", "tokens": 7, "decode": False},
+        {"request": "r1", "conversation": "a", "tokens": 1, "decode": True, "start": 5},
+        {"request": "r2", "conversation": "b", "tokens": 7, "decode": False, "start": 3},
     ]
     pane = tracks["pane 1: chat"]
     assert [(ev["name"], ev["ts"], ev["dur"]) for ev in pane] == [

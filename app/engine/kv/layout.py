@@ -62,6 +62,10 @@ class Layout(Protocol):
     # decodes' run holds it, or all of them)
     prompt_passes: int
 
+    def chunk_attention(self, start: int, n: int) -> int:
+        """The cells a prompt chunk of `n` tokens after its sequence's first `start` attends that the
+        step's other tokens do not: what reading it deep in a long chat adds."""
+
     def ubatches(self, parts: list[tuple[int, int]]) -> int:
         """How many ubatches llama.cpp cuts a step into: `parts` are (sequence id, tokens), by id."""
 
@@ -96,6 +100,9 @@ class OnePool:
     def ubatches(self, parts: list[tuple[int, int]]) -> int:
         return 1 if parts else 0  # the context's ubatch is a whole step
 
+    def chunk_attention(self, start: int, n: int) -> int:
+        return 0  # every token of a step attends the pool's whole extent: a token's share holds it
+
 
 class StreamPerSlot:
     """A stream of n_cells / n_slots cells for each slot: a sequence writes into its own stream only,
@@ -128,6 +135,9 @@ class StreamPerSlot:
 
     def ubatches(self, parts: list[tuple[int, int]]) -> int:
         return equal_splits(parts)
+
+    def chunk_attention(self, start: int, n: int) -> int:
+        return n * (start + n)  # a ubatch of its own over its stream: each token attends all its cells
 
 
 def equal_splits(parts: list[tuple[int, int]]) -> int:

@@ -326,9 +326,13 @@ class KVCacheManager:
         cached, needed = self._cost(tokens)
         return cached >= cached_share * len(tokens) and self.layout.has_room(self, needed, reserved)
 
+    def cached_prefix(self, tokens: list[int]) -> int:
+        """The leading tokens of a prompt that a slot's cells hold now."""
+        return self._longest_prefix(tokens)[1] if self.reuse else 0
+
     def _cost(self, tokens: list[int]) -> tuple[int, int]:
         """(tokens it would find cached, in the pool or in RAM; new cells it would take)."""
-        cached = self._longest_prefix(tokens)[1] if self.reuse else 0
+        cached = self.cached_prefix(tokens)
         found = self._restorable(tokens, cached)
         if found is None:
             return cached, len(tokens) - cached

@@ -5,14 +5,17 @@ controller watches the steps it measures and turns two knobs. How many sequences
 decode) together is judged by the steps that only decode: when they get slow, it is cut in
 proportion; when one more stream would still fit, it grows by one. How many prompt tokens a step
 may read beside the streams comes from what a step costs (StepModel: a pass over the weights per
-ubatch, and each token's share): the most that keeps the step under the target, where the layout
-decides the passes (a stream per sequence gives a prompt chunk a pass of its own, one pool does
-not). Where no chunk fits beside the streams, any step that reads one is slow: the target is a
-p95, so a small share of the gaps may be, and those steps read large chunks (up to SLOW_CAP times
-the target) while the share allows, and the others only decode. The feedback corrects the model:
-when more than SLOW_SHARE of the recent gaps are over the target anyway, the chunk shrinks, and it
-grows back while nearly none are. A step with nobody generating has no latency to protect: the
-scheduler gives it its idle chunk (Scheduler.token_budget).
+ubatch, each token's share, each cell a prompt chunk attends): the most that keeps the step under
+the target, with the room the model says such steps overran their prediction by (a busy machine's
+steps vary more). The layout decides the passes (a stream per sequence gives a prompt chunk a pass
+of its own, one pool does not) and what the chunk's attention adds (in streams it spans its
+stream's cells, so the deeper into its chat, the fewer tokens fit). Where no chunk fits beside the
+streams, any step that reads one is slow: the target is a p95, so a small share of the gaps may
+be, and those steps read large chunks (up to SLOW_CAP times the target) while the share allows,
+and the others only decode. The feedback corrects the model: when more than SLOW_SHARE of the
+recent gaps are over the target anyway, the chunk shrinks, and it grows back while nearly none
+are. A step with nobody generating has no latency to protect: the scheduler gives it its idle
+chunk (Scheduler.token_budget).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable
 from ..stats import StepStats, percentile
 from .step_model import StepModel
 
-AIM = 0.9  # of the target: the latency a stream sees also holds the gaps between steps
+AIM = 0.9  # of the target at most: the latency a stream sees also holds the gaps between steps
 SLOW_SHARE = 0.03  # of the recent token gaps may be over the aim (the target is a p95, with margin)
 WINDOW_GAPS = 400  # the recent token gaps the chunk is judged by
 JUDGE_AFTER_S = 5.0  # or, with few streams, the gaps of this long since the chunk last changed
@@ -60,21 +63,26 @@ class AdaptiveBatch:
         self._gaps = self._slow_gaps = 0
         self._spending = False  # the step planned last was given a chunk that makes it slow, on purpose
 
-    def token_budget(self, decoding: int, ubatches: int = 1, prompt_ubatches: int = 0) -> int:
+    def token_budget(
+        self, decoding: int, ubatches: int = 1, prompt_ubatches: int = 0, attended: Callable[[int], int] = lambda n: 0
+    ) -> int:
         """Tokens the next step may take when `decoding` sequences (one or more) generate, their tokens
-        cut into `ubatches` passes, and a prompt chunk beside them adds `prompt_ubatches`."""
+        cut into `ubatches` passes, and a prompt chunk of n tokens beside them adds `prompt_ubatches`
+        and attends `attended(n)` cells."""
         self._spending = False
         budget = min(self.n_batch, decoding + self.prefill_budget)
         passes = ubatches + prompt_ubatches
-        fit = self.model.tokens_within(AIM * self.itl_target_s, passes)
+        room = self.n_batch - decoding
+        within = min(AIM, 1 / self.model.overrun) * self.itl_target_s
+        fit = self.model.prompt_within(within, passes, decoding, attended, room)
         if fit is None:  # nothing measured yet: the feedback alone
             return budget
-        if fit - decoding >= MIN_PREFILL:
-            return max(decoding, min(budget, fit))
+        if fit >= MIN_PREFILL:
+            return max(decoding, min(budget, decoding + fit))
         if self._may_be_slow(decoding):
             self._spending = True
-            large = self.model.tokens_within(SLOW_CAP * self.itl_target_s, passes) or 0
-            return min(self.n_batch, max(decoding + MIN_PREFILL, large))
+            large = self.model.prompt_within(SLOW_CAP * self.itl_target_s, passes, decoding, attended, room) or 0
+            return min(self.n_batch, decoding + max(MIN_PREFILL, large))
         return decoding
 
     def _may_be_slow(self, decoding: int) -> bool:

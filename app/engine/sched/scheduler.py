@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 
 from ..kv.manager import Acquire, KVCacheManager
 from ..params import EngineConfig, ServingMode
@@ -167,11 +168,11 @@ class Scheduler:
         stepping = self.stepping()
         decoders = self._room_for_decodes(stepping)
         decoding = len(decoders)
-        budget = self.token_budget(decoding, [s.slot_id for s in decoders])
+        order = service_order(self.policy, self.running, self._admissible())
+        budget = self.token_budget(decoding, [s.slot_id for s in decoders], lambda: self._chunk_start(order, stepping))
         planned = 0  # tokens, hence cells, this step already takes
         admitting = True
         blocked: Sequence | None = None  # the first waiting request that did not go in
-        order = service_order(self.policy, self.running, self._admissible())
         for i, seq in enumerate(order):
             if planned >= budget:
                 break
@@ -205,17 +206,32 @@ class Scheduler:
             return self.schedule(_depth + 1)
         return StepPlan(plan, budget)
 
-    def token_budget(self, decoding: int, decode_slots: list[int] | None = None) -> int:
+    def token_budget(
+        self, decoding: int, decode_slots: list[int] | None = None, chunk_start: Callable[[], int] = lambda: 0
+    ) -> int:
         """The tokens a step may take when `decoding` replies (in `decode_slots`) wait for their next
         token: with none, prompt chunks as large as read fastest (nobody's latency is at stake); with
-        some, the batch size, or what the adaptive batch allows beside them in this layout."""
+        some, the batch size, or what the adaptive batch allows beside them in this layout, its
+        prompt chunk read after its chat's first `chunk_start()` tokens."""
         if not decoding:
             return self.n_ubatch
         if self.limits is None:
             return self.n_batch
         layout = self.kv.layout
         ubatches = layout.ubatches([(slot, 1) for slot in sorted(decode_slots)]) if decode_slots else 1
-        return max(decoding, self.limits.token_budget(decoding, ubatches, layout.prompt_passes))
+        start = chunk_start()
+        budget = self.limits.token_budget(decoding, ubatches, layout.prompt_passes, lambda n: layout.chunk_attention(start, n))
+        return max(decoding, budget)
+
+    def _chunk_start(self, order: list[Sequence], stepping: list[Sequence]) -> int:
+        """Where the step's prompt chunk will be read: after the cells of the first sequence in service
+        order that reads its prompt (a waiting one's cached prefix)."""
+        for seq in order:
+            if seq.status is SequenceStatus.WAITING:
+                return self.kv.cached_prefix(seq.tokens)
+            if seq in stepping and not seq.is_decoding:
+                return seq.num_computed
+        return 0
 
     def _room_for_decodes(self, stepping: list[Sequence]) -> list[Sequence]:
         """Make sure every generating sequence of this step has a cell for its next token; return them."""

@@ -1,65 +1,105 @@
-"""What a step will cost, from the steps measured: seconds ≈ fixed + per ubatch × ubatches + per token × tokens.
+"""What a step will cost, from the steps measured: seconds ≈ fixed + per ubatch × ubatches + per
+token × tokens + per cell × the cells its prompt chunks attend.
 
 A ubatch is one pass over the model's weights (llama.cpp runs a step as one or several); each token
 adds its share of the matrix work. In one pool a step is one ubatch, so its cost follows its
 tokens; with a stream per sequence a step is cut by runs of sequences (kv/layout.py), and a prompt
-chunk beside the decodes costs a pass of its own whatever its size. The adaptive batch asks the
-model how many prompt tokens fit a step under its target (AdaptiveBatch.token_budget)."""
+chunk beside the decodes costs a pass of its own whatever its size, its attention over its stream's
+cells growing with how far into its chat it reads (a chunk deep in a long document costs several
+times one near its start). The adaptive batch asks the model how many prompt tokens fit a step
+under its target (AdaptiveBatch.token_budget).
+
+The fit says what a step costs on average; the same step can take half as long again when another
+thread takes a core for a moment. So the model also keeps how far over its word the steps that
+read a prompt beside decodes came (`overrun`: a high percentile of measured ÷ predicted), and a
+plan leaves that much room."""
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
-from ..stats import StepStats
+from ..stats import StepStats, percentile
 
 STEPS_FITTED = 256  # the most recent steps the fit reads
 MIN_STEPS = 16  # before this many, no prediction: the adaptive batch goes by its feedback alone
+CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
+OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
+MIN_OVERRUNS = 16  # before this many mixed steps were predicted, none is left
 
 
 class StepModel:
     def __init__(self):
-        self._rows: deque[tuple[float, float, float]] = deque(maxlen=STEPS_FITTED)  # ubatches, tokens, seconds
-        self._fit: tuple[float, float, float] | None = None  # fixed, per ubatch, per token (s)
+        self._rows: deque[tuple[float, float, float, float]] = deque(maxlen=STEPS_FITTED)  # ubatches, tokens, cells, s
+        self._fit: tuple[float, float, float, float] | None = None  # fixed, per ubatch, per token, per cell (s)
+        self._overruns: deque[float] = deque(maxlen=STEPS_FITTED)  # measured ÷ predicted, of mixed steps
 
     def observe(self, step: StepStats) -> None:
-        self._rows.append((step.n_ubatches, step.n_tokens, step.step_s))
+        if step.n_decode and step.n_prefill_tokens:  # the steps a plan's room is for
+            predicted = self.predict(step.n_ubatches, step.n_tokens, step.n_attended)
+            if predicted:
+                self._overruns.append(step.step_s / predicted)
+        self._rows.append((step.n_ubatches, step.n_tokens, step.n_attended / CELLS, step.step_s))
         self._fit = None
 
     @property
-    def coefficients(self) -> tuple[float, float, float] | None:
-        """(fixed, per ubatch, per token) seconds, none negative; None until enough steps were seen."""
+    def coefficients(self) -> tuple[float, float, float, float] | None:
+        """(fixed, per ubatch, per token, per attended cell) seconds, none negative; None until enough
+        steps were seen."""
         if self._fit is None and len(self._rows) >= MIN_STEPS:
-            self._fit = _fit(np.array(self._rows, dtype=np.float64))
+            fixed, ubatch, token, cells = _fit(np.array(self._rows, dtype=np.float64))
+            self._fit = fixed, ubatch, token, cells / CELLS
         return self._fit
 
-    def predict(self, ubatches: int, tokens: int) -> float | None:
-        fit = self.coefficients
-        return None if fit is None else fit[0] + fit[1] * ubatches + fit[2] * tokens
+    @property
+    def overrun(self) -> float:
+        """How many times its predicted cost a step reading a prompt beside decodes may take (the
+        OVERRUN_PERCENTILE of those measured; 1 until enough were)."""
+        if len(self._overruns) < MIN_OVERRUNS:
+            return 1.0
+        return max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE))
 
-    def tokens_within(self, seconds: float, ubatches: int) -> int | None:
-        """The most tokens a step of `ubatches` passes may take and still cost at most `seconds`
-        (0 where even none fit); None until enough steps were seen, or where a token costs nothing measurable."""
+    def predict(self, ubatches: int, tokens: int, attended: int = 0) -> float | None:
+        fit = self.coefficients
+        return None if fit is None else fit[0] + fit[1] * ubatches + fit[2] * tokens + fit[3] * attended
+
+    def prompt_within(
+        self, seconds: float, ubatches: int, decoding: int, attended: Callable[[int], int], most: int
+    ) -> int | None:
+        """The most prompt tokens (up to `most`) a step of `ubatches` passes and `decoding` decodes may
+        read and still cost at most `seconds`, a chunk of n attending `attended(n)` cells (0 where
+        even none fit); None until enough steps were seen, or where a token costs nothing measurable."""
         fit = self.coefficients
         if fit is None or fit[2] <= 0:
             return None
-        return max(0, int((seconds - fit[0] - fit[1] * ubatches) / fit[2]))
+
+        def fits(n: int) -> bool:
+            return self.predict(ubatches, decoding + n, attended(n)) <= seconds
+
+        if fits(most):
+            return most
+        low, high = 0, most  # the cost grows with n: the largest n that fits, by halving
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        return low
 
 
-def _fit(rows: np.ndarray) -> tuple[float, float, float]:
+def _fit(rows: np.ndarray) -> tuple[float, float, float, float]:
     """Least squares with no negative cost: a coefficient the noise drives below zero is dropped
-    and the others fitted again. Where the ubatches never varied (one pool) their cost is part of
-    the fixed one."""
-    x = np.column_stack([np.ones(len(rows)), rows[:, 0], rows[:, 1]])
-    y = rows[:, 2]
-    keep = [0, 1, 2] if np.ptp(rows[:, 0]) > 0 else [0, 2]
+    and the others fitted again. A column that never varied (the ubatches in one pool, the cells
+    where chunks attend nothing extra) is part of the fixed cost."""
+    x = np.column_stack([np.ones(len(rows)), rows[:, :3]])
+    y = rows[:, 3]
+    keep = [0] + [i + 1 for i in range(3) if np.ptp(rows[:, i]) > 0]
     while True:
         coef, *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
         if (coef >= 0).all() or len(keep) == 1:
             break
         keep.pop(int(np.argmin(coef)))
-    fit = [0.0, 0.0, 0.0]
+    fit = [0.0, 0.0, 0.0, 0.0]
     for i, c in zip(keep, coef, strict=True):
         fit[i] = max(0.0, float(c))
-    return fit[0], fit[1], fit[2]
+    return fit[0], fit[1], fit[2], fit[3]
