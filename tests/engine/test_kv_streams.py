@@ -130,3 +130,10 @@ def test_a_step_counts_the_ubatches_its_layout_cuts_it_into(tiny_streams, unifie
     assert mixed, "no step read a prompt beside a decode"
     assert all(s.n_ubatches == (1 if unified else 2) for s in mixed)
     assert all(s.n_ubatches == 1 for s in steps if not (s.n_decode and s.n_prefill_tokens) and s.n_seqs == 1)
+    # each part of the second is read where the one before ended (its first after the cells it found
+    # cached), and in streams a chunk's attention over its stream is counted (in one pool every
+    # token attends the same extent)
+    parts = [p for s in steps for p in s.parts if p.conversation_id == "b"]
+    assert not parts[0].is_decode and parts[-1].is_decode
+    assert all(b.start == a.start + a.n_tokens for a, b in zip(parts, parts[1:]))
+    assert all((s.n_attended > 0) != unified for s in mixed)

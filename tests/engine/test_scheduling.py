@@ -245,6 +245,20 @@ def test_the_step_size_line_says_when_the_adaptive_batch_lets_replies_only():
     assert step_size_line(with_chunk, adaptive=True) == "40 tokens a step: the adaptive batch's, 12 replies generating"
 
 
+@pytest.mark.unit
+def test_the_first_replies_read_prompts_in_chunks_their_tokens_cost_says_fit_not_a_whole_batch():
+    """A window's first steps read prompts with nobody decoding (128 tokens in 390 ms here); when
+    the first replies decode beside the other prompts, the chunk beside them follows what a token
+    cost in those steps, before the model can tell a pass from a token."""
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.080, capacity=12, n_batch=512, clock=clock)
+    for _ in range(4):
+        clock.now += 0.39
+        controller.observe(step(0, 128, 0.39))
+    budget = controller.token_budget(9)  # 72 ms at 3 ms a token: 24 tokens, 9 of them the decodes'
+    assert 9 + MIN_PREFILL <= budget <= 24
+
+
 def priced_deep(decodes: int, prompt: int, ubatches: int, start: int) -> float:
     """The same, and each cell a prompt chunk after its chat's first `start` tokens attends 2 µs
     (as in a stream per sequence: a chunk of 8 at 3,000 tokens in adds 48 ms)."""

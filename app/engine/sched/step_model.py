@@ -24,7 +24,7 @@ import numpy as np
 from ..stats import StepStats, percentile
 
 STEPS_FITTED = 256  # the most recent steps the fit reads
-MIN_STEPS = 16  # before this many, no prediction: the adaptive batch goes by its feedback alone
+MIN_STEPS = 16  # before this many, a step's cost is taken as its tokens' alone (a pass's is not yet told apart)
 CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
 OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
 MIN_OVERRUNS = 16  # before this many mixed steps were predicted, none is left
@@ -37,7 +37,7 @@ class StepModel:
         self._overruns: deque[float] = deque(maxlen=STEPS_FITTED)  # measured ÷ predicted, of mixed steps
 
     def observe(self, step: StepStats) -> None:
-        if step.n_decode and step.n_prefill_tokens:  # the steps a plan's room is for
+        if step.n_decode and step.n_prefill_tokens and len(self._rows) >= MIN_STEPS:  # the plans the room is for
             predicted = self.predict(step.n_ubatches, step.n_tokens, step.n_attended)
             if predicted:
                 self._overruns.append(step.step_s / predicted)
@@ -46,10 +46,12 @@ class StepModel:
 
     @property
     def coefficients(self) -> tuple[float, float, float, float] | None:
-        """(fixed, per ubatch, per token, per attended cell) seconds, none negative; None until enough
-        steps were seen."""
-        if self._fit is None and len(self._rows) >= MIN_STEPS:
-            fixed, ubatch, token, cells = _fit(np.array(self._rows, dtype=np.float64))
+        """(fixed, per ubatch, per token, per attended cell) seconds, none negative; None before any
+        step was seen. The first steps (a window's first prompts, read before anyone decodes) are
+        too alike to tell a pass from a token: until MIN_STEPS, a token's share is all there is."""
+        if self._fit is None and self._rows:
+            rows = np.array(self._rows, dtype=np.float64)
+            fixed, ubatch, token, cells = _fit(rows) if len(rows) >= MIN_STEPS else _per_token(rows)
             self._fit = fixed, ubatch, token, cells / CELLS
         return self._fit
 
@@ -70,7 +72,7 @@ class StepModel:
     ) -> int | None:
         """The most prompt tokens (up to `most`) a step of `ubatches` passes and `decoding` decodes may
         read and still cost at most `seconds`, a chunk of n attending `attended(n)` cells (0 where
-        even none fit); None until enough steps were seen, or where a token costs nothing measurable."""
+        even none fit); None before any step was seen, or where a token costs nothing measurable."""
         fit = self.coefficients
         if fit is None or fit[2] <= 0:
             return None
@@ -103,3 +105,10 @@ def _fit(rows: np.ndarray) -> tuple[float, float, float, float]:
     for i, c in zip(keep, coef, strict=True):
         fit[i] = max(0.0, float(c))
     return fit[0], fit[1], fit[2], fit[3]
+
+
+def _per_token(rows: np.ndarray) -> tuple[float, float, float, float]:
+    """A cost in proportion to the tokens, fitted through zero."""
+    tokens, seconds = rows[:, 1], rows[:, 3]
+    square = float(tokens @ tokens)
+    return 0.0, 0.0, float(tokens @ seconds) / square if square else 0.0, 0.0
