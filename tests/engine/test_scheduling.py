@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from helpers import Started, run, user
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from app.engine.figures import step_size_line
 from app.engine.kv.layout import OnePool, StreamPerSlot
 from app.engine.kv.manager import KVCacheManager
+from app.engine.llama.batch import seq_runs
 from app.engine.params import Policy, Priority
 from app.engine.sampling.params import GREEDY
 from app.engine.sched.adaptive import MIN_PREFILL, AdaptiveBatch
@@ -348,6 +350,7 @@ def llama_split_equal(rows: list[int]) -> int:
 def test_equal_splits_counts_the_ubatches_llama_cpp_cuts_a_stream_per_sequence_batch_into(tokens):
     parts = sorted(tokens.items())  # the engine fills the batch by sequence id
     rows = [seq for seq, n in parts for _ in range(n)]
+    assert seq_runs(np.array(rows + [99] * 3, dtype=np.int32), len(rows)) == parts  # read back from the batch's rows
     assert StreamPerSlot().ubatches(parts) == llama_split_equal(rows)
     assert OnePool().ubatches(parts) == 1
 

@@ -10,9 +10,11 @@ import numpy as np
 
 def seq_runs(seq_id: np.ndarray, n: int) -> list[tuple[int, int]]:
     """(sequence id, rows) of each run of one sequence's rows, in batch order (a sequence's rows follow each other)."""
-    ids = seq_id[:n]
     if not n:
         return []
+    if seq_id[0] == seq_id[n - 1]:  # one sequence (its rows follow each other): a lone pane's every step
+        return [(int(seq_id[0]), n)]
+    ids = seq_id[:n]
     starts = np.flatnonzero(np.diff(ids)) + 1
     bounds = np.concatenate(([0], starts, [n]))
     return [(int(ids[a]), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
