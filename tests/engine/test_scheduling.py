@@ -290,6 +290,41 @@ def test_the_step_model_learns_what_a_pass_a_token_and_an_attended_cell_cost():
     assert priced_deep(4, chunk(3000), 2, 3000) <= 0.120 * 1.05 < priced_deep(4, chunk(3000) + 2, 2, 3000)
 
 
+def trained_in_a_deep_world(target_s: float) -> AdaptiveBatch:
+    """An adaptive batch whose model has seen the steps of priced_deep's world."""
+    controller = AdaptiveBatch(target_s, capacity=4, n_batch=512)
+    shapes = [(u, d, p, s) for u in (1, 2, 3) for d in (1, 4, 8, 12) for p in (0, 16, 64) for s in (0, 1500, 3000)]
+    for u, d, p, s in shapes:
+        seconds = priced_deep(d, p, u, s)
+        controller.observe(StepStats(0.0, d + p, d + (p > 0), d, p, seconds, seconds, 4, n_ubatches=u, n_attended=p * (s + p)))
+    return controller
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("streams", [True, False])
+def test_a_prompt_that_goes_on_deep_in_its_chat_gets_fewer_tokens_beside_a_reply_in_streams(streams):
+    """The scheduler tells the adaptive batch where the step's chunk will be read: in streams a turn
+    that goes on from 3,000 tokens it found cached gets fewer tokens beside a reply than a new chat
+    (its attention spans its stream); in one pool every token attends the same extent, so both alike."""
+
+    def budget(cached: bool) -> int:
+        scheduler = Scheduler(KVCacheManager(CellBook(), 4, 16384, streams=streams), 512, 4, Policy.DECODE_FIRST)
+        earlier = make_sequence("A", 3000, arrival=1, max_tokens=16)
+        make_running(scheduler, earlier, 3000)
+        scheduler.finish(earlier)  # its cells stay in its slot
+        make_running(scheduler, make_sequence("R", 20, arrival=2, max_tokens=16), 20, generated=1)  # a reply decoding
+        turn = make_sequence("B", 3200, arrival=3, max_tokens=16)
+        if cached:
+            turn.tokens[:3000] = earlier.tokens
+        scheduler.add(turn)
+        scheduler.limits = trained_in_a_deep_world(0.150)
+        return scheduler.schedule().budget
+
+    deep, fresh = budget(cached=True), budget(cached=False)
+    assert deep >= 1 + MIN_PREFILL
+    assert deep < fresh if streams else deep == fresh
+
+
 def run_long_documents(bursts: bool) -> tuple[float, int]:
     """8 streams decode in 72 ms beside long documents read one after another, in a stream per
     sequence (a chunk a pass of its own, its attention over its document so far), against a 150 ms
