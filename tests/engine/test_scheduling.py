@@ -261,6 +261,29 @@ def test_the_first_replies_read_prompts_in_chunks_their_tokens_cost_says_fit_not
     assert 9 + MIN_PREFILL <= budget <= 24
 
 
+@pytest.mark.unit
+def test_after_the_first_small_step_the_plan_charges_its_pass_not_only_its_tokens():
+    """A pass over the weights costs 30 ms and a token 3.5 ms: the first prompts' steps (128 tokens,
+    478 ms) say 3.7 ms a token, so the first step beside 6 replies reads 13 prompt tokens and takes
+    97 ms, over the 80 ms target. From the next step on, the two sizes tell the pass apart."""
+
+    def world(tokens: int) -> float:
+        return 0.030 + 0.0035 * tokens
+
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.080, capacity=12, n_batch=512, clock=clock)
+    for _ in range(4):
+        clock.now += world(128)
+        controller.observe(step(0, 128, world(128)))
+    first = controller.token_budget(6)
+    assert world(first) > 0.080  # its tokens' share alone: the pass is not yet known
+    clock.now += world(first)
+    controller.observe(step(6, first - 6, world(first)))
+    after = controller.token_budget(6)
+    assert 6 + MIN_PREFILL <= after < first
+    assert world(after) <= 0.9 * 0.080  # within the aim
+
+
 def priced_deep(decodes: int, prompt: int, ubatches: int, start: int) -> float:
     """The same, and each cell a prompt chunk after its chat's first `start` tokens attends 2 µs
     (as in a stream per sequence: a chunk of 8 at 3,000 tokens in adds 48 ms)."""

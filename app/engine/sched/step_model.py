@@ -24,7 +24,7 @@ import numpy as np
 from ..stats import StepStats, percentile
 
 STEPS_FITTED = 256  # the most recent steps the fit reads
-MIN_STEPS = 16  # before this many, a step's cost is taken as its tokens' alone (a pass's is not yet told apart)
+MIN_STEPS = 16  # before this many, a step's cost is a fixed part and its tokens' share (passes not yet told apart)
 CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
 OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
 MIN_OVERRUNS = 16  # before this many mixed steps were predicted, none is left
@@ -48,10 +48,11 @@ class StepModel:
     def coefficients(self) -> tuple[float, float, float, float] | None:
         """(fixed, per ubatch, per token, per attended cell) seconds, none negative; None before any
         step was seen. The first steps (a window's first prompts, read before anyone decodes) are
-        too alike to tell a pass from a token: until MIN_STEPS, a token's share is all there is."""
+        too few to tell passes and cells apart: until MIN_STEPS, a step costs a fixed part and its
+        tokens' share (`_first_fit`)."""
         if self._fit is None and self._rows:
             rows = np.array(self._rows, dtype=np.float64)
-            fixed, ubatch, token, cells = _fit(rows) if len(rows) >= MIN_STEPS else _per_token(rows)
+            fixed, ubatch, token, cells = _fit(rows) if len(rows) >= MIN_STEPS else _first_fit(rows)
             self._fit = fixed, ubatch, token, cells / CELLS
         return self._fit
 
@@ -105,6 +106,18 @@ def _fit(rows: np.ndarray) -> tuple[float, float, float, float]:
     for i, c in zip(keep, coef, strict=True):
         fit[i] = max(0.0, float(c))
     return fit[0], fit[1], fit[2], fit[3]
+
+
+def _first_fit(rows: np.ndarray) -> tuple[float, float, float, float]:
+    """A fixed part and a token's share once steps of two sizes were seen: the first small step
+    beside the first replies costs far more than its tokens' share of a large prompt step (the pass
+    over the weights), and the steps after it are planned knowing that. Before, or where the noise
+    leaves a token costing nothing, the tokens' share alone."""
+    if np.ptp(rows[:, 1]) > 0:
+        fixed, _, token, _ = _fit(rows * np.array([0.0, 1.0, 0.0, 1.0]))  # passes and cells: in the fixed part
+        if token > 0:
+            return fixed, 0.0, token, 0.0
+    return _per_token(rows)
 
 
 def _per_token(rows: np.ndarray) -> tuple[float, float, float, float]:
