@@ -27,7 +27,9 @@ STEPS_FITTED = 256  # the most recent steps the fit reads
 MIN_STEPS = 16  # before this many, a step's cost is a fixed part and its tokens' share (passes not yet told apart)
 CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
 OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
-MIN_OVERRUNS = 16  # before this many mixed steps were predicted, none is left
+# before this many mixed steps were predicted, none is left; a run of a few seconds has only a few
+# dozen, so the room is learnt from the first
+MIN_OVERRUNS = 4
 
 
 class StepModel:
@@ -37,7 +39,7 @@ class StepModel:
         self._overruns: deque[float] = deque(maxlen=STEPS_FITTED)  # measured ÷ predicted, of mixed steps
 
     def observe(self, step: StepStats) -> None:
-        if step.n_decode and step.n_prefill_tokens and len(self._rows) >= MIN_STEPS:  # the plans the room is for
+        if step.n_decode and step.n_prefill_tokens:  # the plans the room is for
             predicted = self.predict(step.n_ubatches, step.n_tokens, step.n_attended)
             if predicted:
                 self._overruns.append(step.step_s / predicted)
