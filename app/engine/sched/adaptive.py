@@ -38,6 +38,9 @@ UPDATE_EVERY_S = 0.5
 SPACED_SHARE = SLOW_SHARE / 2
 SPACED_WINDOW = 1000
 SLOW_CAP = 4.0  # such a step costs at most this many times the target
+# a step that overran its prediction by more than the usual room starts a burst (another process
+# took a core): the next steps' plans leave that much room for this long, renewed while it lasts
+BURST_S = 0.5
 
 
 class AdaptiveBatch:
@@ -62,6 +65,8 @@ class AdaptiveBatch:
         self._window: deque[tuple[int, bool]] = deque()  # (gaps, over the target) of the last SPACED_WINDOW gaps
         self._gaps = self._slow_gaps = 0
         self._spending = False  # the step planned last was given a chunk that makes it slow, on purpose
+        self._burst = 1.0  # how far the last step over the usual room overran, until _burst_until
+        self._burst_until = 0.0
 
     def token_budget(
         self, decoding: int, ubatches: int = 1, prompt_ubatches: int = 0, attended: Callable[[int], int] = lambda n: 0
@@ -73,13 +78,14 @@ class AdaptiveBatch:
         budget = min(self.n_batch, decoding + self.prefill_budget)
         passes = ubatches + prompt_ubatches
         room = self.n_batch - decoding
-        within = min(AIM, 1 / self.model.overrun) * self.itl_target_s
+        burst = self._clock() < self._burst_until
+        within = min(AIM, 1 / max(self.model.overrun, self._burst if burst else 1.0)) * self.itl_target_s
         fit = self.model.prompt_within(within, passes, decoding, attended, room)
         if fit is None:  # nothing measured yet: the feedback alone
             return budget
         if fit >= MIN_PREFILL:
             return max(decoding, min(budget, decoding + fit))
-        if self._may_be_slow(decoding):
+        if not burst and self._may_be_slow(decoding):  # not while a burst makes every step slower
             self._spending = True
             large = self.model.prompt_within(SLOW_CAP * self.itl_target_s, passes, decoding, attended, room) or 0
             return min(self.n_batch, decoding + max(MIN_PREFILL, large))
@@ -90,7 +96,10 @@ class AdaptiveBatch:
         return self._slow_gaps + decoding <= SPACED_SHARE * max(self._gaps + decoding, SPACED_WINDOW)
 
     def observe(self, step: StepStats) -> None:
-        self.model.observe(step)
+        room = self.model.overrun
+        ratio = self.model.observe(step)
+        if ratio is not None and ratio > room:
+            self._burst, self._burst_until = ratio, self._clock() + BURST_S
         if step.n_decode:
             slow = step.step_s > self.itl_target_s
             self._window.append((step.n_decode, slow))

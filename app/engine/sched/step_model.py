@@ -27,9 +27,12 @@ STEPS_FITTED = 256  # the most recent steps the fit reads
 MIN_STEPS = 16  # before this many, a step's cost is a fixed part and its tokens' share (passes not yet told apart)
 CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
 OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
-# before this many mixed steps were predicted, none is left; a run of a few seconds has only a few
-# dozen, so the room is learnt from the first
+# before this many mixed steps were predicted, none is left: a run of a few seconds has a few dozen,
+# so the room is learnt from the first; from so few, one hiccup would say every step needs twice
+# its cost, and no prompt would fit beside the replies again: the room is for the machine's usual
+# spread (the adaptive batch meets a hiccup as a burst), up to MAX_ROOM
 MIN_OVERRUNS = 4
+MAX_ROOM = 1.5
 
 
 class StepModel:
@@ -38,13 +41,19 @@ class StepModel:
         self._fit: tuple[float, float, float, float] | None = None  # fixed, per ubatch, per token, per cell (s)
         self._overruns: deque[float] = deque(maxlen=STEPS_FITTED)  # measured ÷ predicted, of mixed steps
 
-    def observe(self, step: StepStats) -> None:
-        if step.n_decode and step.n_prefill_tokens:  # the plans the room is for
-            predicted = self.predict(step.n_ubatches, step.n_tokens, step.n_attended)
-            if predicted:
-                self._overruns.append(step.step_s / predicted)
+    def observe(self, step: StepStats) -> float | None:
+        """Learn from a step; for one reading a prompt beside decodes, return how many times its cost
+        the model, having learnt from it, still says it took (a step it could not have foreseen: more
+        than the room, another process took a core); None for another step."""
+        mixed = step.n_decode and step.n_prefill_tokens  # the plans the room is for
+        shape = step.n_ubatches, step.n_tokens, step.n_attended
+        predicted = self.predict(*shape) if mixed else None
+        if predicted:
+            self._overruns.append(step.step_s / predicted)
         self._rows.append((step.n_ubatches, step.n_tokens, step.n_attended / CELLS, step.step_s))
         self._fit = None
+        explained = self.predict(*shape) if mixed else None
+        return step.step_s / explained if explained else None
 
     @property
     def coefficients(self) -> tuple[float, float, float, float] | None:
@@ -64,7 +73,7 @@ class StepModel:
         OVERRUN_PERCENTILE of those measured; 1 until enough were)."""
         if len(self._overruns) < MIN_OVERRUNS:
             return 1.0
-        return max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE))
+        return min(MAX_ROOM, max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE)))
 
     def predict(self, ubatches: int, tokens: int, attended: int = 0) -> float | None:
         fit = self.coefficients
