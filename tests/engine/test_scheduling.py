@@ -409,12 +409,12 @@ def slow_share(steps: list[tuple[int, float]]) -> float:
 
 @pytest.mark.unit
 def test_a_short_load_leaves_room_for_the_overruns_of_its_first_mixed_steps():
-    """The room is learnt from the first steps that read a prompt beside replies: a run of a few
-    seconds has too few to wait for (waiting for 16 of them after the first 16 steps, a third of
-    the steps coming 1.3 times over their cost put 6.8% of the gaps over the target)."""
+    """The room is learnt from the first steps the full fit predicted that read a prompt beside
+    replies: a run of a few seconds has too few to wait for (waiting for 16 of them, a third of the
+    steps coming 1.3 times over their cost put 6.8% of the gaps over the target)."""
     quiet = run_a_short_load(lambda i: 1.0)
     busy = run_a_short_load(lambda i: 1.3 if i % 3 == 2 else 1.0)
-    assert slow_share(quiet) < 0.01 and slow_share(busy) <= 0.03  # quiet: the first step beside the first replies
+    assert slow_share(quiet) < 0.01 and slow_share(busy) <= 0.05  # quiet: the first step beside the first replies
     read = sum(n for n, _ in busy)
     assert sum(n for n, _ in quiet) / 3 < read < sum(n for n, _ in quiet)  # the room is tokens not read, but they move
 

@@ -12,10 +12,12 @@ of its own, one pool does not) and what the chunk's attention adds (in streams i
 stream's cells, so the deeper into its chat, the fewer tokens fit). Where no chunk fits beside the
 streams, any step that reads one is slow: the target is a p95, so a small share of the gaps may
 be, and those steps read large chunks (up to SLOW_CAP times the target) while the share allows,
-and the others only decode. The feedback corrects the model: when more than SLOW_SHARE of the
-recent gaps are over the target anyway, the chunk shrinks, and it grows back while nearly none
-are. A step with nobody generating has no latency to protect: the scheduler gives it its idle
-chunk (Scheduler.token_budget).
+and the others only decode. A step the model, having learnt from it, still cannot explain (more
+than the usual room over: another process took a core) starts a burst: such slowness lasts a few
+steps, so for BURST_S the plans leave that much room and spend no slow step. The feedback corrects
+the model: when more than SLOW_SHARE of the recent gaps are over the target anyway, the chunk
+shrinks, and it grows back while nearly none are. A step with nobody generating has no latency to
+protect: the scheduler gives it its idle chunk (Scheduler.token_budget).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class AdaptiveBatch:
     def observe(self, step: StepStats) -> None:
         room = self.model.overrun
         ratio = self.model.observe(step)
-        if ratio is not None and ratio > room:
+        if ratio is not None and ratio > room and not self._spending:  # a chunk read slow on purpose is no sign
             self._burst, self._burst_until = ratio, self._clock() + BURST_S
         if step.n_decode:
             slow = step.step_s > self.itl_target_s
