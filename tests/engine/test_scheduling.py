@@ -596,24 +596,20 @@ def test_switching_to_sequential_pauses_the_streams_already_running_and_each_res
 def test_the_engine_reads_a_lone_prompt_in_ubatches_and_says_what_the_step_size_does(tiny_config):
     """Nobody generating: prompt steps of n_ubatch tokens; then the reply's steps under n_batch, and
     the snapshot says which rule the last step followed."""
-    prompt = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(60))
+    prompt = " ".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(160))
 
     async def main():
         async with Started(tiny_config.with_(n_batch=32, n_ubatch=256)) as client:
-            said_while_reading = []
-
-            def on_events(_events):
-                if client.snapshot is not None and client.snapshot.step_size:
-                    said_while_reading.append(client.snapshot.step_size)
-
-            client.add_listener(on_events)
-            final = await client.complete(user(prompt), GREEDY.with_(max_tokens=8, ignore_eos=True))
+            reply = asyncio.ensure_future(client.complete(user(prompt), GREEDY.with_(max_tokens=8, ignore_eos=True)))
+            said = set()  # what the snapshot said between steps, as the window reads it (8 steps read the prompt)
+            while not reply.done():
+                said.add(await client.call(lambda e: e.figures.snapshot.step_size if e.figures.snapshot else ""))
             steps = await client.call(lambda e: list(e.figures.steps.since()))
-            return final, steps, said_while_reading, client.snapshot.step_size
+            return reply.result(), steps, said, client.snapshot.step_size
 
     final, steps, said, last = run(main())
     reading = [s for s in steps if s.n_prefill_tokens]
-    assert final.stats.prompt_tokens > 512
+    assert final.stats.prompt_tokens > 1500
     assert all(s.token_budget == 256 for s in reading) and max(s.n_prefill_tokens for s in reading) == 256
     assert len(reading) == -(-final.stats.prompt_tokens // 256)  # whole ubatches, the last one the rest
     assert all(s.token_budget == 32 for s in steps if s.n_decode)
