@@ -70,7 +70,7 @@ class StepModel:
     @property
     def overrun(self) -> float:
         """How many times its predicted cost a step reading a prompt beside decodes may take (the
-        OVERRUN_PERCENTILE of those measured; 1 until enough were)."""
+        OVERRUN_PERCENTILE of those the full fit predicted, at most MAX_ROOM; 1 until enough were)."""
         if len(self._overruns) < MIN_OVERRUNS:
             return 1.0
         return min(MAX_ROOM, max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE)))
