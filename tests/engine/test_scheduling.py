@@ -349,6 +349,60 @@ def test_a_prompt_that_goes_on_deep_in_its_chat_gets_fewer_tokens_beside_a_reply
     assert deep < fresh if streams else deep == fresh
 
 
+def plan_beside_a_reply(streams: bool, limits: AdaptiveBatch) -> tuple[dict[str, int], float]:
+    """A reply decodes while A reads the last 6 tokens of its prompt and B's 40 wait, under `limits`:
+    the step's plan (tokens by sequence) and its cost in priced_deep's world, with the ubatches
+    llama.cpp cuts it into in this layout."""
+    scheduler = Scheduler(KVCacheManager(CellBook(), 4, 4096, streams=streams), 512, 4, Policy.DECODE_FIRST)
+    make_running(scheduler, make_sequence("R", 20, arrival=1, max_tokens=16), 20, generated=1)
+    make_running(scheduler, make_sequence("A", 30, arrival=2, max_tokens=16), 24)
+    scheduler.add(make_sequence("B", 40, arrival=3, max_tokens=16))
+    scheduler.limits = limits
+    plan = scheduler.schedule().n_tokens
+    parts = sorted((seq.slot_id, n) for seq, n in plan.items())
+    starts = {seq.request_id: seq.num_computed for seq in plan}
+    reading = [(starts[seq.request_id], n) for seq, n in plan.items() if seq.request_id != "R"]
+    attention = sum(n * (start + n) for start, n in reading) if streams else 0
+    cost = priced(1, sum(n for _, n in reading), scheduler.kv.layout.ubatches(parts)) + 2e-6 * attention
+    return {seq.request_id: n for seq, n in plan.items()}, cost
+
+
+@pytest.mark.unit
+def test_a_second_prompt_joins_a_step_beside_replies_only_where_its_pass_fits():
+    """The budget is planned for one prompt chunk; in streams a second prompt in the same step is a
+    pass of its own (12 ms here), so it gets only what fits beside that pass: the step stays within
+    the aim (the code before read 4 of B: 117 ms against an aim of 108). In one pool it costs no
+    pass; with a target that leaves room, both layouts read both prompts."""
+    pool, pool_cost = plan_beside_a_reply(streams=False, limits=trained_in_a_deep_world(0.120))
+    streams, streams_cost = plan_beside_a_reply(streams=True, limits=trained_in_a_deep_world(0.120))
+    assert pool["A"] == streams["A"] == 6  # A's tail first, whole
+    assert pool_cost <= 0.9 * 0.120 and streams_cost <= 0.9 * 0.120
+    assert streams.get("B", 0) < pool["B"] - 1  # its pass takes the room of tokens
+    for layout in (False, True):
+        roomy, cost = plan_beside_a_reply(streams=layout, limits=trained_in_a_deep_world(0.300))
+        assert roomy["A"] == 6 and roomy["B"] >= 16 and cost <= 0.9 * 0.300
+
+
+@pytest.mark.unit
+def test_before_the_model_prices_a_pass_a_second_prompt_waits_for_the_next_step_in_streams():
+    """A window's first steps: the model has seen 4 prompt steps and 2 beside replies, too few to tell
+    a pass from the rest, so it would not see a second prompt's pass: in streams B waits; in one
+    pool, where it costs none, B takes the rest of the budget."""
+
+    def first_steps() -> AdaptiveBatch:
+        controller = AdaptiveBatch(0.300, capacity=4, n_batch=512)
+        for d, p, u in [(0, 128, 1)] * 4 + [(1, 30, 2), (2, 20, 2)]:
+            seconds = priced(d, p, u)
+            controller.observe(StepStats(0.0, d + p, d + 1, d, p, seconds, seconds, 4, n_ubatches=u))
+        assert not controller.model.prices_passes
+        return controller
+
+    streams, _ = plan_beside_a_reply(streams=True, limits=first_steps())
+    pool, _ = plan_beside_a_reply(streams=False, limits=first_steps())
+    assert streams["A"] == pool["A"] == 6
+    assert "B" not in streams and pool["B"] >= 16
+
+
 def run_long_documents(bursts: bool) -> tuple[float, int]:
     """8 streams decode in 72 ms beside long documents read one after another, in a stream per
     sequence (a chunk a pass of its own, its attention over its document so far), against a 150 ms

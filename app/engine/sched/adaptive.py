@@ -77,21 +77,35 @@ class AdaptiveBatch:
         cut into `ubatches` passes, and a prompt chunk of n tokens beside them adds `prompt_ubatches`
         and attends `attended(n)` cells."""
         self._spending = False
-        budget = min(self.n_batch, decoding + self.prefill_budget)
-        passes = ubatches + prompt_ubatches
-        room = self.n_batch - decoding
+        fit = self.within_target(decoding, ubatches, prompt_ubatches, attended)
+        if fit is not None:
+            return fit
         burst = self._clock() < self._burst_until
-        within = min(AIM, 1 / max(self.model.overrun, self._burst if burst else 1.0)) * self.itl_target_s
-        fit = self.model.prompt_within(within, passes, decoding, attended, room)
-        if fit is None:  # nothing measured yet: the feedback alone
-            return budget
-        if fit >= MIN_PREFILL:
-            return max(decoding, min(budget, decoding + fit))
         if not burst and self._may_be_slow(decoding):  # not while a burst makes every step slower
             self._spending = True
+            passes, room = ubatches + prompt_ubatches, self.n_batch - decoding
             large = self.model.prompt_within(SLOW_CAP * self.itl_target_s, passes, decoding, attended, room) or 0
             return min(self.n_batch, decoding + max(MIN_PREFILL, large))
         return decoding
+
+    def within_target(
+        self, decoding: int, ubatches: int, prompt_ubatches: int, attended: Callable[[int], int] = lambda n: 0
+    ) -> int | None:
+        """Tokens a step of `decoding` decodes in `ubatches` passes and a prompt chunk (in
+        `prompt_ubatches` passes, attending `attended(n)` cells) may take, planned under the target;
+        None where fewer than MIN_PREFILL prompt tokens fit. Nothing is spent."""
+        budget = min(self.n_batch, decoding + self.prefill_budget)
+        burst = self._clock() < self._burst_until
+        within = min(AIM, 1 / max(self.model.overrun, self._burst if burst else 1.0)) * self.itl_target_s
+        fit = self.model.prompt_within(within, ubatches + prompt_ubatches, decoding, attended, self.n_batch - decoding)
+        if fit is None:  # nothing measured yet: the feedback alone
+            return budget
+        return max(decoding, min(budget, decoding + fit)) if fit >= MIN_PREFILL else None
+
+    @property
+    def spending(self) -> bool:
+        """Whether the step planned last was given a chunk that makes it slow, on purpose."""
+        return self._spending
 
     def _may_be_slow(self, decoding: int) -> bool:
         """Whether a step over the target may come now, its `decoding` gaps within the spaced share."""

@@ -168,9 +168,11 @@ class Scheduler:
         stepping = self.stepping()
         decoders = self._room_for_decodes(stepping)
         decoding = len(decoders)
+        decode_slots = [s.slot_id for s in decoders]
         order = service_order(self.policy, self.running, self._admissible())
-        budget = self.token_budget(decoding, [s.slot_id for s in decoders], lambda: self._chunk_start(order, stepping))
+        budget = self.token_budget(decoding, decode_slots, lambda: self._chunk_start(order, stepping))
         planned = 0  # tokens, hence cells, this step already takes
+        read: list[tuple[int, int]] = []  # (start, tokens) of the prompt chunks planned
         admitting = True
         blocked: Sequence | None = None  # the first waiting request that did not go in
         for i, seq in enumerate(order):
@@ -179,19 +181,26 @@ class Scheduler:
             reserved = planned + decoding  # the cells of decodes still to come stay theirs
             if seq.status is SequenceStatus.RUNNING and seq not in stepping:
                 continue  # paused beyond the batch limit
-            if seq.status is SequenceStatus.RUNNING and seq.is_decoding:
+            generating = seq.status is SequenceStatus.RUNNING and seq.is_decoding
+            allowed = budget - planned
+            if read and not generating:  # another prompt chunk: does the step have room for its cost?
+                allowed = min(allowed, self._room_for_another_prompt(decode_slots, read, self._start(seq)))
+                if allowed < 1:
+                    admitting = admitting and seq.status is SequenceStatus.RUNNING  # the queue keeps its order
+                    continue
+            if generating:
                 n = 1
                 decoding -= 1
             elif seq.status is SequenceStatus.RUNNING:
-                n = self._chunk(seq, budget - planned, reserved)
+                n = self._chunk(seq, allowed, reserved)
             elif admitting and self._cached_go_first(seq, order[i + 1 :], reserved):
                 blocked, admitting = seq, False
                 continue
             elif admitting:
-                n, admitting = self._admit(seq, budget - planned, reserved)
+                n, admitting = self._admit(seq, allowed, reserved)
                 blocked = None if admitting else seq
             elif self._may_pass(seq, blocked, reserved):
-                n, _ = self._admit(seq, budget - planned, reserved)
+                n, _ = self._admit(seq, allowed, reserved)
                 if seq.status is SequenceStatus.RUNNING:
                     blocked.bypassed += 1
                     self.bypasses += 1
@@ -200,6 +209,8 @@ class Scheduler:
             if n:
                 plan[seq] = n
                 planned += n
+                if not generating:
+                    read.append((seq.num_computed, n))
         if not plan and self.running and _depth < len(self.kv.slots):
             # every running sequence is stuck reading a prompt into a full pool: make room
             self._preempt(preemption_victim(self.policy, self.running))
@@ -223,15 +234,40 @@ class Scheduler:
         budget = self.limits.token_budget(decoding, ubatches, layout.prompt_passes, lambda n: layout.chunk_attention(start, n))
         return max(decoding, budget)
 
+    def _room_for_another_prompt(self, decode_slots: list[int], read: list[tuple[int, int]], start: int) -> int:
+        """Tokens one more prompt chunk, read after its chat's first `start`, may take in a step whose
+        prompt chunks `read` (start, tokens) are planned: the budget left room for one chunk's passes
+        and attention, and in streams each chunk is a pass of its own. With no adaptive batch, or
+        no reply waiting, the budget holds as it is; before the model can price a pass, none."""
+        layout = self.kv.layout
+        if self.limits is None or not decode_slots or not layout.prompt_passes or self.limits.spending:
+            return self.n_batch
+        if not self.limits.model.prices_passes:
+            return 0  # the first steps' cost model lumps passes into a fixed part: it would not see this one
+        taken = sum(n for _, n in read)
+
+        def attended(n: int) -> int:
+            later = layout.chunk_attention(start, max(0, n - taken))
+            return later + sum(layout.chunk_attention(s, k) for s, k in read)
+
+        decoding = len(decode_slots)
+        ubatches = layout.ubatches([(slot, 1) for slot in sorted(decode_slots)])
+        passes = layout.prompt_passes * (len(read) + 1)
+        fit = self.limits.within_target(decoding, ubatches, passes, attended)
+        return 0 if fit is None else fit - decoding - taken
+
     def _chunk_start(self, order: list[Sequence], stepping: list[Sequence]) -> int:
         """Where the step's prompt chunk will be read: after the cells of the first sequence in service
         order that reads its prompt (a waiting one's cached prefix)."""
         for seq in order:
-            if seq.status is SequenceStatus.WAITING:
-                return self.kv.cached_prefix(seq.tokens)
-            if seq in stepping and not seq.is_decoding:
-                return seq.num_computed
+            if seq.status is SequenceStatus.WAITING or (seq in stepping and not seq.is_decoding):
+                return self._start(seq)
         return 0
+
+    def _start(self, seq: Sequence) -> int:
+        """Where a sequence reading its prompt reads its next chunk: after its computed cells, or a
+        waiting one's cached prefix."""
+        return self.kv.cached_prefix(seq.tokens) if seq.status is SequenceStatus.WAITING else seq.num_computed
 
     def _room_for_decodes(self, stepping: list[Sequence]) -> list[Sequence]:
         """Make sure every generating sequence of this step has a cell for its next token; return them."""

@@ -75,6 +75,12 @@ class StepModel:
             return 1.0
         return min(MAX_ROOM, max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE)))
 
+    @property
+    def prices_passes(self) -> bool:
+        """Whether the fit tells a pass over the weights apart (the first fit does not)."""
+        fit = self.coefficients
+        return fit is not None and fit[1] > 0
+
     def predict(self, ubatches: int, tokens: int, attended: int = 0) -> float | None:
         fit = self.coefficients
         return None if fit is None else fit[0] + fit[1] * ubatches + fit[2] * tokens + fit[3] * attended
