@@ -499,6 +499,28 @@ def test_a_burst_costs_its_first_step_only():
         assert max(after) >= steps[burst[0] - 4 - 1][0] - 1
 
 
+@pytest.mark.unit
+def test_a_burst_plans_its_steps_at_the_aim_not_at_the_target():
+    """A burst that deepens (1.3 times, then 1.4 for its next steps): planned for the target over the
+    first step's slowdown, the steps after it would land over the target; planned for the aim they
+    hold it, and the prompts still move."""
+    deepening = {100: 1.3, **dict.fromkeys(range(101, 106), 1.4)}
+    steps = run_a_short_load(lambda i: deepening.get(i, 1.0), steps=140)
+    during = [steps[i - 4] for i in sorted(deepening)]
+    assert during[0][1] > 0.120 and all(seconds <= 0.120 for _, seconds in during[1:])
+    assert all(n >= MIN_PREFILL for n, _ in during[1:])
+
+
+@pytest.mark.unit
+def test_a_step_over_its_prediction_by_less_than_the_aim_leaves_starts_no_burst():
+    """Steps 8% over their cost now and then are within the 10% the aim leaves: they start no burst,
+    and the chunks beside the replies stay as they were."""
+    quiet = run_a_short_load(lambda i: 1.0, steps=140)
+    wobbly = run_a_short_load(lambda i: 1.08 if i % 20 == 10 else 1.0, steps=140)
+    assert all(seconds <= 0.120 for _, seconds in wobbly[20:])
+    assert sum(n for n, _ in wobbly[20:]) >= 0.95 * sum(n for n, _ in quiet[20:])
+
+
 def llama_split_equal(rows: list[int]) -> int:
     """llama.cpp's sequential split_equal, row by row (its llama-batch.cpp): the ubatches it cuts a
     batch into, `rows` the sequence id of each batch row; here a batch fits one ubatch's size."""

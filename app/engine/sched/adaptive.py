@@ -12,12 +12,13 @@ of its own, one pool does not) and what the chunk's attention adds (in streams i
 stream's cells, so the deeper into its chat, the fewer tokens fit). Where no chunk fits beside the
 streams, any step that reads one is slow: the target is a p95, so a small share of the gaps may
 be, and those steps read large chunks (up to SLOW_CAP times the target) while the share allows,
-and the others only decode. A step the model, having learnt from it, still cannot explain (more
-than the usual room over: another process took a core) starts a burst: such slowness lasts a few
-steps, so for BURST_S the plans leave that much room and spend no slow step. The feedback corrects
-the model: when more than SLOW_SHARE of the recent gaps are over the target anyway, the chunk
-shrinks, and it grows back while nearly none are. A step with nobody generating has no latency to
-protect: the scheduler gives it its idle chunk (Scheduler.token_budget).
+and the others only decode. A step the model, having learnt from it, still cannot explain (over
+the usual room and over the aim's margin: another process took a core) starts a burst: such
+slowness lasts a few steps, so for BURST_S the plans aim as much lower (a step that much slower
+lands at the aim) and spend no slow step. The feedback corrects the model: when more than
+SLOW_SHARE of the recent gaps are over the target anyway, the chunk shrinks, and it grows back
+while nearly none are. A step with nobody generating has no latency to protect: the scheduler
+gives it its idle chunk (Scheduler.token_budget).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ UPDATE_EVERY_S = 0.5
 SPACED_SHARE = SLOW_SHARE / 2
 SPACED_WINDOW = 1000
 SLOW_CAP = 4.0  # such a step costs at most this many times the target
-# a step that overran its prediction by more than the usual room starts a burst (another process
-# took a core): the next steps' plans leave that much room for this long, renewed while it lasts
+# a step that overran its prediction by more than the usual room and the aim's margin starts a burst
+# (another process took a core): the next steps' plans aim that much lower for this long, renewed
+# while it lasts
 BURST_S = 0.5
 
 
@@ -96,7 +98,9 @@ class AdaptiveBatch:
         None where fewer than MIN_PREFILL prompt tokens fit. Nothing is spent."""
         budget = min(self.n_batch, decoding + self.prefill_budget)
         burst = self._clock() < self._burst_until
-        within = min(AIM, 1 / max(self.model.overrun, self._burst if burst else 1.0)) * self.itl_target_s
+        # the usual room is a p95 of the overruns, a plan at the target over it holds the target; a
+        # burst's steps are all that much slower, so its plans aim lower by as much
+        within = min(AIM / (self._burst if burst else 1.0), 1 / self.model.overrun) * self.itl_target_s
         fit = self.model.prompt_within(within, ubatches + prompt_ubatches, decoding, attended, self.n_batch - decoding)
         if fit is None:  # nothing measured yet: the feedback alone
             return budget
@@ -114,7 +118,9 @@ class AdaptiveBatch:
     def observe(self, step: StepStats) -> None:
         room = self.model.overrun
         ratio = self.model.observe(step)
-        if ratio is not None and ratio > room and not self._spending:  # a chunk read slow on purpose is no sign
+        # over the usual room, and over what the aim leaves (a step within that still held the target);
+        # a chunk read slow on purpose is no sign
+        if ratio is not None and ratio > max(room, 1 / AIM) and not self._spending:
             self._burst, self._burst_until = ratio, self._clock() + BURST_S
         if step.n_decode:
             slow = step.step_s > self.itl_target_s
