@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from app.engine.kv.host_cache import HostCache
 from app.engine.kv.manager import KVCacheManager
 from app.engine.sampling.params import GREEDY
+from app.engine.sched.adaptive import AdaptiveBatch
 from app.engine.sched.scheduler import MAX_BYPASSES, SLICE_STEPS, SLICE_TOKENS, Scheduler
 from app.engine.sequence import Request, Sequence, SequenceStatus
-from app.engine.stats import RequestStats
+from app.engine.stats import RequestStats, StepStats
 
 
 class CellBook:
@@ -42,6 +43,20 @@ def turn(conversation: int, n_turn: int, prompt_len: int, max_tokens: int, arriv
     request = Request(name, GREEDY.with_(max_tokens=max_tokens), prompt=name, conversation_id=f"c{conversation}")
     tokens = [100_000 * (conversation + 1) + i for i in range(prompt_len)]
     return Sequence(request, tokens, RequestStats(name), arrival)
+
+
+def trained_limits(target_s: float, capacity: int) -> AdaptiveBatch:
+    """An adaptive batch whose model has seen 24 steps of a world where a pass costs 12 ms and a
+    token 7 ms (as the scheduling tests price them)."""
+    limits = AdaptiveBatch(target_s, capacity=capacity, n_batch=128)
+    for i in range(24):
+        ubatches, decodes, prompt = 1 + i % 3, i % 5, 8 * (i % 4)
+        seconds = 0.004 + 0.012 * ubatches + 0.007 * (decodes + prompt)
+        limits.observe(
+            StepStats(0.0, decodes + prompt, decodes + 1, decodes, prompt, seconds, seconds, capacity, n_ubatches=ubatches)
+        )
+    assert limits.model.prices_passes
+    return limits
 
 
 def step(scheduler: Scheduler) -> list[Sequence]:
@@ -108,14 +123,18 @@ def test_a_request_passed_by_cached_ones_too_often_is_passed_no_more():
         max_size=8,
     ),
     streams=st.booleans(),
+    target_ms=st.sampled_from([None, 60, 100, 300]),
 )
-def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bound(n_cells, capacity, chats, streams):
+def test_under_any_pressure_every_turn_finishes_and_none_is_passed_beyond_the_bound(n_cells, capacity, chats, streams, target_ms):
     """Conversations send their turns (each longer than the last by its new text and the reply)
-    into a pool of any size, one pool or a stream per sequence; a turn too long for the pool (or
-    its stream) is left out, as the engine refuses it. No stream ever holds more than its share."""
+    into a pool of any size, one pool or a stream per sequence, with or without an adaptive batch
+    (one that has learnt what a pass and a token cost); a turn too long for the pool (or its
+    stream) is left out, as the engine refuses it. No stream ever holds more than its share."""
     kv = KVCacheManager(CellBook(), n_slots=capacity, n_cells=n_cells, host=HostCache(1 << 30), streams=streams)
     per_sequence = n_cells // capacity if streams else n_cells
     scheduler = Scheduler(kv, n_batch=128, max_running=capacity)
+    if target_ms:
+        scheduler.limits = trained_limits(target_ms / 1000, capacity)
     length = [0] * len(chats)
     next_turn = [0] * len(chats)
     seen: list[Sequence] = []
