@@ -229,10 +229,14 @@ class Scheduler:
         if self.limits is None:
             return self.n_batch
         layout = self.kv.layout
-        ubatches = layout.ubatches([(slot, 1) for slot in sorted(decode_slots)]) if decode_slots else 1
+        ubatches = self._decode_passes(decode_slots) if decode_slots else 1
         start = chunk_start()
         budget = self.limits.token_budget(decoding, ubatches, layout.prompt_passes, lambda n: layout.chunk_attention(start, n))
         return max(decoding, budget)
+
+    def _decode_passes(self, decode_slots: list[int]) -> int:
+        """The ubatches llama.cpp cuts the decodes of these slots into, a token each."""
+        return self.kv.layout.ubatches([(slot, 1) for slot in sorted(decode_slots)])
 
     def _room_for_another_prompt(self, decode_slots: list[int], read: list[tuple[int, int]], start: int) -> int:
         """Tokens one more prompt chunk, read after its chat's first `start`, may take in a step whose
@@ -251,9 +255,8 @@ class Scheduler:
             return later + sum(layout.chunk_attention(s, k) for s, k in read)
 
         decoding = len(decode_slots)
-        ubatches = layout.ubatches([(slot, 1) for slot in sorted(decode_slots)])
         passes = layout.prompt_passes * (len(read) + 1)
-        fit = self.limits.within_target(decoding, ubatches, passes, attended)
+        fit = self.limits.within_target(decoding, self._decode_passes(decode_slots), passes, attended)
         return 0 if fit is None else fit - decoding - taken
 
     def _chunk_start(self, order: list[Sequence], stepping: list[Sequence]) -> int:
