@@ -79,6 +79,7 @@ class Figures:
             batch_limit=scheduler.batch_limit,
             parts=parts,
             token_budget=budget,
+            held_back=scheduler.limits is not None and scheduler.limits.in_burst,  # as it was planned
             n_ubatches=ubatches,
             n_image_tokens=n_image,
             image_s=image_s,
@@ -153,13 +154,16 @@ class Figures:
 
 def step_size_line(step: StepStats | None, adaptive: bool) -> str:
     """The last step's token budget in words, and who decided it: "prompt chunks of 512: no reply
-    generating", "128 tokens a step: 8 replies generating", or the adaptive batch's."""
+    generating", "128 tokens a step: 8 replies generating", or the adaptive batch's, which holds
+    the chunks back while a burst makes steps slower than usual."""
     if step is None or not step.token_budget:
         return ""
     if not step.n_decode:
         return f"prompt chunks of {step.token_budget}: no reply generating"
     replies = f"{step.n_decode} repl{'y' if step.n_decode == 1 else 'ies'} generating"
     if adaptive and step.token_budget <= step.n_decode:
-        return f"replies only: {step.n_decode} generating, and a prompt chunk beside them would pass the latency target"
-    who = "the adaptive batch's, " if adaptive else ""
+        slow = "; steps run slow for a moment," if step.held_back else ","
+        return f"replies only: {step.n_decode} generating{slow} and a prompt chunk beside them would pass the latency target"
+    held = "held back while steps run slow, " if step.held_back else ""
+    who = f"the adaptive batch's, {held}" if adaptive else ""
     return f"{step.token_budget} tokens a step: {who}{replies}"

@@ -126,6 +126,7 @@ class StepStats:
     batch_limit: int  # sequences allowed to run: the capacity, or what the adaptive batch chose
     parts: tuple[StepPart, ...] = ()  # the batch's composition, in batch order
     token_budget: int = 0  # the tokens it could take (Scheduler.token_budget): who waited on it decides
+    held_back: bool = False  # planned while a burst made the adaptive batch hold its prompt chunks back
     # the decodes llama.cpp cut it into: one in one pool; with a stream per sequence, one per run of
     # consecutive sequences, and one more for a prompt chunk's rest (kv/layout.py's equal_splits)
     n_ubatches: int = 1

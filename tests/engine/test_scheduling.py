@@ -249,6 +249,29 @@ def test_the_step_size_line_says_when_the_adaptive_batch_lets_replies_only():
 
 
 @pytest.mark.unit
+def test_the_step_size_line_says_when_a_burst_holds_the_chunks_back():
+    """A step 1.6 times its cost starts a burst for half a second; a step planned in one says so in
+    the Engine panel's line, so a person who sees the chunks shrink learns why."""
+    clock = FakeClock()
+    limits = AdaptiveBatch(0.120, capacity=12, n_batch=512, clock=clock)
+    for i in range(40):  # a pass 30 ms, a token 3.5 ms; then one step 1.6 times its cost
+        budget = limits.token_budget(9)
+        seconds = (0.030 + 0.0035 * budget) * (1.6 if i == 39 else 1.0)
+        clock.now += seconds
+        assert not limits.in_burst
+        limits.observe(step(9, budget - 9, seconds))
+    assert limits.in_burst
+    held = StepStats(0.0, 14, 10, 9, 5, 0.1, 0.1, 12, token_budget=14, held_back=limits.in_burst)
+    said = "14 tokens a step: the adaptive batch's, held back while steps run slow, 9 replies generating"
+    assert step_size_line(held, adaptive=True) == said
+    only = StepStats(0.0, 9, 9, 9, 0, 0.1, 0.1, 12, token_budget=9, held_back=True)
+    said = "replies only: 9 generating; steps run slow for a moment, and a prompt chunk beside them would pass the latency target"
+    assert step_size_line(only, adaptive=True) == said
+    clock.now += 1.0  # half a second later the burst is over
+    assert not limits.in_burst
+
+
+@pytest.mark.unit
 def test_the_first_replies_read_prompts_in_chunks_their_tokens_cost_says_fit_not_a_whole_batch():
     """A window's first steps read prompts with nobody decoding (128 tokens in 390 ms here); when
     the first replies decode beside the other prompts, the chunk beside them follows what a token

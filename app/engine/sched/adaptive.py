@@ -82,8 +82,7 @@ class AdaptiveBatch:
         fit = self.within_target(decoding, ubatches, prompt_ubatches, attended)
         if fit is not None:
             return fit
-        burst = self._clock() < self._burst_until
-        if not burst and self._may_be_slow(decoding):  # not while a burst makes every step slower
+        if not self.in_burst and self._may_be_slow(decoding):  # not while a burst makes every step slower
             self._spending = True
             passes, room = ubatches + prompt_ubatches, self.n_batch - decoding
             large = self.model.prompt_within(SLOW_CAP * self.itl_target_s, passes, decoding, attended, room) or 0
@@ -97,14 +96,19 @@ class AdaptiveBatch:
         `prompt_ubatches` passes, attending `attended(n)` cells) may take, planned under the target;
         None where fewer than MIN_PREFILL prompt tokens fit. Nothing is spent."""
         budget = min(self.n_batch, decoding + self.prefill_budget)
-        burst = self._clock() < self._burst_until
         # the usual room is a p95 of the overruns, a plan at the target over it holds the target; a
         # burst's steps are all that much slower, so its plans aim lower by as much
-        within = min(AIM / (self._burst if burst else 1.0), 1 / self.model.overrun) * self.itl_target_s
+        within = min(AIM / (self._burst if self.in_burst else 1.0), 1 / self.model.overrun) * self.itl_target_s
         fit = self.model.prompt_within(within, ubatches + prompt_ubatches, decoding, attended, self.n_batch - decoding)
         if fit is None:  # nothing measured yet: the feedback alone
             return budget
         return max(decoding, min(budget, decoding + fit)) if fit >= MIN_PREFILL else None
+
+    @property
+    def in_burst(self) -> bool:
+        """Whether steps run slower than the model says for a moment (another process took a core),
+        and the plans aim lower for it."""
+        return self._clock() < self._burst_until
 
     @property
     def spending(self) -> bool:
