@@ -257,12 +257,13 @@ _request = st.tuples(_input, _params, st.booleans(), st.sampled_from([None, "a",
 @pytest.fixture(
     scope="module",
     params=["one pool", "streams", "automatic, drafting", "draft model"],
-    ids=["one pool", "a stream per sequence", "automatic, drafting", "one pool, a draft model drafting"],
+    ids=["one pool", "a stream per sequence, adaptive", "automatic, drafting", "one pool, a draft model drafting"],
 )
 def shared_engine(tiny_model_path, request):
-    """One engine for every generated example, in each KV layout (automatic: streams of 1,024 cells
-    that a long prompt moves to one pool, with n-gram drafts), and with a draft model guessing at
-    every step: it must survive all of them."""
+    """One engine for every generated example, in each KV layout (streams under an adaptive batch
+    whose 2 ms target binds the tiny model's steps, so its plans and slow steps run; automatic:
+    streams of 1,024 cells that a long prompt moves to one pool, with n-gram drafts), and with a
+    draft model guessing at every step: it must survive all of them."""
     from app.client import EngineClient
     from app.engine.params import EngineConfig, SpecType
 
@@ -270,7 +271,7 @@ def shared_engine(tiny_model_path, request):
     config = EngineConfig(tiny_model_path, n_ctx=2048, n_batch=256, capacity=4, n_threads=2, kv_unified=True)
     config = {
         "one pool": config,
-        "streams": config.with_(kv_unified=False),
+        "streams": config.with_(kv_unified=False, itl_target_ms=2.0),
         "automatic, drafting": config.with_(kv_unified=None, capacity=2, spec_type=SpecType.NGRAM),
         "draft model": config.with_(spec_type=SpecType.DRAFT, spec_draft_model=tiny_model_path, spec_draft_n_min=2),
     }[request.param]
