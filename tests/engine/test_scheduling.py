@@ -497,6 +497,25 @@ def test_a_short_load_leaves_room_for_the_overruns_of_its_first_mixed_steps():
 
 
 @pytest.mark.unit
+def test_the_room_is_learnt_from_the_first_mixed_steps_before_the_full_fit():
+    """A short load's slow gaps came from its first dozen steps beside replies, before the full fit
+    (16 steps): the first fit predicts them once it has a fixed part, so its misses there are the
+    machine's spread, and the room is learnt from them. Not from the very first such step, which
+    the tokens' share of the prompt steps alone predicted, leaving out its pass (counted, it says
+    1.27 times, and no prompt fits beside the replies any more)."""
+    clock = FakeClock()
+    controller = AdaptiveBatch(0.100, capacity=12, n_batch=512, clock=clock)
+    for i in range(10):  # 4 prompt steps, then 6 beside 9 replies, every other one 1.2 times its cost
+        decoding = 0 if i < 4 else 9
+        budget = controller.token_budget(decoding) if decoding else 128
+        seconds = (0.030 + 0.0035 * budget) * (1.2 if i > 4 and i % 2 else 1.0)
+        clock.now += seconds
+        controller.observe(step(decoding, budget - decoding, seconds))
+    assert 1.1 < controller.model.overrun < 1.25
+    assert controller.token_budget(9) >= 9 + MIN_PREFILL
+
+
+@pytest.mark.unit
 def test_a_hiccup_among_the_first_mixed_steps_does_not_keep_prompts_out():
     """Two of the first steps the full fit predicts (from the 16th) take 3 times their cost: the room
     learnt from so few would say every step needs that much (then no prompt fits beside 9 replies:

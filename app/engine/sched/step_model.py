@@ -27,10 +27,11 @@ STEPS_FITTED = 256  # the most recent steps the fit reads
 MIN_STEPS = 16  # before this many, a step's cost is a fixed part and its tokens' share (passes not yet told apart)
 CELLS = 1000.0  # the attended cells' unit in the fit, so its coefficients are of like size
 OVERRUN_PERCENTILE = 95  # of the mixed steps' measured ÷ predicted: the room a plan leaves (the target is a p95)
-# before this many mixed steps were predicted by the full fit, none is left: a run of a few seconds
-# has a few dozen, so the room is learnt from the first; from so few, one hiccup would say every
-# step needs twice its cost, and no prompt would fit beside the replies again: the room is for the
-# machine's usual spread (the adaptive batch meets a hiccup as a burst), up to MAX_ROOM
+# before this many mixed steps were predicted by a fit with a fixed part, none is left: a run of a
+# few seconds has a few dozen, and its slow gaps come from the first dozen, so the room is learnt
+# from the first (the first fit's too); from so few, one hiccup would say every step needs twice its
+# cost, and no prompt would fit beside the replies again: the room is for the machine's usual spread
+# (the adaptive batch meets a hiccup as a burst), up to MAX_ROOM
 MIN_OVERRUNS = 4
 MAX_ROOM = 1.5
 
@@ -47,8 +48,12 @@ class StepModel:
         than the room, another process took a core); None for another step."""
         mixed = step.n_decode and step.n_prefill_tokens  # the plans the room is for
         shape = step.n_ubatches, step.n_tokens, step.n_attended
-        predicted = self.predict(*shape) if mixed and len(self._rows) >= MIN_STEPS else None
-        if predicted:  # the full fit's misses: the first fit's are its own, not the machine's spread
+        fit = self.coefficients
+        # not the tokens' share alone (before steps of two sizes): its miss on the first small step,
+        # which pays a pass it does not know, is its own
+        priced = fit is not None and (len(self._rows) >= MIN_STEPS or fit[0] > 0)
+        predicted = self.predict(*shape) if mixed and priced else None
+        if predicted:
             self._overruns.append(step.step_s / predicted)
         self._rows.append((step.n_ubatches, step.n_tokens, step.n_attended / CELLS, step.step_s))
         self._fit = None
@@ -70,7 +75,8 @@ class StepModel:
     @property
     def overrun(self) -> float:
         """How many times its predicted cost a step reading a prompt beside decodes may take (the
-        OVERRUN_PERCENTILE of those the full fit predicted, at most MAX_ROOM; 1 until enough were)."""
+        OVERRUN_PERCENTILE of those a fit with a fixed part predicted, at most MAX_ROOM; 1 until
+        enough were)."""
         if len(self._overruns) < MIN_OVERRUNS:
             return 1.0
         return min(MAX_ROOM, max(1.0, percentile(self._overruns, OVERRUN_PERCENTILE)))
