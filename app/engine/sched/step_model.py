@@ -48,11 +48,11 @@ class StepModel:
         than the room, another process took a core); None for another step."""
         mixed = step.n_decode and step.n_prefill_tokens  # the plans the room is for
         shape = step.n_ubatches, step.n_tokens, step.n_attended
-        fit = self.coefficients
+        fit = self.coefficients if mixed else None
         # not the tokens' share alone (before steps of two sizes): its miss on the first small step,
         # which pays a pass it does not know, is its own
         priced = fit is not None and (len(self._rows) >= MIN_STEPS or fit[0] > 0)
-        predicted = self.predict(*shape) if mixed and priced else None
+        predicted = self.predict(*shape) if priced else None
         if predicted:
             self._overruns.append(step.step_s / predicted)
         self._rows.append((step.n_ubatches, step.n_tokens, step.n_attended / CELLS, step.step_s))
